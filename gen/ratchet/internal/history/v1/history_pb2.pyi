@@ -1,0 +1,297 @@
+import datetime
+
+from google.protobuf import duration_pb2 as _duration_pb2
+from google.protobuf import timestamp_pb2 as _timestamp_pb2
+from ratchet.api.tasks.v1 import tasks_pb2 as _tasks_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class LeaseAction(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    LEASE_ACTION_UNSPECIFIED: _ClassVar[LeaseAction]
+    LEASE_ACTION_CONTINUE: _ClassVar[LeaseAction]
+    LEASE_ACTION_CANCEL: _ClassVar[LeaseAction]
+    LEASE_ACTION_LEASE_LOST: _ClassVar[LeaseAction]
+
+class CompletionOutcome(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    COMPLETION_OUTCOME_UNSPECIFIED: _ClassVar[CompletionOutcome]
+    COMPLETION_OUTCOME_SUCCEEDED: _ClassVar[CompletionOutcome]
+    COMPLETION_OUTCOME_FAILED: _ClassVar[CompletionOutcome]
+    COMPLETION_OUTCOME_CANCELED: _ClassVar[CompletionOutcome]
+    COMPLETION_OUTCOME_CRASHED: _ClassVar[CompletionOutcome]
+LEASE_ACTION_UNSPECIFIED: LeaseAction
+LEASE_ACTION_CONTINUE: LeaseAction
+LEASE_ACTION_CANCEL: LeaseAction
+LEASE_ACTION_LEASE_LOST: LeaseAction
+COMPLETION_OUTCOME_UNSPECIFIED: CompletionOutcome
+COMPLETION_OUTCOME_SUCCEEDED: CompletionOutcome
+COMPLETION_OUTCOME_FAILED: CompletionOutcome
+COMPLETION_OUTCOME_CANCELED: CompletionOutcome
+COMPLETION_OUTCOME_CRASHED: CompletionOutcome
+
+class NewTask(_message.Message):
+    __slots__ = ("task_id", "tenant_id", "app_id", "task_type", "queue", "payload_json", "delay", "run_at", "idempotency_key", "fingerprint", "retry", "timeouts", "non_retryable")
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    TENANT_ID_FIELD_NUMBER: _ClassVar[int]
+    APP_ID_FIELD_NUMBER: _ClassVar[int]
+    TASK_TYPE_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    PAYLOAD_JSON_FIELD_NUMBER: _ClassVar[int]
+    DELAY_FIELD_NUMBER: _ClassVar[int]
+    RUN_AT_FIELD_NUMBER: _ClassVar[int]
+    IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
+    FINGERPRINT_FIELD_NUMBER: _ClassVar[int]
+    RETRY_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUTS_FIELD_NUMBER: _ClassVar[int]
+    NON_RETRYABLE_FIELD_NUMBER: _ClassVar[int]
+    task_id: str
+    tenant_id: str
+    app_id: str
+    task_type: str
+    queue: str
+    payload_json: bytes
+    delay: _duration_pb2.Duration
+    run_at: _timestamp_pb2.Timestamp
+    idempotency_key: str
+    fingerprint: str
+    retry: _tasks_pb2.RetryPolicy
+    timeouts: _tasks_pb2.Timeouts
+    non_retryable: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, task_id: _Optional[str] = ..., tenant_id: _Optional[str] = ..., app_id: _Optional[str] = ..., task_type: _Optional[str] = ..., queue: _Optional[str] = ..., payload_json: _Optional[bytes] = ..., delay: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., run_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., idempotency_key: _Optional[str] = ..., fingerprint: _Optional[str] = ..., retry: _Optional[_Union[_tasks_pb2.RetryPolicy, _Mapping]] = ..., timeouts: _Optional[_Union[_tasks_pb2.Timeouts, _Mapping]] = ..., non_retryable: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class CreateTasksRequest(_message.Message):
+    __slots__ = ("shard_id", "tasks")
+    SHARD_ID_FIELD_NUMBER: _ClassVar[int]
+    TASKS_FIELD_NUMBER: _ClassVar[int]
+    shard_id: int
+    tasks: _containers.RepeatedCompositeFieldContainer[NewTask]
+    def __init__(self, shard_id: _Optional[int] = ..., tasks: _Optional[_Iterable[_Union[NewTask, _Mapping]]] = ...) -> None: ...
+
+class CreateResult(_message.Message):
+    __slots__ = ("task_id", "deduplicated", "conflict")
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    DEDUPLICATED_FIELD_NUMBER: _ClassVar[int]
+    CONFLICT_FIELD_NUMBER: _ClassVar[int]
+    task_id: str
+    deduplicated: bool
+    conflict: bool
+    def __init__(self, task_id: _Optional[str] = ..., deduplicated: _Optional[bool] = ..., conflict: _Optional[bool] = ...) -> None: ...
+
+class CreateTasksResponse(_message.Message):
+    __slots__ = ("results",)
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    results: _containers.RepeatedCompositeFieldContainer[CreateResult]
+    def __init__(self, results: _Optional[_Iterable[_Union[CreateResult, _Mapping]]] = ...) -> None: ...
+
+class GetTaskRequest(_message.Message):
+    __slots__ = ("shard_id", "task_id", "tenant_id")
+    SHARD_ID_FIELD_NUMBER: _ClassVar[int]
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    TENANT_ID_FIELD_NUMBER: _ClassVar[int]
+    shard_id: int
+    task_id: str
+    tenant_id: str
+    def __init__(self, shard_id: _Optional[int] = ..., task_id: _Optional[str] = ..., tenant_id: _Optional[str] = ...) -> None: ...
+
+class GetTaskResponse(_message.Message):
+    __slots__ = ("task",)
+    TASK_FIELD_NUMBER: _ClassVar[int]
+    task: _tasks_pb2.Task
+    def __init__(self, task: _Optional[_Union[_tasks_pb2.Task, _Mapping]] = ...) -> None: ...
+
+class CancelTaskRequest(_message.Message):
+    __slots__ = ("shard_id", "task_id", "tenant_id")
+    SHARD_ID_FIELD_NUMBER: _ClassVar[int]
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    TENANT_ID_FIELD_NUMBER: _ClassVar[int]
+    shard_id: int
+    task_id: str
+    tenant_id: str
+    def __init__(self, shard_id: _Optional[int] = ..., task_id: _Optional[str] = ..., tenant_id: _Optional[str] = ...) -> None: ...
+
+class CancelTaskResponse(_message.Message):
+    __slots__ = ("state", "cancel_requested")
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    CANCEL_REQUESTED_FIELD_NUMBER: _ClassVar[int]
+    state: _tasks_pb2.TaskState
+    cancel_requested: bool
+    def __init__(self, state: _Optional[_Union[_tasks_pb2.TaskState, str]] = ..., cancel_requested: _Optional[bool] = ...) -> None: ...
+
+class LeaseTasksRequest(_message.Message):
+    __slots__ = ("shard_id", "worker_id", "max_tasks", "app_ids", "tenant_cursor", "lease_duration")
+    SHARD_ID_FIELD_NUMBER: _ClassVar[int]
+    WORKER_ID_FIELD_NUMBER: _ClassVar[int]
+    MAX_TASKS_FIELD_NUMBER: _ClassVar[int]
+    APP_IDS_FIELD_NUMBER: _ClassVar[int]
+    TENANT_CURSOR_FIELD_NUMBER: _ClassVar[int]
+    LEASE_DURATION_FIELD_NUMBER: _ClassVar[int]
+    shard_id: int
+    worker_id: str
+    max_tasks: int
+    app_ids: _containers.RepeatedScalarFieldContainer[str]
+    tenant_cursor: str
+    lease_duration: _duration_pb2.Duration
+    def __init__(self, shard_id: _Optional[int] = ..., worker_id: _Optional[str] = ..., max_tasks: _Optional[int] = ..., app_ids: _Optional[_Iterable[str]] = ..., tenant_cursor: _Optional[str] = ..., lease_duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+
+class LeasedTask(_message.Message):
+    __slots__ = ("shard_id", "task_id", "tenant_id", "app_id", "task_type", "queue", "payload_json", "attempt", "max_attempts", "lease_epoch", "lease_duration", "start_to_close", "scheduled_at")
+    SHARD_ID_FIELD_NUMBER: _ClassVar[int]
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    TENANT_ID_FIELD_NUMBER: _ClassVar[int]
+    APP_ID_FIELD_NUMBER: _ClassVar[int]
+    TASK_TYPE_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    PAYLOAD_JSON_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    MAX_ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
+    LEASE_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    LEASE_DURATION_FIELD_NUMBER: _ClassVar[int]
+    START_TO_CLOSE_FIELD_NUMBER: _ClassVar[int]
+    SCHEDULED_AT_FIELD_NUMBER: _ClassVar[int]
+    shard_id: int
+    task_id: str
+    tenant_id: str
+    app_id: str
+    task_type: str
+    queue: str
+    payload_json: bytes
+    attempt: int
+    max_attempts: int
+    lease_epoch: int
+    lease_duration: _duration_pb2.Duration
+    start_to_close: _duration_pb2.Duration
+    scheduled_at: _timestamp_pb2.Timestamp
+    def __init__(self, shard_id: _Optional[int] = ..., task_id: _Optional[str] = ..., tenant_id: _Optional[str] = ..., app_id: _Optional[str] = ..., task_type: _Optional[str] = ..., queue: _Optional[str] = ..., payload_json: _Optional[bytes] = ..., attempt: _Optional[int] = ..., max_attempts: _Optional[int] = ..., lease_epoch: _Optional[int] = ..., lease_duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., start_to_close: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., scheduled_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
+class LeaseTasksResponse(_message.Message):
+    __slots__ = ("tasks", "next_tenant_cursor", "more")
+    TASKS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_TENANT_CURSOR_FIELD_NUMBER: _ClassVar[int]
+    MORE_FIELD_NUMBER: _ClassVar[int]
+    tasks: _containers.RepeatedCompositeFieldContainer[LeasedTask]
+    next_tenant_cursor: str
+    more: bool
+    def __init__(self, tasks: _Optional[_Iterable[_Union[LeasedTask, _Mapping]]] = ..., next_tenant_cursor: _Optional[str] = ..., more: _Optional[bool] = ...) -> None: ...
+
+class LeaseRef(_message.Message):
+    __slots__ = ("shard_id", "task_id", "lease_epoch")
+    SHARD_ID_FIELD_NUMBER: _ClassVar[int]
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    LEASE_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    shard_id: int
+    task_id: str
+    lease_epoch: int
+    def __init__(self, shard_id: _Optional[int] = ..., task_id: _Optional[str] = ..., lease_epoch: _Optional[int] = ...) -> None: ...
+
+class RecordHeartbeatsRequest(_message.Message):
+    __slots__ = ("shard_id", "leases", "lease_duration")
+    SHARD_ID_FIELD_NUMBER: _ClassVar[int]
+    LEASES_FIELD_NUMBER: _ClassVar[int]
+    LEASE_DURATION_FIELD_NUMBER: _ClassVar[int]
+    shard_id: int
+    leases: _containers.RepeatedCompositeFieldContainer[LeaseRef]
+    lease_duration: _duration_pb2.Duration
+    def __init__(self, shard_id: _Optional[int] = ..., leases: _Optional[_Iterable[_Union[LeaseRef, _Mapping]]] = ..., lease_duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+
+class HeartbeatResult(_message.Message):
+    __slots__ = ("task_id", "lease_epoch", "action", "reason", "kill_after")
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    LEASE_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    ACTION_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    KILL_AFTER_FIELD_NUMBER: _ClassVar[int]
+    task_id: str
+    lease_epoch: int
+    action: LeaseAction
+    reason: str
+    kill_after: _duration_pb2.Duration
+    def __init__(self, task_id: _Optional[str] = ..., lease_epoch: _Optional[int] = ..., action: _Optional[_Union[LeaseAction, str]] = ..., reason: _Optional[str] = ..., kill_after: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+
+class RecordHeartbeatsResponse(_message.Message):
+    __slots__ = ("results",)
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    results: _containers.RepeatedCompositeFieldContainer[HeartbeatResult]
+    def __init__(self, results: _Optional[_Iterable[_Union[HeartbeatResult, _Mapping]]] = ...) -> None: ...
+
+class Completion(_message.Message):
+    __slots__ = ("shard_id", "task_id", "lease_epoch", "outcome", "result_json", "error", "fatal", "retry_after")
+    SHARD_ID_FIELD_NUMBER: _ClassVar[int]
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    LEASE_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    OUTCOME_FIELD_NUMBER: _ClassVar[int]
+    RESULT_JSON_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    FATAL_FIELD_NUMBER: _ClassVar[int]
+    RETRY_AFTER_FIELD_NUMBER: _ClassVar[int]
+    shard_id: int
+    task_id: str
+    lease_epoch: int
+    outcome: CompletionOutcome
+    result_json: bytes
+    error: _tasks_pb2.TaskError
+    fatal: bool
+    retry_after: _duration_pb2.Duration
+    def __init__(self, shard_id: _Optional[int] = ..., task_id: _Optional[str] = ..., lease_epoch: _Optional[int] = ..., outcome: _Optional[_Union[CompletionOutcome, str]] = ..., result_json: _Optional[bytes] = ..., error: _Optional[_Union[_tasks_pb2.TaskError, _Mapping]] = ..., fatal: _Optional[bool] = ..., retry_after: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+
+class CompleteTasksRequest(_message.Message):
+    __slots__ = ("shard_id", "completions")
+    SHARD_ID_FIELD_NUMBER: _ClassVar[int]
+    COMPLETIONS_FIELD_NUMBER: _ClassVar[int]
+    shard_id: int
+    completions: _containers.RepeatedCompositeFieldContainer[Completion]
+    def __init__(self, shard_id: _Optional[int] = ..., completions: _Optional[_Iterable[_Union[Completion, _Mapping]]] = ...) -> None: ...
+
+class CompletionResult(_message.Message):
+    __slots__ = ("task_id", "accepted", "state", "reason")
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    ACCEPTED_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    task_id: str
+    accepted: bool
+    state: _tasks_pb2.TaskState
+    reason: str
+    def __init__(self, task_id: _Optional[str] = ..., accepted: _Optional[bool] = ..., state: _Optional[_Union[_tasks_pb2.TaskState, str]] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class CompleteTasksResponse(_message.Message):
+    __slots__ = ("results",)
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    results: _containers.RepeatedCompositeFieldContainer[CompletionResult]
+    def __init__(self, results: _Optional[_Iterable[_Union[CompletionResult, _Mapping]]] = ...) -> None: ...
+
+class FireTimersRequest(_message.Message):
+    __slots__ = ("shard_id", "max_timers")
+    SHARD_ID_FIELD_NUMBER: _ClassVar[int]
+    MAX_TIMERS_FIELD_NUMBER: _ClassVar[int]
+    shard_id: int
+    max_timers: int
+    def __init__(self, shard_id: _Optional[int] = ..., max_timers: _Optional[int] = ...) -> None: ...
+
+class FireTimersResponse(_message.Message):
+    __slots__ = ("fired", "ready", "next_in")
+    FIRED_FIELD_NUMBER: _ClassVar[int]
+    READY_FIELD_NUMBER: _ClassVar[int]
+    NEXT_IN_FIELD_NUMBER: _ClassVar[int]
+    fired: int
+    ready: bool
+    next_in: _duration_pb2.Duration
+    def __init__(self, fired: _Optional[int] = ..., ready: _Optional[bool] = ..., next_in: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+
+class WatchReadyRequest(_message.Message):
+    __slots__ = ("shard_ids",)
+    SHARD_IDS_FIELD_NUMBER: _ClassVar[int]
+    shard_ids: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, shard_ids: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class WatchReadyResponse(_message.Message):
+    __slots__ = ("shard_id",)
+    SHARD_ID_FIELD_NUMBER: _ClassVar[int]
+    shard_id: int
+    def __init__(self, shard_id: _Optional[int] = ...) -> None: ...

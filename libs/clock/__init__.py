@@ -1,0 +1,54 @@
+"""Injected clocks. Lease, timer and deadline decisions never use these: they
+use the shard database's clock. These serve client-side waits and backoff."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Protocol
+
+
+class Clock(Protocol):
+    def monotonic(self) -> float: ...
+    def wall(self) -> float: ...
+    async def sleep(self, seconds: float) -> None: ...
+
+
+class SystemClock:
+    """The real clock."""
+
+    def monotonic(self) -> float:
+        return time.monotonic()
+
+    def wall(self) -> float:
+        return time.time()
+
+    async def sleep(self, seconds: float) -> None:
+        await asyncio.sleep(seconds)
+
+
+class FakeClock:
+    """A clock tests move by hand; sleep returns once advance() passes it."""
+
+    def __init__(self, start: float = 1_000_000.0):
+        self._now = start
+        self._waiters: list[tuple[float, asyncio.Future]] = []
+
+    def monotonic(self) -> float:
+        return self._now
+
+    def wall(self) -> float:
+        return self._now
+
+    async def sleep(self, seconds: float) -> None:
+        fut = asyncio.get_running_loop().create_future()
+        self._waiters.append((self._now + seconds, fut))
+        await fut
+
+    def advance(self, seconds: float) -> None:
+        self._now += seconds
+        due = [w for w in self._waiters if w[0] <= self._now]
+        self._waiters = [w for w in self._waiters if w[0] > self._now]
+        for _, fut in due:
+            if not fut.done():
+                fut.set_result(None)

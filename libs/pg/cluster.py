@@ -1,0 +1,185 @@
+"""A Postgres cluster the project makes and starts itself (initdb on a free
+port under a folder it owns). Used by `ratchet dev up`, the tests, the fault
+harness and the benchmarks. Postgres refuses to run as root, so when we are
+root the cluster runs as an unprivileged user (postgres, else nobody).
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import pathlib
+import pwd
+import shutil
+import signal
+import socket
+import subprocess
+import time
+
+DEFAULT_SETTINGS = {
+    "listen_addresses": "'127.0.0.1'",
+    "max_connections": "300",
+    "shared_buffers": "256MB",
+    "synchronous_commit": "on",
+    "fsync": "on",
+    "wal_level": "replica",
+    "max_wal_size": "2GB",
+    "checkpoint_timeout": "15min",
+    "log_min_messages": "warning",
+    "log_line_prefix": "'%m [%p] %d '",
+    "autovacuum_naptime": "10s",
+}
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def pg_bindir() -> pathlib.Path:
+    """The folder holding initdb and pg_ctl (Debian puts them off PATH)."""
+    for cand in sorted(glob.glob("/usr/lib/postgresql/*/bin"), reverse=True):
+        if os.path.exists(os.path.join(cand, "initdb")):
+            return pathlib.Path(cand)
+    found = shutil.which("initdb")
+    if found:
+        return pathlib.Path(found).parent
+    raise RuntimeError("PostgreSQL binaries not found: install the Debian package postgresql-15")
+
+
+def _run_as() -> pwd.struct_passwd | None:
+    if os.geteuid() != 0:
+        return None
+    for name in ("postgres", "nobody"):
+        try:
+            return pwd.getpwnam(name)
+        except KeyError:
+            continue
+    raise RuntimeError("running as root and no unprivileged user (postgres, nobody) to run Postgres as")
+
+
+class LocalCluster:
+    """One Postgres cluster in data_dir, listening on 127.0.0.1:port."""
+
+    def __init__(self, data_dir: str | os.PathLike, port: int | None = None, settings: dict | None = None):
+        self.data_dir = pathlib.Path(data_dir).resolve()
+        self.port = port or free_port()
+        self.settings = {**DEFAULT_SETTINGS, **(settings or {})}
+        self.user = "ratchet"
+        self.bindir = pg_bindir()
+        self._as = _run_as()
+        self.log_file = self.data_dir.parent / f"{self.data_dir.name}.log"
+
+    # -- process plumbing -------------------------------------------------
+    def _cmd(self, *args: str, check: bool = True, timeout: float = 120) -> subprocess.CompletedProcess:
+        kwargs = {}
+        if self._as is not None:
+            kwargs = {"user": self._as.pw_uid, "group": self._as.pw_gid, "extra_groups": []}
+        return subprocess.run(list(args), check=check, timeout=timeout, capture_output=True, text=True,
+                              cwd="/", **kwargs)
+
+    def _chown(self, path: pathlib.Path) -> None:
+        if self._as is not None:
+            os.chown(path, self._as.pw_uid, self._as.pw_gid)
+
+    @property
+    def initialized(self) -> bool:
+        return (self.data_dir / "PG_VERSION").exists()
+
+    def init(self) -> None:
+        """initdb (trust auth on loopback only) and write our settings."""
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self._chown(self.data_dir)
+        if self._as is not None:
+            # The unprivileged server must be able to reach its folder.
+            parent = self.data_dir.parent
+            if parent.stat().st_uid == os.geteuid():
+                parent.chmod(parent.stat().st_mode | 0o711)
+        self.log_file.touch()
+        self._chown(self.log_file)
+        try:
+            self._cmd(str(self.bindir / "initdb"), "-D", str(self.data_dir), "-U", self.user,
+                      "--auth=trust", "-E", "UTF8", "--locale=C")
+        except subprocess.CalledProcessError as e:
+            raise RuntimeError(f"initdb failed: {e.stderr or e.stdout}") from None
+        self.write_settings()
+
+    def write_settings(self) -> None:
+        conf = self.data_dir / "postgresql.auto.conf"
+        lines = [f"{k} = {v}" for k, v in {**self.settings, "port": str(self.port),
+                                          "unix_socket_directories": f"'{self.data_dir}'"}.items()]
+        conf.write_text("\n".join(lines) + "\n")
+        self._chown(conf)
+
+    def start(self, timeout: float = 60) -> None:
+        """Start and wait until it accepts connections."""
+        self.write_settings()
+        res = self._cmd(str(self.bindir / "pg_ctl"), "-D", str(self.data_dir), "-l", str(self.log_file),
+                        "-w", "-t", str(int(timeout)), "start", check=False, timeout=timeout + 10)
+        if res.returncode != 0:
+            tail = self.log_file.read_text()[-2000:] if self.log_file.exists() else ""
+            raise RuntimeError(f"postgres failed to start on port {self.port}: {res.stderr}\n{tail}")
+
+    def stop(self, mode: str = "fast", timeout: float = 60) -> None:
+        if not self.running():
+            return
+        self._cmd(str(self.bindir / "pg_ctl"), "-D", str(self.data_dir), "-m", mode, "-w",
+                  "-t", str(int(timeout)), "stop", check=False, timeout=timeout + 10)
+
+    def postmaster_pid(self) -> int | None:
+        try:
+            return int((self.data_dir / "postmaster.pid").read_text().split("\n", 1)[0])
+        except (FileNotFoundError, ValueError):
+            return None
+
+    def running(self) -> bool:
+        pid = self.postmaster_pid()
+        if pid is None:
+            return False
+        try:
+            os.kill(pid, 0)
+            return True
+        except ProcessLookupError:
+            return False
+
+    def kill(self) -> None:
+        """SIGKILL the postmaster (an immediate crash), and wait for its children."""
+        pid = self.postmaster_pid()
+        if pid:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if not self._children_alive():
+                return
+            time.sleep(0.05)
+
+    def _children_alive(self) -> bool:
+        # Backends hold the shared memory until they exit; restart waits for them.
+        res = subprocess.run(["pgrep", "-f", f"-D {self.data_dir}"], capture_output=True, text=True)
+        return bool(res.stdout.strip()) and self.running()
+
+    # -- databases --------------------------------------------------------
+    def dsn(self, dbname: str = "postgres") -> str:
+        return f"postgresql://{self.user}@127.0.0.1:{self.port}/{dbname}"
+
+    def psql(self, sql: str, dbname: str = "postgres") -> str:
+        res = self._cmd(str(self.bindir / "psql"), "-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1",
+                        "-h", "127.0.0.1", "-p", str(self.port), "-U", self.user, "-d", dbname, "-c", sql)
+        return res.stdout
+
+    def create_database(self, name: str) -> None:
+        """Create a database if it does not exist."""
+        exists = self.psql(f"SELECT 1 FROM pg_database WHERE datname = '{name}'").strip()
+        if not exists:
+            self.psql(f'CREATE DATABASE "{name}"')
+
+    def ensure_started(self) -> None:
+        if not self.initialized:
+            self.init()
+        if not self.running():
+            self.start()

@@ -1,0 +1,25 @@
+"""Client channels for the mesh: every call carries a deadline."""
+
+from __future__ import annotations
+
+import grpc
+
+from ratchet.libs.rpc.server import MAX_MESSAGE_BYTES
+
+CHANNEL_OPTIONS = [
+    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.keepalive_time_ms", 20_000),
+    ("grpc.keepalive_timeout_ms", 10_000),
+    ("grpc.keepalive_permit_without_calls", 1),
+    ("grpc.enable_retries", 0),
+]
+
+
+def aio_channel(target: str) -> grpc.aio.Channel:
+    """An insecure loopback channel (mTLS for the worker plane comes later)."""
+    return grpc.aio.insecure_channel(target, options=CHANNEL_OPTIONS)
+
+
+def sync_channel(target: str) -> grpc.Channel:
+    return grpc.insecure_channel(target, options=CHANNEL_OPTIONS)

@@ -1,0 +1,129 @@
+"""Routing of tasks to shards through 65,536 hash slots.
+
+Every task id embeds the 16-bit slot it was routed by, so any service can find
+a task's shard from its id alone, whatever the routing key was:
+
+* unkeyed enqueue: slot = hash(task_id's random bits)      (design: hash(task_id))
+* keyed enqueue:   slot = hash(tenant_id, idempotency_key)  (follow-up Q1)
+
+The shard map assigns contiguous slot ranges to shards. Resharding splits a
+range (virtual-node style) without changing any task id.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import os
+import time
+import uuid
+
+SLOTS = 65536
+
+
+def slot_for_key(tenant_id: str, idempotency_key: str) -> int:
+    """The slot of a keyed enqueue: stable across retries of the same key."""
+    digest = hashlib.blake2b(f"{tenant_id}\x00{idempotency_key}".encode(), digest_size=2).digest()
+    return int.from_bytes(digest, "big")
+
+
+def new_task_id(slot: int | None = None, *, now_ms: int | None = None) -> str:
+    """A time-ordered UUID (version 8) carrying the routing slot.
+
+    Layout: 48-bit Unix ms | version 8 | 12 random bits | variant 0b10 |
+    16-bit slot | 46 random bits. Time order keeps primary-key inserts local.
+    """
+    rand = int.from_bytes(os.urandom(8), "big")
+    if slot is None:
+        slot = hashlib.blake2b(rand.to_bytes(8, "big"), digest_size=2).digest()
+        slot = int.from_bytes(slot, "big")
+    if not 0 <= slot < SLOTS:
+        raise ValueError(f"slot {slot} out of range 0..{SLOTS - 1}")
+    ms = int(time.time() * 1000) if now_ms is None else now_ms
+    value = (ms & ((1 << 48) - 1)) << 80
+    value |= 0x8 << 76
+    value |= (rand >> 52) << 64  # 12 random bits
+    value |= 0b10 << 62
+    value |= slot << 46
+    value |= rand & ((1 << 46) - 1)
+    return str(uuid.UUID(int=value))
+
+
+def slot_of(task_id: str) -> int:
+    """The slot embedded in a task id. Raises ValueError for malformed ids."""
+    value = uuid.UUID(task_id)
+    if value.version != 8 or value.variant != uuid.RFC_4122:
+        raise ValueError("not a Ratchet task id")
+    return (value.int >> 46) & 0xFFFF
+
+
+def parse_task_id(task_id: str) -> str | None:
+    """The canonical form of a task id, or None when it is not one."""
+    try:
+        value = uuid.UUID(task_id)
+    except (ValueError, AttributeError, TypeError):
+        return None
+    if value.version != 8 or value.variant != uuid.RFC_4122:
+        return None
+    return str(value)
+
+
+@dataclasses.dataclass(frozen=True)
+class SlotRange:
+    """Slots lo..hi inclusive belong to shard_id."""
+
+    lo: int
+    hi: int
+    shard_id: int
+
+
+class ShardMap:
+    """Maps slots to shard ids. Immutable; a new map replaces an old one."""
+
+    def __init__(self, ranges: list[SlotRange]):
+        ranges = sorted(ranges, key=lambda r: r.lo)
+        expected = 0
+        for r in ranges:
+            if r.lo != expected or r.hi < r.lo:
+                raise ValueError(f"shard map must cover slots 0..{SLOTS - 1} without gaps; bad range {r}")
+            expected = r.hi + 1
+        if expected != SLOTS:
+            raise ValueError(f"shard map must cover slots 0..{SLOTS - 1}; it ends at {expected - 1}")
+        self.ranges = ranges
+        self._table = bytearray()
+        # A dense table (64 KiB per 256 shards max) keeps lookups O(1).
+        table = [0] * SLOTS
+        for r in ranges:
+            for s in range(r.lo, r.hi + 1):
+                table[s] = r.shard_id
+        self._lookup = table
+
+    @classmethod
+    def even(cls, shard_ids: list[int]) -> "ShardMap":
+        """Split the slot space evenly over the given shards."""
+        if not shard_ids:
+            raise ValueError("at least one shard is required")
+        n = len(shard_ids)
+        ranges = []
+        for i, sid in enumerate(shard_ids):
+            lo = i * SLOTS // n
+            hi = (i + 1) * SLOTS // n - 1
+            ranges.append(SlotRange(lo, hi, sid))
+        return cls(ranges)
+
+    @property
+    def shard_ids(self) -> list[int]:
+        return sorted({r.shard_id for r in self.ranges})
+
+    def shard_for_slot(self, slot: int) -> int:
+        return self._lookup[slot]
+
+    def shard_for_task(self, task_id: str) -> int:
+        return self._lookup[slot_of(task_id)]
+
+    def to_json(self) -> list[dict]:
+        return [dataclasses.asdict(r) for r in self.ranges]
+
+    @classmethod
+    def from_json(cls, data: list[dict]) -> "ShardMap":
+        return cls([SlotRange(int(d["lo"]), int(d["hi"]), int(d["shard_id"])) for d in data])

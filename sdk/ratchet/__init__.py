@@ -1,0 +1,1 @@
+"""Ratchet SDK."""
