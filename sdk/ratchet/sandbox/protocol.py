@@ -1,0 +1,100 @@
+"""The wire between a host agent and its sandbox stub: length-prefixed JSON.
+
+Each frame is a 4-byte big-endian length followed by that many bytes of UTF-8
+JSON (one object with a "type"). Messages:
+
+  stub -> agent  {"type": "ready", "pid", "handlers": [names]}
+                 {"type": "heartbeat", "task_id"}
+                 {"type": "done", "task_id", "outcome": "succeeded"|"failed"|"canceled",
+                  "result": JSON text | null, "error": {error_class, message, stack} | null,
+                  "fatal": bool, "retry_after_s": float | null}
+  agent -> stub  {"type": "run", "task_id", "attempt", "max_attempts", "lease_epoch",
+                  "task_type", "payload": JSON text}
+                 {"type": "cancel", "task_id"}
+                 {"type": "shutdown"}
+
+The stub never receives a credential, a lease id or the dispatcher address.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import struct
+
+HEADER = struct.Struct(">I")
+# A 256 KiB payload or result is escaped inside a JSON string; leave room for that and a stack.
+MAX_FRAME_BYTES = 4 * 1024 * 1024
+
+OUTCOMES = ("succeeded", "failed", "canceled")
+
+
+class ProtocolError(Exception):
+    """A frame is malformed, oversized, or the peer hung up mid-frame."""
+
+
+def encode(message: dict) -> bytes:
+    """One frame holding message."""
+    body = json.dumps(message, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    if len(body) > MAX_FRAME_BYTES:
+        raise ProtocolError(f"frame of {len(body)} bytes exceeds the {MAX_FRAME_BYTES}-byte limit")
+    return HEADER.pack(len(body)) + body
+
+
+def decode_body(body: bytes) -> dict:
+    """The message in a frame body; ProtocolError unless it is a JSON object with a type."""
+    try:
+        message = json.loads(body.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ProtocolError(f"frame is not UTF-8 JSON: {e}") from None
+    if not isinstance(message, dict) or not isinstance(message.get("type"), str):
+        raise ProtocolError("frame is not a JSON object with a string 'type'")
+    return message
+
+
+def check_length(length: int) -> int:
+    """length, unless it exceeds the frame limit."""
+    if length > MAX_FRAME_BYTES:
+        raise ProtocolError(f"peer announced a {length}-byte frame, over the {MAX_FRAME_BYTES}-byte limit")
+    return length
+
+
+def _recv_exact(sock: socket.socket, n: int) -> bytes | None:
+    chunks, got = [], 0
+    while got < n:
+        chunk = sock.recv(min(n - got, 1 << 20))
+        if not chunk:
+            if got:
+                raise ProtocolError("peer closed the socket in the middle of a frame")
+            return None
+        chunks.append(chunk)
+        got += len(chunk)
+    return b"".join(chunks)
+
+
+def recv_frame(sock: socket.socket) -> dict | None:
+    """The next message from a blocking socket, or None on a clean end of stream."""
+    header = _recv_exact(sock, HEADER.size)
+    if header is None:
+        return None
+    body = _recv_exact(sock, check_length(HEADER.unpack(header)[0]))
+    if body is None:
+        raise ProtocolError("peer closed the socket in the middle of a frame")
+    return decode_body(body)
+
+
+async def read_frame(reader) -> dict | None:
+    """The next message from an asyncio StreamReader, or None on a clean end of stream."""
+    import asyncio
+
+    try:
+        header = await reader.readexactly(HEADER.size)
+    except asyncio.IncompleteReadError as e:
+        if e.partial:
+            raise ProtocolError("peer closed the socket in the middle of a frame") from None
+        return None
+    try:
+        body = await reader.readexactly(check_length(HEADER.unpack(header)[0]))
+    except asyncio.IncompleteReadError:
+        raise ProtocolError("peer closed the socket in the middle of a frame") from None
+    return decode_body(body)

@@ -1,0 +1,138 @@
+"""The `@task` decorator: declares a handler and its policies.
+
+    @task(retries=RetryPolicy(max_attempts=3), timeout="2m")
+    def resize_image(ctx, payload):
+        ...
+
+The decorator validates its arguments at import time and attaches a
+`TaskSpec` to the function, which stays a plain callable. There is no global
+registry: deploy and the sandbox import the app module and collect every
+module attribute that carries a spec (`find_tasks`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import re
+from types import ModuleType
+from typing import Any, Callable
+
+from ratchet.errors import DiscoveryError, TaskDefinitionError
+from ratchet.libs.durations import parse_duration
+from ratchet.retry import RetryPolicy
+
+SPEC_ATTR = "__ratchet_task__"
+NAME_PATTERN = re.compile(r"[A-Za-z0-9_.:-]{1,200}")
+DEFAULT_TIMEOUT = "10m"
+
+
+@dataclasses.dataclass(frozen=True)
+class TaskSpec:
+    """What `@task` declared about one handler."""
+
+    name: str
+    fn: Callable[[Any, Any], Any]
+    retry: RetryPolicy
+    start_to_close_s: float
+    schedule_to_start_s: float | None
+    schedule_to_close_s: float | None
+
+    def describe(self) -> dict:
+        """The handler as `python -m ratchet.sandbox describe` prints it."""
+        return {
+            "name": self.name,
+            "retry": self.retry.describe(),
+            "timeouts": {"start_to_close_s": self.start_to_close_s,
+                         "schedule_to_start_s": self.schedule_to_start_s,
+                         "schedule_to_close_s": self.schedule_to_close_s},
+            "non_retryable": list(self.retry.non_retryable),
+        }
+
+
+def _timeout(arg: str, value: Any, *, optional: bool) -> float | None:
+    if value is None:
+        if optional:
+            return None
+        raise TaskDefinitionError(f"@task {arg} is required; use a duration like '10m'")
+    try:
+        seconds = parse_duration(value)
+    except (ValueError, TypeError) as e:
+        raise TaskDefinitionError(f"@task {arg}: {e}") from None
+    if seconds <= 0:
+        raise TaskDefinitionError(f"@task {arg} must be greater than zero, got {value!r}")
+    return seconds
+
+
+def _check_handler(fn: Any, name: str) -> None:
+    if not callable(fn):
+        raise TaskDefinitionError(f"@task must decorate a function, got {fn!r}")
+    try:
+        inspect.signature(fn).bind(None, None)
+    except TypeError:
+        raise TaskDefinitionError(
+            f"task {name!r}: the handler must accept two arguments (ctx, payload)") from None
+    except ValueError:
+        pass  # builtins without a signature: trust the caller
+
+
+def task(fn: Callable | str | None = None, *, name: str | None = None, retries: RetryPolicy | None = None,
+         timeout: str | int | float = DEFAULT_TIMEOUT, schedule_to_start: str | int | float | None = None,
+         schedule_to_close: str | int | float | None = None) -> Any:
+    """Declare `fn(ctx, payload)` as a task handler. Usable bare (`@task`) or
+    with arguments; `name` defaults to the function's name.
+
+    `timeout` is the per-attempt start_to_close budget (default 10m);
+    `schedule_to_start` and `schedule_to_close` default to unlimited.
+    Invalid arguments raise TaskDefinitionError when the module is imported.
+    """
+    if isinstance(fn, str):  # @task("name")
+        name, fn = fn, None
+    if retries is None:
+        retries = RetryPolicy()
+    elif not isinstance(retries, RetryPolicy):
+        raise TaskDefinitionError(f"@task retries must be a RetryPolicy, got {retries!r}")
+    start_to_close = _timeout("timeout", timeout, optional=False)
+    to_start = _timeout("schedule_to_start", schedule_to_start, optional=True)
+    to_close = _timeout("schedule_to_close", schedule_to_close, optional=True)
+
+    def decorate(handler: Callable) -> Callable:
+        task_name = name if name is not None else getattr(handler, "__name__", "")
+        if not isinstance(task_name, str) or not NAME_PATTERN.fullmatch(task_name):
+            raise TaskDefinitionError(
+                f"@task name must be 1..200 characters of [A-Za-z0-9_.:-], got {task_name!r}")
+        _check_handler(handler, task_name)
+        spec = TaskSpec(task_name, handler, retries, start_to_close, to_start, to_close)
+        try:
+            setattr(handler, SPEC_ATTR, spec)
+        except (AttributeError, TypeError):
+            raise TaskDefinitionError(f"task {task_name!r}: cannot attach a spec to {handler!r}") from None
+        return handler
+
+    return decorate(fn) if fn is not None else decorate
+
+
+def spec_of(obj: Any) -> TaskSpec | None:
+    """The TaskSpec attached by @task, or None."""
+    spec = getattr(obj, SPEC_ATTR, None) if callable(obj) else None
+    return spec if isinstance(spec, TaskSpec) else None
+
+
+def find_tasks(module: ModuleType) -> list[TaskSpec]:
+    """Every handler declared in module, sorted by name.
+
+    The same function bound to two attribute names counts once; two different
+    functions declaring the same task name raise DiscoveryError.
+    """
+    by_name: dict[str, TaskSpec] = {}
+    for attr, value in vars(module).items():
+        spec = spec_of(value)
+        if spec is None:
+            continue
+        seen = by_name.get(spec.name)
+        if seen is not None and seen is not spec:
+            raise DiscoveryError(
+                f"task name {spec.name!r} is declared twice in module {module.__name__!r} "
+                f"(by {getattr(seen.fn, '__qualname__', seen.fn)!r} and {attr!r}); give one a different name=")
+        by_name[spec.name] = spec
+    return [by_name[n] for n in sorted(by_name)]

@@ -1,0 +1,87 @@
+"""Run handlers locally, as the platform would, to unit-test them.
+
+    from ratchet import testing
+
+    def test_resize():
+        assert testing.run(resize_image, {"url": "..."}) == {"ok": True}
+
+    def test_gives_up_on_bad_input():
+        with pytest.raises(FatalError):
+            testing.run(resize_image, {})
+
+The payload and the result go through JSON exactly as on the platform, and
+the handler runs with the policy its @task declared.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import uuid
+from typing import Any, Callable
+
+from ratchet.context import TaskContext
+from ratchet.sandbox.execute import Outcome, execute
+from ratchet.libs.durations import parse_duration
+from ratchet.retry import RetryPolicy
+from ratchet.task import DEFAULT_TIMEOUT, TaskSpec, spec_of
+
+
+class FakeContext(TaskContext):
+    """A TaskContext for tests: counts heartbeats; `cancel()` flips cancelled()."""
+
+    def __init__(self, *, task_id: str | None = None, attempt: int = 1, max_attempts: int = 5,
+                 lease_epoch: int | None = None, task_type: str = "test", cancelled: bool = False):
+        event = threading.Event()
+        if cancelled:
+            event.set()
+        self.heartbeats = 0
+        super().__init__(task_id=task_id or str(uuid.uuid4()), attempt=attempt, max_attempts=max_attempts,
+                         lease_epoch=attempt if lease_epoch is None else lease_epoch, task_type=task_type,
+                         on_heartbeat=self._count, cancel_event=event)
+
+    def _count(self) -> None:
+        self.heartbeats += 1
+
+    def heartbeat(self) -> None:
+        """Counted on every call (no coalescing under test)."""
+        self._count()
+
+    def cancel(self) -> None:
+        """Request cancellation, as the platform does on cancel or timeout."""
+        self._request_cancel()
+
+
+def _spec(handler: Callable) -> TaskSpec:
+    spec = spec_of(handler)
+    if spec is None:  # a plain function: run it with the platform defaults, leaving it undecorated
+        spec = TaskSpec(getattr(handler, "__name__", "handler"), handler, RetryPolicy(),
+                        parse_duration(DEFAULT_TIMEOUT), None, None)
+    return spec
+
+
+def run_attempt(handler: Callable, payload: Any = None, *, ctx: TaskContext | None = None, attempt: int = 1,
+                cancelled: bool = False) -> Outcome:
+    """Run one attempt and return its Outcome (succeeded / failed / canceled,
+    with result JSON, error class, message, stack, fatal and retry_after_s)."""
+    spec = _spec(handler)
+    if ctx is None:
+        ctx = FakeContext(attempt=attempt, max_attempts=spec.retry.max_attempts, task_type=spec.name,
+                          cancelled=cancelled)
+    return execute(spec, ctx, json.dumps(payload))
+
+
+def run(handler: Callable, payload: Any = None, attempt: int = 1, cancelled: bool = False, *,
+        ctx: TaskContext | None = None) -> Any:
+    """Run handler(ctx, payload) once and return its result as the platform
+    stores it (after a JSON round trip), or raise what the handler raised.
+
+    A result that is not JSON or is over 256 KiB raises ResultNotSerializable
+    or ResultTooLarge, as it would fail the task on the platform.
+    """
+    outcome = run_attempt(handler, payload, ctx=ctx, attempt=attempt, cancelled=cancelled)
+    if outcome.exception is not None:
+        raise outcome.exception
+    if outcome.outcome == "failed":  # a failure the stub decided, e.g. an unparsable payload
+        raise RuntimeError(f"{outcome.error['error_class']}: {outcome.error['message']}")
+    return json.loads(outcome.result) if outcome.result is not None else None
