@@ -1,0 +1,111 @@
+"""Deployments: register an app's bundle and handlers, make it active, and
+answer which handlers (with their policies) an app's tasks may use."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+from typing import Callable
+
+from google.protobuf import json_format, timestamp_pb2
+
+from ratchet.api.apps.v1 import apps_pb2
+from ratchet.services.gateway import policy
+from ratchet.services.gateway.auth import Principal, require_app
+from ratchet.services.gateway.bundles import BlobStore, check_archive, check_digest
+from ratchet.services.gateway.errors import InvalidArgument, NotFound
+from ratchet.services.gateway.store import ControlStore, DeploymentRow
+
+HANDLER_NAME = re.compile(r"^[A-Za-z0-9_.:\-]{1,200}$")
+_MODULE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
+_CLASS_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]{0,199}$")
+# Enqueues read the active handlers this often at most; a deploy through this
+# gateway clears the entry at once, another replica's deploy shows within it.
+HANDLER_CACHE_S = 1.0
+
+
+def check_handlers(handlers, module: str) -> None:
+    """At least one handler, valid unique names, policies in range, a valid module."""
+    if module and (len(module) > 200 or not _MODULE.match(module)):
+        raise InvalidArgument(f"module must be a dotted Python module name, got {module[:80]!r}")
+    if not handlers:
+        raise InvalidArgument("handlers is empty: a deployment registers at least one @task handler")
+    seen = set()
+    for i, h in enumerate(handlers):
+        where = f"handlers[{i}]"
+        if not HANDLER_NAME.match(h.name):
+            raise InvalidArgument(f"{where}.name must be 1..200 characters of [A-Za-z0-9_.:-], got {h.name[:80]!r}")
+        if h.name in seen:
+            raise InvalidArgument(f"{where}.name {h.name!r} is registered twice")
+        seen.add(h.name)
+        if h.HasField("retry"):
+            policy.check_retry(h.retry, f"{where}.retry")
+        if h.HasField("timeouts"):
+            policy.check_timeouts(h.timeouts, f"{where}.timeouts")
+        policy.resolve(None, None, h, where=f"{where}.retry")
+        for c in h.non_retryable:
+            if not _CLASS_NAME.match(c):
+                raise InvalidArgument(f"{where}.non_retryable holds {c[:80]!r}, which is not an exception class name")
+
+
+def to_message(row: DeploymentRow, app_name: str, created: bool) -> apps_pb2.Deployment:
+    ts = timestamp_pb2.Timestamp()
+    ts.FromDatetime(row.created_at)
+    return apps_pb2.Deployment(app=app_name, digest=row.digest, module=row.module,
+                               handlers=[json_format.ParseDict(h, apps_pb2.Handler()) for h in row.handlers],
+                               created_at=ts, created=created)
+
+
+class Deployments:
+    """Deploys and the per-app handler lookup used by every enqueue."""
+
+    def __init__(self, store: ControlStore, blobs: BlobStore, max_bundle_bytes: int,
+                 monotonic: Callable[[], float] = time.monotonic):
+        self.store = store
+        self.blobs = blobs
+        self.max_bundle_bytes = max_bundle_bytes
+        self.monotonic = monotonic
+        self._cache: dict[str, tuple[float, dict[str, apps_pb2.Handler] | None]] = {}
+
+    async def handlers_for(self, app_id: str) -> dict[str, apps_pb2.Handler] | None:
+        """The active deployment's handlers by name; None if the app never deployed."""
+        hit = self._cache.get(app_id)
+        now = self.monotonic()
+        if hit is not None and hit[0] > now:
+            return hit[1]
+        row = await self.store.active_deployment_get(app_id)
+        handlers = None if row is None else {
+            h["name"]: json_format.ParseDict(h, apps_pb2.Handler()) for h in row.handlers}
+        self._cache[app_id] = (now + HANDLER_CACHE_S, handlers)
+        return handlers
+
+    async def create(self, principal: Principal, req: apps_pb2.CreateDeploymentRequest) -> apps_pb2.Deployment:
+        """Check everything, store the bundle, record the deployment and activate it."""
+        if not req.app:
+            raise InvalidArgument("app is required (the app's name, e.g. 'default')")
+        require_app(principal, req.app)
+        module = req.module or "app"
+        check_handlers(req.handlers, module)
+        hex_digest = check_digest(req.bundle, req.digest, self.max_bundle_bytes)
+        # Inflating 32 MiB must not stall every other request on the loop.
+        await asyncio.to_thread(check_archive, req.bundle)
+        uri = await asyncio.to_thread(self.blobs.put, hex_digest, req.bundle)
+        handlers = [json_format.MessageToDict(h, preserving_proto_field_name=True) for h in req.handlers]
+        row, created = await self.store.deployment_record(principal.app_id, req.digest, module, handlers, uri)
+        self._cache.pop(principal.app_id, None)
+        return to_message(row, principal.app_name, created)
+
+    async def active(self, app_id: str) -> tuple[str, apps_pb2.Deployment]:
+        """(tenant_id, deployment) of the app's active version, for host agents."""
+        row = await self.store.active_deployment_get(app_id)
+        if row is None:
+            raise NotFound(f"app {app_id[:64]!r} has no active deployment")
+        return row.tenant_id, to_message(row, row.app_name, created=False)
+
+    async def bundle(self, digest: str) -> bytes:
+        """The bundle bytes of a recorded deployment, checked against the digest."""
+        uri = await self.store.deployment_get_bundle_uri(digest)
+        if uri is None:
+            raise NotFound(f"no deployment has digest {digest[:80]!r}")
+        return await asyncio.to_thread(self.blobs.get, uri)

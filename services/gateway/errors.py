@@ -1,0 +1,116 @@
+"""The gateway's errors and their one mapping to gRPC status (and so HTTP).
+
+Every error a customer can see carries a gRPC code, a sentence saying what to
+fix, and optionally an explicit HTTP status (413 for oversize input, which has
+no gRPC code of its own) and extra fields (the original task id of a conflict),
+sent as trailing metadata over gRPC and inside the JSON error over REST.
+
+Oversize input (payload, bundle, request body) is INVALID_ARGUMENT over gRPC
+with HTTP 413: it is the caller's bad input and must not be retried as is.
+RESOURCE_EXHAUSTED is kept for quotas and rate limits (a later issue), which
+clients may retry after a pause.
+"""
+
+from __future__ import annotations
+
+import grpc
+
+from ratchet.libs.rpc.status import http_status
+
+# Trailing-metadata keys (gRPC) that mirror the extra JSON fields (REST).
+META_PREFIX = "ratchet-"
+
+
+class GatewayError(Exception):
+    """Base class: code + message + optional HTTP status and extra fields."""
+
+    code: grpc.StatusCode = grpc.StatusCode.INTERNAL
+
+    def __init__(self, message: str, *, http: int | None = None, **fields: str):
+        super().__init__(message)
+        self.message = message
+        self.http = http
+        self.fields = fields
+
+    @property
+    def http_status(self) -> int:
+        """The HTTP status: explicit when the error has one, else the shared table."""
+        return self.http or http_status(self.code)
+
+    def trailing_metadata(self) -> tuple[tuple[str, str], ...]:
+        """Extra fields as gRPC trailing metadata, e.g. ratchet-original-task-id."""
+        return tuple((META_PREFIX + k.replace("_", "-"), str(v)) for k, v in sorted(self.fields.items()))
+
+    def to_json(self) -> dict:
+        """The REST error body."""
+        body = {"code": self.code.name, "http_status": self.http_status, "message": self.message}
+        body.update(self.fields)
+        return {"error": body}
+
+
+class InvalidArgument(GatewayError):
+    """Bad input: nothing was written."""
+
+    code = grpc.StatusCode.INVALID_ARGUMENT
+
+
+class TooLarge(InvalidArgument):
+    """Input over a size limit: HTTP 413, nothing was written."""
+
+    def __init__(self, message: str, **fields: str):
+        super().__init__(message, http=413, **fields)
+
+
+class Unauthenticated(GatewayError):
+    code = grpc.StatusCode.UNAUTHENTICATED
+
+
+class PermissionDenied(GatewayError):
+    code = grpc.StatusCode.PERMISSION_DENIED
+
+
+class NotFound(GatewayError):
+    code = grpc.StatusCode.NOT_FOUND
+
+
+class AlreadyExists(GatewayError):
+    """An idempotency key reused for a different request, or a duplicate name."""
+
+    code = grpc.StatusCode.ALREADY_EXISTS
+
+
+class Unavailable(GatewayError):
+    """A shard (through history) or the control database cannot be reached."""
+
+    code = grpc.StatusCode.UNAVAILABLE
+
+
+class DeadlineExceeded(GatewayError):
+    """A call ran out of time: the outcome is unknown (maybe committed)."""
+
+    code = grpc.StatusCode.DEADLINE_EXCEEDED
+
+
+class DataLoss(GatewayError):
+    code = grpc.StatusCode.DATA_LOSS
+
+
+class Internal(GatewayError):
+    code = grpc.StatusCode.INTERNAL
+
+
+_BY_CODE = {cls.code: cls for cls in (InvalidArgument, Unauthenticated, PermissionDenied, NotFound,
+                                      AlreadyExists, Unavailable, DeadlineExceeded, DataLoss, Internal)}
+
+
+def from_code(code: grpc.StatusCode, message: str) -> GatewayError:
+    """A GatewayError for a status code another service answered with."""
+    err = _BY_CODE.get(code, Internal)(message)
+    if err.code != code:
+        err.code = code
+    return err
+
+
+async def abort(context: grpc.aio.ServicerContext, err: GatewayError) -> None:
+    """End a gRPC call with err (raises, as grpc.aio abort does)."""
+    await context.abort(err.code, err.message, trailing_metadata=err.trailing_metadata())

@@ -1,0 +1,127 @@
+"""The thin RPC edge: authenticate, call the domain, nothing else.
+
+gRPC (server.py) and REST (rest/) both dispatch here, method by method, from
+the proto descriptors, so both transports give the same answers.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from typing import Awaitable, Callable, Mapping
+
+from google.protobuf import descriptor as _descriptor
+from google.protobuf.message import Message
+
+from ratchet.api.apps.v1 import apps_pb2, apps_pb2_grpc
+from ratchet.api.tasks.v1 import tasks_pb2, tasks_pb2_grpc
+from ratchet.api.tenants.v1 import tenants_pb2, tenants_pb2_grpc
+from ratchet.internal.gateway.v1 import control_pb2, control_pb2_grpc
+from ratchet.services.gateway import errors, tenants
+from ratchet.services.gateway.auth import Authenticator
+from ratchet.services.gateway.deployments import Deployments
+from ratchet.services.gateway.store import ControlStore
+from ratchet.services.gateway.tasks import TaskApi
+
+log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True)
+class Call:
+    """What a handler knows of the call: lower-case metadata and time left (seconds)."""
+
+    metadata: Mapping[str, str]
+    timeout: float
+
+
+Handler = Callable[[Message, Call], Awaitable[Message]]
+
+
+class TaskHandlers:
+    """ratchet.api.tasks.v1.TaskService."""
+
+    service = tasks_pb2.DESCRIPTOR.services_by_name["TaskService"]
+    add_to_server = staticmethod(tasks_pb2_grpc.add_TaskServiceServicer_to_server)
+
+    def __init__(self, auth: Authenticator, tasks: TaskApi):
+        self.auth, self.tasks = auth, tasks
+
+    async def EnqueueTask(self, req: tasks_pb2.EnqueueTaskRequest, call: Call) -> tasks_pb2.EnqueueTaskResponse:
+        return await self.tasks.enqueue(await self.auth.app(call.metadata), req, call.timeout)
+
+    async def EnqueueTasks(self, req: tasks_pb2.EnqueueTasksRequest, call: Call) -> tasks_pb2.EnqueueTasksResponse:
+        return await self.tasks.enqueue_batch(await self.auth.app(call.metadata), req, call.timeout)
+
+    async def GetTask(self, req: tasks_pb2.GetTaskRequest, call: Call) -> tasks_pb2.GetTaskResponse:
+        return await self.tasks.get(await self.auth.app(call.metadata), req, call.timeout)
+
+    async def CancelTask(self, req: tasks_pb2.CancelTaskRequest, call: Call) -> tasks_pb2.CancelTaskResponse:
+        return await self.tasks.cancel(await self.auth.app(call.metadata), req, call.timeout)
+
+
+class AppHandlers:
+    """ratchet.api.apps.v1.AppService."""
+
+    service = apps_pb2.DESCRIPTOR.services_by_name["AppService"]
+    add_to_server = staticmethod(apps_pb2_grpc.add_AppServiceServicer_to_server)
+
+    def __init__(self, auth: Authenticator, deployments: Deployments):
+        self.auth, self.deployments = auth, deployments
+
+    async def CreateDeployment(self, req: apps_pb2.CreateDeploymentRequest,
+                               call: Call) -> apps_pb2.CreateDeploymentResponse:
+        dep = await self.deployments.create(await self.auth.app(call.metadata), req)
+        return apps_pb2.CreateDeploymentResponse(deployment=dep)
+
+
+class TenantHandlers:
+    """ratchet.api.tenants.v1.TenantService (admin key only)."""
+
+    service = tenants_pb2.DESCRIPTOR.services_by_name["TenantService"]
+    add_to_server = staticmethod(tenants_pb2_grpc.add_TenantServiceServicer_to_server)
+
+    def __init__(self, auth: Authenticator, store: ControlStore):
+        self.auth, self.store = auth, store
+
+    async def CreateTenant(self, req: tenants_pb2.CreateTenantRequest, call: Call) -> tenants_pb2.CreateTenantResponse:
+        self.auth.admin(call.metadata)
+        return await tenants.create_tenant(self.store, req)
+
+
+class ControlHandlers:
+    """ratchet.internal.gateway.v1.ControlService (host agent tokens only; gRPC only)."""
+
+    service = control_pb2.DESCRIPTOR.services_by_name["ControlService"]
+    add_to_server = staticmethod(control_pb2_grpc.add_ControlServiceServicer_to_server)
+
+    def __init__(self, auth: Authenticator, deployments: Deployments):
+        self.auth, self.deployments = auth, deployments
+
+    async def GetActiveDeployment(self, req: control_pb2.GetActiveDeploymentRequest,
+                                  call: Call) -> control_pb2.GetActiveDeploymentResponse:
+        self.auth.host(call.metadata)
+        tenant_id, dep = await self.deployments.active(req.app_id)
+        return control_pb2.GetActiveDeploymentResponse(app_id=req.app_id, tenant_id=tenant_id, deployment=dep)
+
+    async def GetBundle(self, req: control_pb2.GetBundleRequest, call: Call) -> control_pb2.GetBundleResponse:
+        self.auth.host(call.metadata)
+        return control_pb2.GetBundleResponse(bundle=await self.deployments.bundle(req.digest))
+
+
+def method(handlers: object, m: _descriptor.MethodDescriptor) -> Handler:
+    """The handler of one RPC; every method a service declares must have one."""
+    fn = getattr(handlers, m.name, None)
+    if fn is None:
+        raise RuntimeError(f"{type(handlers).__name__} does not implement {m.full_name}")
+    return fn
+
+
+async def invoke(fn: Handler, req: Message, call: Call) -> Message:
+    """Run a handler; anything that is not a GatewayError becomes Internal (and is logged)."""
+    try:
+        return await fn(req, call)
+    except errors.GatewayError:
+        raise
+    except Exception as e:  # the edge must answer something; the traceback goes to the log
+        log.exception("unexpected error in %s", getattr(fn, "__qualname__", fn))
+        raise errors.Internal(f"internal error ({type(e).__name__}); it has been logged") from e

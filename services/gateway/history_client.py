@@ -1,0 +1,59 @@
+"""Calls to the history service (gRPC only: services never import each other).
+
+Every call carries a deadline. Failures become gateway errors that name the
+shard, and an ambiguous outcome (deadline passed after sending) says so.
+"""
+
+from __future__ import annotations
+
+import grpc
+
+from ratchet.internal.history.v1 import history_pb2, history_pb2_grpc
+from ratchet.services.gateway import errors
+
+
+class HistoryClient:
+    """One channel to history; history serves every shard, each call names one."""
+
+    def __init__(self, channel: grpc.aio.Channel, target: str):
+        self.stub = history_pb2_grpc.HistoryServiceStub(channel)
+        self.target = target
+
+    def _error(self, e: grpc.aio.AioRpcError, shard_id: int, timeout: float) -> errors.GatewayError:
+        code = e.code()
+        if code == grpc.StatusCode.UNAVAILABLE:
+            return errors.Unavailable(f"shard {shard_id} is unavailable (history at {self.target}: "
+                                      f"{e.details()}); retry later (with the same idempotency key if enqueuing)",
+                                      shard_id=str(shard_id))
+        if code == grpc.StatusCode.DEADLINE_EXCEEDED:
+            return errors.DeadlineExceeded(f"shard {shard_id} did not answer within {timeout:g}s; the call may "
+                                           f"have taken effect: retry with the same idempotency key",
+                                           shard_id=str(shard_id))
+        return errors.from_code(code, f"shard {shard_id}: {e.details()}")
+
+    async def create_tasks(self, shard_id: int, tasks: list[history_pb2.NewTask],
+                           timeout: float) -> list[history_pb2.CreateResult]:
+        req = history_pb2.CreateTasksRequest(shard_id=shard_id, tasks=tasks)
+        try:
+            resp = await self.stub.CreateTasks(req, timeout=timeout)
+        except grpc.aio.AioRpcError as e:
+            raise self._error(e, shard_id, timeout) from None
+        if len(resp.results) != len(tasks):
+            raise errors.Internal(f"shard {shard_id} answered {len(resp.results)} results for {len(tasks)} tasks")
+        return list(resp.results)
+
+    async def get_task(self, shard_id: int, task_id: str, tenant_id: str,
+                       timeout: float) -> history_pb2.GetTaskResponse:
+        req = history_pb2.GetTaskRequest(shard_id=shard_id, task_id=task_id, tenant_id=tenant_id)
+        try:
+            return await self.stub.GetTask(req, timeout=timeout)
+        except grpc.aio.AioRpcError as e:
+            raise self._error(e, shard_id, timeout) from None
+
+    async def cancel_task(self, shard_id: int, task_id: str, tenant_id: str,
+                          timeout: float) -> history_pb2.CancelTaskResponse:
+        req = history_pb2.CancelTaskRequest(shard_id=shard_id, task_id=task_id, tenant_id=tenant_id)
+        try:
+            return await self.stub.CancelTask(req, timeout=timeout)
+        except grpc.aio.AioRpcError as e:
+            raise self._error(e, shard_id, timeout) from None

@@ -1,0 +1,108 @@
+"""Wiring: the control DB pool, the history channel, the domain objects, and
+the two listeners (gRPC with health + reflection, REST) over one set of handlers."""
+
+from __future__ import annotations
+
+import logging
+import pathlib
+
+import grpc
+from aiohttp import web
+
+from ratchet.libs.pg import migrate
+from ratchet.libs.pg.pool import create_pool
+from ratchet.libs.rpc.client import aio_channel
+from ratchet.libs.rpc.server import Server
+from ratchet.libs.shardmap import ShardMap
+from ratchet.services.gateway import errors, handlers
+from ratchet.services.gateway.auth import Authenticator
+from ratchet.services.gateway.bundles import LocalBlobStore
+from ratchet.services.gateway.config import GatewayConfig
+from ratchet.services.gateway.deployments import Deployments
+from ratchet.services.gateway.history_client import HistoryClient
+from ratchet.services.gateway.rest.app import RestServer
+from ratchet.services.gateway.store import ControlStore
+from ratchet.services.gateway.tasks import TaskApi
+
+log = logging.getLogger(__name__)
+MIGRATIONS = pathlib.Path(__file__).with_name("migrations")
+
+
+def _unary(fn: handlers.Handler, rpc_timeout_s: float):
+    """A grpc.aio method over a transport-neutral handler."""
+    async def call(request, context: grpc.aio.ServicerContext):
+        left = context.time_remaining()
+        # The caller's deadline bounds ours, so we never work past their giving up.
+        timeout = rpc_timeout_s if left is None else max(0.001, min(rpc_timeout_s, left))
+        metadata = {k.lower(): v for k, v in (context.invocation_metadata() or ()) if isinstance(v, str)}
+        try:
+            return await handlers.invoke(fn, request, handlers.Call(metadata, timeout))
+        except errors.GatewayError as e:
+            if e.http_status >= 500:
+                log.warning("%s -> %s: %s", getattr(fn, "__qualname__", fn), e.code.name, e.message)
+            await errors.abort(context, e)
+    return call
+
+
+def servicer(h: object, rpc_timeout_s: float) -> object:
+    """An object with one coroutine per RPC of h.service, for add_XxxServicer_to_server."""
+    class Servicer:
+        pass
+    s = Servicer()
+    for m in h.service.methods:
+        setattr(s, m.name, _unary(handlers.method(h, m), rpc_timeout_s))
+    return s
+
+
+class Gateway:
+    """The whole service; start() then stop(). Ports are known after start()."""
+
+    def __init__(self, config: GatewayConfig):
+        self.config = config
+        self.grpc_port = 0
+        self.rest_port = 0
+        self._pool = None
+        self._channel = None
+        self._grpc: Server | None = None
+        self._rest_runner: web.AppRunner | None = None
+
+    async def start(self) -> None:
+        c = self.config
+        await migrate.apply(c.control_dsn, "gateway", MIGRATIONS)
+        self._pool = await create_pool(c.control_dsn, max_size=10,
+                                       statement_timeout_ms=int(c.rpc_timeout_s * 1000),
+                                       command_timeout=c.rpc_timeout_s + 1)
+        store = ControlStore(self._pool, timeout_s=c.rpc_timeout_s)
+        auth = Authenticator(store, c.admin_key_sha256, c.host_token_sha256, c.auth_cache_s)
+        deployments = Deployments(store, LocalBlobStore(c.blob_dir), c.max_bundle_bytes)
+        self._channel = aio_channel(c.history_target)
+        task_api = TaskApi(HistoryClient(self._channel, c.history_target), ShardMap.even(c.shard_ids),
+                           deployments, c.max_payload_bytes)
+        public = [handlers.TaskHandlers(auth, task_api), handlers.AppHandlers(auth, deployments),
+                  handlers.TenantHandlers(auth, store)]
+        internal = [handlers.ControlHandlers(auth, deployments)]
+        every = public + internal
+        self._grpc = Server([(h.add_to_server, servicer(h, c.rpc_timeout_s)) for h in every],
+                            [h.service.full_name for h in every], host=c.host, port=c.grpc_port)
+        self.grpc_port = self._grpc.port
+        rest = RestServer(public, c.rpc_timeout_s, c.max_bundle_bytes)
+        self._rest_runner = web.AppRunner(rest.app(), access_log=None)
+        await self._rest_runner.setup()
+        site = web.TCPSite(self._rest_runner, c.host, c.rest_port)
+        await site.start()
+        self.rest_port = site._server.sockets[0].getsockname()[1]
+        await self._grpc.start()
+        await self._grpc.set_serving(True)
+        log.info("gateway serving: gRPC %s:%d, REST http://%s:%d (shards %s, history %s)",
+                 c.host, self.grpc_port, c.host, self.rest_port, c.shard_ids, c.history_target)
+
+    async def stop(self, grace: float = 5.0) -> None:
+        """Stop taking calls, let in-flight ones finish within grace, then release everything."""
+        if self._grpc is not None:
+            await self._grpc.stop(grace)
+        if self._rest_runner is not None:
+            await self._rest_runner.cleanup()
+        if self._channel is not None:
+            await self._channel.close()
+        if self._pool is not None:
+            await self._pool.close()

@@ -1,0 +1,127 @@
+"""The task API's domain: validate, mint ids, route to shards, call history.
+
+Ids: new_task_id() for unkeyed enqueues; new_task_id(slot_for_key(tenant,
+key)) for keyed ones (follow-up Q1), so a retried keyed enqueue always lands
+on the shard holding the original and its unique index deduplicates it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Callable
+
+from ratchet.api.tasks.v1 import tasks_pb2
+from ratchet.internal.history.v1 import history_pb2
+from ratchet.libs.shardmap import ShardMap, new_task_id, parse_task_id, slot_for_key
+from ratchet.services.gateway import validation
+from ratchet.services.gateway.auth import Principal
+from ratchet.services.gateway.deployments import Deployments
+from ratchet.services.gateway.errors import AlreadyExists, GatewayError, InvalidArgument, NotFound
+from ratchet.services.gateway.history_client import HistoryClient
+
+
+def _new_task(p: Principal, t: validation.ValidTask) -> history_pb2.NewTask:
+    slot = slot_for_key(p.tenant_id, t.idempotency_key) if t.idempotency_key else None
+    msg = history_pb2.NewTask(
+        task_id=new_task_id(slot), tenant_id=p.tenant_id, app_id=p.app_id, task_type=t.task_type,
+        queue=t.queue, payload_json=t.payload_json, idempotency_key=t.idempotency_key,
+        fingerprint=t.fingerprint, retry=t.retry, timeouts=t.timeouts, non_retryable=t.non_retryable)
+    if t.delay is not None:
+        msg.delay.CopyFrom(t.delay)
+    if t.run_at is not None:
+        msg.run_at.CopyFrom(t.run_at)
+    return msg
+
+
+def _conflict(key: str, task_id: str, where: str = "") -> AlreadyExists:
+    return AlreadyExists(
+        f"{where}idempotency_key {key!r} was already used for a different request, by task {task_id}; "
+        f"repeat the original request or use a new key", original_task_id=task_id)
+
+
+class TaskApi:
+    """EnqueueTask(s), GetTask, CancelTask for an authenticated app."""
+
+    def __init__(self, history: HistoryClient, shard_map: ShardMap, deployments: Deployments,
+                 max_payload_bytes: int, wall: Callable[[], float] = time.time):
+        self.history = history
+        self.shard_map = shard_map
+        self.deployments = deployments
+        self.max_payload_bytes = max_payload_bytes
+        self.wall = wall
+
+    async def _validate(self, p: Principal, reqs, batch: bool) -> list[validation.ValidTask]:
+        handlers = await self.deployments.handlers_for(p.app_id)
+        now = self.wall()
+        valid = [validation.validate_task(r, handlers, max_payload_bytes=self.max_payload_bytes, now_s=now,
+                                          index=i if batch else None) for i, r in enumerate(reqs)]
+        validation.check_unique_keys(valid)
+        return valid
+
+    async def enqueue(self, p: Principal, req: tasks_pb2.EnqueueTaskRequest,
+                      timeout: float) -> tasks_pb2.EnqueueTaskResponse:
+        (t,) = await self._validate(p, [req], batch=False)
+        new = _new_task(p, t)
+        (res,) = await self.history.create_tasks(self.shard_map.shard_for_task(new.task_id), [new], timeout)
+        if res.conflict:
+            raise _conflict(t.idempotency_key, res.task_id)
+        return tasks_pb2.EnqueueTaskResponse(task_id=res.task_id, deduplicated=res.deduplicated)
+
+    async def enqueue_batch(self, p: Principal, req: tasks_pb2.EnqueueTasksRequest,
+                            timeout: float) -> tasks_pb2.EnqueueTasksResponse:
+        """All items validated first; then one CreateTasks per shard, concurrently."""
+        validation.check_batch_size(len(req.tasks))
+        valid = await self._validate(p, req.tasks, batch=True)
+        by_shard: dict[int, list[int]] = {}
+        new = [_new_task(p, t) for t in valid]
+        for i, msg in enumerate(new):
+            by_shard.setdefault(self.shard_map.shard_for_task(msg.task_id), []).append(i)
+        shards = sorted(by_shard)
+        outcomes = await asyncio.gather(
+            *(self.history.create_tasks(s, [new[i] for i in by_shard[s]], timeout) for s in shards),
+            return_exceptions=True)
+        ids: list[str] = [""] * len(new)
+        conflicts: list[tuple[int, str]] = []
+        failures: list[BaseException] = []
+        for s, outcome in zip(shards, outcomes):
+            if isinstance(outcome, BaseException):
+                failures.append(outcome)
+                continue
+            for i, res in zip(by_shard[s], outcome):
+                ids[i] = res.task_id
+                if res.conflict:
+                    conflicts.append((i, res.task_id))
+        if conflicts:
+            # Definitive, unlike an unavailable shard: report it first.
+            i, original = min(conflicts)
+            err = _conflict(valid[i].idempotency_key, original, f"tasks[{i}].")
+            if len(conflicts) > 1:
+                err.message += f" ({len(conflicts)} items conflict)"
+            raise err
+        for f in failures:
+            raise f if isinstance(f, GatewayError) else GatewayError(f"shard call failed: {f}")
+        return tasks_pb2.EnqueueTasksResponse(task_ids=ids)
+
+    def _route(self, task_id: str) -> tuple[str, int]:
+        canonical = parse_task_id(task_id)
+        if canonical is None:
+            raise InvalidArgument(f"task_id {task_id[:80]!r} is not a Ratchet task id (a UUID as returned by enqueue)")
+        return canonical, self.shard_map.shard_for_task(canonical)
+
+    async def get(self, p: Principal, req: tasks_pb2.GetTaskRequest, timeout: float) -> tasks_pb2.GetTaskResponse:
+        task_id, shard = self._route(req.task_id)
+        try:
+            resp = await self.history.get_task(shard, task_id, p.tenant_id, timeout)
+        except NotFound:
+            raise NotFound(f"task {task_id} not found") from None
+        return tasks_pb2.GetTaskResponse(task=resp.task)
+
+    async def cancel(self, p: Principal, req: tasks_pb2.CancelTaskRequest,
+                     timeout: float) -> tasks_pb2.CancelTaskResponse:
+        task_id, shard = self._route(req.task_id)
+        try:
+            resp = await self.history.cancel_task(shard, task_id, p.tenant_id, timeout)
+        except NotFound:
+            raise NotFound(f"task {task_id} not found") from None
+        return tasks_pb2.CancelTaskResponse(state=resp.state, cancel_requested=resp.cancel_requested)

@@ -1,0 +1,165 @@
+"""Edge validation of enqueue requests: every rule that can refuse a task,
+checked before anything is sent to history, so bad input writes nothing.
+
+Pure functions over the request messages; no I/O.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import math
+import re
+
+from google.protobuf import duration_pb2, json_format, struct_pb2, timestamp_pb2
+
+from ratchet.api.apps.v1 import apps_pb2
+from ratchet.api.tasks.v1 import tasks_pb2
+from ratchet.services.gateway import policy
+from ratchet.services.gateway.errors import InvalidArgument, TooLarge
+
+MAX_BATCH = 1000
+MAX_DELAY_S = 365 * 86400
+MAX_KEY_LEN = 200
+DEFAULT_QUEUE = "default"
+_QUEUE = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
+_PRINTABLE = re.compile(r"^[\x20-\x7e]{1,200}$")
+_MIN_TS, _MAX_TS = -62135596800, 253402300799  # 0001-01-01 .. 9999-12-31, Timestamp's range
+_SAFE_INT = 2 ** 53
+
+
+@dataclasses.dataclass
+class ValidTask:
+    """One enqueue request that passed every check, with what history needs."""
+
+    task_type: str
+    queue: str
+    payload_json: bytes
+    idempotency_key: str
+    delay: duration_pb2.Duration | None
+    run_at: timestamp_pb2.Timestamp | None
+    retry: tasks_pb2.RetryPolicy
+    timeouts: tasks_pb2.Timeouts
+    non_retryable: list[str]
+    fingerprint: str
+
+
+def value_to_python(v: struct_pb2.Value, where: str = "payload"):
+    """A Value as plain JSON data; integral numbers become ints (so 1.0 prints as 1)."""
+    kind = v.WhichOneof("kind")
+    if kind is None or kind == "null_value":
+        return None
+    if kind == "number_value":
+        n = v.number_value
+        if math.isnan(n) or math.isinf(n):
+            raise InvalidArgument(f"{where} holds NaN or Infinity, which JSON cannot carry")
+        return int(n) if n.is_integer() and abs(n) < _SAFE_INT else n
+    if kind == "string_value":
+        return v.string_value
+    if kind == "bool_value":
+        return v.bool_value
+    if kind == "struct_value":
+        return {k: value_to_python(x, f"{where}.{k}") for k, x in v.struct_value.fields.items()}
+    return [value_to_python(x, f"{where}[{i}]") for i, x in enumerate(v.list_value.values)]
+
+
+def canonical_json(data) -> bytes:
+    """Compact JSON with sorted keys: the stored payload and the fingerprint's input."""
+    return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
+                      allow_nan=False).encode()
+
+
+def check_batch_size(n: int) -> None:
+    if n == 0:
+        raise InvalidArgument("tasks is empty: send 1..1000 tasks")
+    if n > MAX_BATCH:
+        raise InvalidArgument(f"a batch holds at most {MAX_BATCH} tasks, got {n}; split it (nothing was enqueued)")
+
+
+def _check_schedule(req: tasks_pb2.EnqueueTaskRequest, where: str, now_s: float) -> None:
+    if req.HasField("delay") and req.HasField("run_at"):
+        raise InvalidArgument(f"{where}delay and {where}run_at are exclusive: set one of them")
+    if req.HasField("delay"):
+        s = policy.check_duration(req.delay, f"{where}delay")
+        if s < 0:
+            raise InvalidArgument(f"{where}delay must be >= 0, got {s}s")
+        if s > MAX_DELAY_S:
+            raise InvalidArgument(f"{where}delay must be at most 365 days, got {s}s")
+    if req.HasField("run_at"):
+        ts = req.run_at
+        if not (_MIN_TS <= ts.seconds <= _MAX_TS and 0 <= ts.nanos <= 999_999_999):
+            raise InvalidArgument(f"{where}run_at is not a valid timestamp")
+        if ts.seconds - now_s > MAX_DELAY_S:
+            raise InvalidArgument(f"{where}run_at must be at most 365 days from now")
+
+
+def _check_names(req: tasks_pb2.EnqueueTaskRequest, where: str) -> str:
+    queue = req.queue or DEFAULT_QUEUE
+    if not _QUEUE.match(queue):
+        raise InvalidArgument(f"{where}queue must be 1..64 characters of [A-Za-z0-9_.-], got {queue[:80]!r}")
+    key = req.idempotency_key
+    if key and not _PRINTABLE.match(key):
+        raise InvalidArgument(f"{where}idempotency_key must be 1..{MAX_KEY_LEN} printable ASCII characters "
+                              f"(got {len(key)} characters)")
+    return queue
+
+
+def _handler_for(task_type: str, handlers: dict[str, apps_pb2.Handler] | None, where: str) -> apps_pb2.Handler:
+    if handlers is None:
+        raise InvalidArgument("the app has no deployment: deploy the app first (`ratchet deploy DIR --app NAME`)")
+    if not task_type:
+        raise InvalidArgument(f"{where}task_type is required; registered types: {', '.join(sorted(handlers))}")
+    handler = handlers.get(task_type)
+    if handler is None:
+        raise InvalidArgument(f"{where}task_type {task_type[:200]!r} is not registered by the app's active "
+                              f"deployment; registered types: {', '.join(sorted(handlers))}")
+    return handler
+
+
+def fingerprint(req: tasks_pb2.EnqueueTaskRequest, queue: str) -> str:
+    """sha256 of the canonical request (key excluded): a retry matches, a changed request does not."""
+    canon = tasks_pb2.EnqueueTaskRequest()
+    canon.CopyFrom(req)
+    canon.queue = queue
+    canon.ClearField("idempotency_key")
+    data = json_format.MessageToDict(canon, preserving_proto_field_name=True)
+    return "sha256:" + hashlib.sha256(canonical_json(data)).hexdigest()
+
+
+def validate_task(req: tasks_pb2.EnqueueTaskRequest, handlers: dict[str, apps_pb2.Handler] | None,
+                  *, max_payload_bytes: int, now_s: float, index: int | None = None) -> ValidTask:
+    """Check one request and resolve its policy; raise InvalidArgument/TooLarge naming the field."""
+    where = "" if index is None else f"tasks[{index}]."
+    queue = _check_names(req, where)
+    _check_schedule(req, where, now_s)
+    if req.HasField("retry"):
+        policy.check_retry(req.retry, f"{where}retry")
+    if req.HasField("timeouts"):
+        policy.check_timeouts(req.timeouts, f"{where}timeouts")
+    payload = canonical_json(value_to_python(req.payload, f"{where}payload")) if req.HasField("payload") else b"null"
+    if len(payload) > max_payload_bytes:
+        raise TooLarge(f"{where}payload is {len(payload)} bytes as compact JSON; the limit is {max_payload_bytes} "
+                       f"bytes: store large data elsewhere and pass a reference")
+    handler = _handler_for(req.task_type, handlers, where)
+    retry, timeouts = policy.resolve(req.retry if req.HasField("retry") else None,
+                                     req.timeouts if req.HasField("timeouts") else None,
+                                     handler, where=f"{where}retry")
+    return ValidTask(
+        task_type=req.task_type, queue=queue, payload_json=payload, idempotency_key=req.idempotency_key,
+        delay=req.delay if req.HasField("delay") else None,
+        run_at=req.run_at if req.HasField("run_at") else None,
+        retry=retry, timeouts=timeouts, non_retryable=list(handler.non_retryable),
+        fingerprint=fingerprint(req, queue))
+
+
+def check_unique_keys(tasks: list[ValidTask]) -> None:
+    """Two items of one batch may not share an idempotency key: which one would win is undefined."""
+    seen: dict[str, int] = {}
+    for i, t in enumerate(tasks):
+        if not t.idempotency_key:
+            continue
+        if t.idempotency_key in seen:
+            raise InvalidArgument(f"tasks[{seen[t.idempotency_key]}] and tasks[{i}] share idempotency_key "
+                                  f"{t.idempotency_key!r}; keys must be unique within a batch")
+        seen[t.idempotency_key] = i
