@@ -1,0 +1,1 @@
+"""The `ratchet` command line: local platform, deploys, tenants and tasks."""

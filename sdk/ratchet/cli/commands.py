@@ -1,0 +1,105 @@
+"""`ratchet tenants|deploy|tasks`: the commands that talk to a running platform.
+
+Each prints JSON on stdout so it composes with jq and scripts.
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+from typing import Any
+
+from google.protobuf import json_format
+
+from ratchet.api.apps.v1 import apps_pb2
+from ratchet.cli import bundle
+from ratchet.cli.discovery import Target
+from ratchet.cli.errors import CLIError
+from ratchet.client import AdminClient, Client, retry_message, timeouts_message
+
+# Exit code of `tasks wait` when the task ended in a state other than SUCCEEDED.
+EXIT_NOT_SUCCEEDED = 2
+
+
+def emit(data: Any) -> None:
+    print(json.dumps(data, indent=2, sort_keys=False))
+
+
+def tenants_create(target: Target, name: str) -> int:
+    with AdminClient(target.grpc, target.need_admin_key()) as admin:
+        emit(admin.create_tenant(name))
+    return 0
+
+
+def handler_messages(description: dict) -> list[apps_pb2.Handler]:
+    """The describe output's handlers as the wire form CreateDeployment takes."""
+    out = []
+    for h in description.get("handlers") or []:
+        msg = apps_pb2.Handler(name=h["name"], non_retryable=list(h.get("non_retryable") or []))
+        if h.get("retry"):
+            msg.retry.CopyFrom(retry_message(h["retry"]))
+        if h.get("timeouts"):
+            msg.timeouts.CopyFrom(timeouts_message(h["timeouts"]))
+        out.append(msg)
+    if not out:
+        raise CLIError("the app registers no handlers: decorate functions with @task in app.py "
+                       "(or the module named in ratchet.toml)")
+    return out
+
+
+def deploy(target: Target, app_dir: str, app: str, module: str | None) -> int:
+    root = pathlib.Path(app_dir)
+    module = module or bundle.configured_module(root)
+    data = bundle.package(root)
+    description = bundle.describe(data, module)
+    handlers = handler_messages(description)
+    with Client(target.grpc, target.need_api_key(), timeout=60.0) as client:
+        dep = client.create_deployment(app, data, bundle.digest(data),
+                                       description.get("module") or module or "app", handlers)
+    out = json_format.MessageToDict(dep, preserving_proto_field_name=True,
+                                    always_print_fields_with_no_presence=True)
+    out["bundle_bytes"] = len(data)
+    emit(out)
+    return 0
+
+
+def _payload(text: str | None) -> Any:
+    if text is None:
+        return None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise CLIError(f"--payload is not valid JSON ({e}); quote it, e.g. --payload '{{\"name\": \"Ada\"}}'") from None
+
+
+def tasks_enqueue(target: Target, task_type: str, payload: str | None, delay: str | None,
+                  run_at: str | None, key: str | None, queue: str | None, wait: float | None) -> int:
+    with Client(target.grpc, target.need_api_key()) as client:
+        task_id = client.enqueue(task_type, _payload(payload), queue=queue, delay=delay, run_at=run_at,
+                                 idempotency_key=key)
+        if wait is None:
+            emit({"task_id": task_id})
+            return 0
+        return _print_final(client.wait(task_id, timeout=wait))
+
+
+def tasks_get(target: Target, task_id: str) -> int:
+    with Client(target.grpc, target.need_api_key()) as client:
+        emit(client.get(task_id).to_dict())
+    return 0
+
+
+def tasks_cancel(target: Target, task_id: str) -> int:
+    with Client(target.grpc, target.need_api_key()) as client:
+        emit({"task_id": task_id, "state": client.cancel(task_id)})
+    return 0
+
+
+def tasks_wait(target: Target, task_id: str, timeout: float) -> int:
+    with Client(target.grpc, target.need_api_key()) as client:
+        return _print_final(client.wait(task_id, timeout=timeout))
+
+
+def _print_final(info: Any) -> int:
+    emit(info.to_dict())
+    return 0 if info.succeeded else EXIT_NOT_SUCCEEDED
