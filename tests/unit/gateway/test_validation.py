@@ -1,0 +1,120 @@
+"""Edge validation of enqueue requests: each rule, and that the message names the field."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from google.protobuf import json_format
+
+from ratchet.api.apps.v1 import apps_pb2
+from ratchet.api.tasks.v1 import tasks_pb2
+from ratchet.services.gateway import validation
+from ratchet.services.gateway.errors import InvalidArgument, TooLarge
+
+HANDLERS = {"send": apps_pb2.Handler(name="send"), "resize": apps_pb2.Handler(name="resize")}
+NOW = time.time()
+
+
+def req(**fields) -> tasks_pb2.EnqueueTaskRequest:
+    data = {"task_type": "send", **fields}
+    return json_format.ParseDict(data, tasks_pb2.EnqueueTaskRequest())
+
+
+def check(r, handlers=HANDLERS, limit=262144, index=None):
+    return validation.validate_task(r, handlers, max_payload_bytes=limit, now_s=NOW, index=index)
+
+
+def test_valid_minimal_request_gets_defaults():
+    t = check(req(payload={"b": 1, "a": [1.5, None, "x"]}))
+    assert t.queue == "default"
+    assert t.payload_json == b'{"a":[1.5,null,"x"],"b":1}'
+    assert t.retry.max_attempts == 5 and t.retry.factor == 2.0 and t.retry.jitter
+    assert t.timeouts.start_to_close.seconds == 600
+    assert not t.timeouts.HasField("schedule_to_start")
+    assert t.fingerprint.startswith("sha256:")
+
+
+def test_unset_payload_is_json_null():
+    assert check(req()).payload_json == b"null"
+
+
+@pytest.mark.parametrize("fields, needle", [
+    ({"task_type": "nope"}, "registered types: resize, send"),
+    ({"task_type": ""}, "task_type is required"),
+    ({"queue": "bad queue"}, "queue must be 1..64"),
+    ({"queue": "q" * 65}, "queue must be 1..64"),
+    ({"idempotency_key": "k" * 201}, "idempotency_key must be 1..200"),
+    ({"idempotency_key": "caf\u00e9"}, "printable ASCII"),
+    ({"idempotency_key": "tab\there"}, "printable ASCII"),
+    ({"delay": "10s", "run_at": "2030-01-01T00:00:00Z"}, "exclusive"),
+    ({"delay": "-1s"}, "delay must be >= 0"),
+    ({"delay": f"{366 * 86400}s"}, "at most 365 days"),
+    ({"run_at": "2300-01-01T00:00:00Z"}, "run_at must be at most 365 days"),
+    ({"retry": {"max_attempts": 0}}, "retry.max_attempts must be 1..100"),
+    ({"retry": {"max_attempts": 101}}, "retry.max_attempts must be 1..100"),
+    ({"retry": {"factor": 0.5}}, "retry.factor must be 1.0..10.0"),
+    ({"retry": {"factor": 11}}, "retry.factor must be 1.0..10.0"),
+    ({"retry": {"base": "0s"}}, "retry.base must be > 0"),
+    ({"retry": {"cap": "0s"}}, "retry.cap must be > 0"),
+    ({"retry": {"base": "10s", "cap": "5s"}}, "retry.cap (5.0s) must be >= retry.base"),
+    ({"retry": {"base": "7200s"}}, "cap (3600.0s) must be >= base (7200.0s)"),
+    ({"timeouts": {"start_to_close": "0s"}}, "timeouts.start_to_close must be > 0"),
+    ({"timeouts": {"schedule_to_close": "-5s"}}, "timeouts.schedule_to_close must be > 0"),
+])
+def test_bad_input_is_refused_naming_the_field(fields, needle):
+    with pytest.raises(InvalidArgument) as e:
+        check(req(**fields))
+    assert needle in e.value.message
+    assert e.value.http_status == 400
+
+
+def test_no_deployment_says_deploy_first():
+    with pytest.raises(InvalidArgument, match="deploy the app first"):
+        check(req(), handlers=None)
+
+
+def test_batch_items_are_named_by_index():
+    with pytest.raises(InvalidArgument, match=r"tasks\[7\]\.queue"):
+        check(req(queue="no spaces"), index=7)
+
+
+def test_payload_over_limit_is_413_and_exactly_at_limit_passes():
+    limit = 262144
+    at_limit = "x" * (limit - 2)  # two quote characters
+    assert len(check(req(payload=at_limit)).payload_json) == limit
+    with pytest.raises(TooLarge) as e:
+        check(req(payload=at_limit + "x"))
+    assert e.value.http_status == 413 and "262145 bytes" in e.value.message
+    assert e.value.code.name == "INVALID_ARGUMENT"
+
+
+def test_nan_payload_is_refused():
+    r = tasks_pb2.EnqueueTaskRequest(task_type="send")
+    r.payload.number_value = float("nan")
+    with pytest.raises(InvalidArgument, match="NaN"):
+        check(r)
+
+
+def test_fingerprint_ignores_key_and_default_queue_but_not_content():
+    a = check(req(payload={"x": 1}, idempotency_key="k1"))
+    b = check(req(payload={"x": 1}, queue="default", idempotency_key="k2"))
+    c = check(req(payload={"x": 2}, idempotency_key="k1"))
+    d = check(req(payload={"x": 1}, delay="5s"))
+    assert a.fingerprint == b.fingerprint
+    assert len({a.fingerprint, c.fingerprint, d.fingerprint}) == 3
+
+
+def test_batch_size_limits():
+    validation.check_batch_size(1)
+    validation.check_batch_size(1000)
+    with pytest.raises(InvalidArgument, match="at most 1000"):
+        validation.check_batch_size(1001)
+    with pytest.raises(InvalidArgument, match="empty"):
+        validation.check_batch_size(0)
+
+
+def test_duplicate_keys_in_one_batch_are_refused():
+    items = [check(req(idempotency_key=k), index=i) for i, k in enumerate(["a", "b", "a"])]
+    with pytest.raises(InvalidArgument, match=r"tasks\[0\] and tasks\[2\] share"):
+        validation.check_unique_keys(items)
