@@ -43,6 +43,7 @@ run: setup
 
 # ---- long tiers ---------------------------------------------------------------
 bench: setup
+	@test -x $(VENV)/bin/py-spy || $(PY) -m pip install -q 'py-spy>=0.4'
 	$(PY) -m loadtest.bench --quick
 
 chaos: setup

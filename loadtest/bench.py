@@ -1,0 +1,163 @@
+"""`python -m loadtest.bench [--quick]`: one benchmark run on this machine.
+
+Starts its own Postgres (durable settings, printed), measures the physical
+reference with pgbench and a batched asyncpg loop, then Ratchet's cells on
+the same cluster when the platform can be started, prints a table with
+ratios and the issue-2 bar, writes one JSON line per cell to
+loadtest/results/<run>.jsonl and a Markdown report beside it (and, with
+--publish, to docs/benchmarks/latest.md). Everything it starts is stopped
+by PID at the end, on Ctrl-C and on errors.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import pathlib
+import shutil
+import sys
+import time
+import traceback
+
+from loadtest import machine as machine_mod
+from loadtest import report, verdicts
+from loadtest.pgserver import BenchPostgres
+from loadtest.physical import Physical
+from loadtest.procs import Registry
+from loadtest.results import Cell, ResultLog
+
+HERE = pathlib.Path(__file__).parent
+REPO = HERE.parent
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m loadtest.bench", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--quick", action="store_true", help="short cells (~5-10 s each): the `make bench` run")
+    p.add_argument("--only", choices=("all", "phys", "ratchet"), default="all",
+                   help="which part to run (default all)")
+    p.add_argument("--seconds", type=float, default=None,
+                   help="seconds per pgbench/throughput cell (default 5 with --quick, 20 otherwise)")
+    p.add_argument("--drain-tasks", type=int, default=None,
+                   help="tasks preloaded for the drain cell (default 10000 quick, 50000 full)")
+    p.add_argument("--no-profile", action="store_true", help="skip the py-spy profile of the drain")
+    p.add_argument("--publish", action="store_true",
+                   help="also write docs/benchmarks/latest.md and latest.jsonl")
+    p.add_argument("--keep-pg", action="store_true", help="keep the Postgres data folder for inspection")
+    p.add_argument("--results-dir", default=str(HERE / "results"))
+    return p.parse_args(argv)
+
+
+class Run:
+    """State shared by the phases of one run."""
+
+    def __init__(self, args: argparse.Namespace, registry: Registry):
+        self.args = args
+        self.quick = args.quick
+        self.seconds = args.seconds or (5.0 if args.quick else 20.0)
+        self.registry = registry
+        self.log = ResultLog(pathlib.Path(args.results_dir))
+        self.pg = BenchPostgres(registry, keep=args.keep_pg)
+        self.machine: dict[str, str] = {}
+        self.notes: list[str] = []
+        self.profile_md: list[str] = []
+        self.t0 = time.monotonic()
+
+    def say(self, msg: str) -> None:
+        print(f"[bench +{time.monotonic() - self.t0:6.1f}s] {msg}", flush=True)
+
+    def record(self, cell: Cell) -> Cell:
+        self.log.add(cell)
+        lat = cell.latency_ms or {}
+        extra = f" p50={lat.get('p50')} p99={lat.get('p99')}" if lat.get("p50") is not None else ""
+        amp = f" commits/task={cell.commits_per_task} WAL B/task={cell.wal_bytes_per_task}"
+        if cell.ok:
+            self.say(f"{cell.key}: {cell.rate} {cell.unit}{extra}{amp}")
+        else:
+            self.say(f"{cell.key}: FAILED {cell.error}")
+        return cell
+
+
+async def run_physical(run: Run) -> None:
+    """PHYS_commit and PHYS_job at 1/8/32 clients, PHYS_batched."""
+    clients = (1, 8, 32)
+    async with Physical(run.pg, run.registry, seconds=run.seconds) as phys:
+        for c in clients:
+            run.record(await phys.phys_commit(c))
+        for c in clients:
+            run.record(await phys.phys_job(c))
+        for w in ((2,) if run.quick else (1, 2, 4)):
+            rows = 200_000 if run.quick else 500_000
+            run.record(await phys.phys_batched(w, 100, rows))
+
+
+async def run_ratchet(run: Run) -> None:
+    """Ratchet's cells, when the platform is importable and starts."""
+    try:
+        from loadtest import ratchet_cells
+    except ImportError as e:
+        run.notes.append(f"Ratchet cells skipped: {e}")
+        run.say(f"Ratchet cells skipped: {e}")
+        return
+    await ratchet_cells.run_all(run)
+
+
+async def main_async(run: Run) -> int:
+    run.pg.start()
+    run.machine = machine_mod.describe(str(run.pg.root))
+    run.say("machine: " + ", ".join(f"{k}={v}" for k, v in run.machine.items()))
+    print(run.pg.describe(), flush=True)
+    failed = False
+    for part, fn in (("phys", run_physical), ("ratchet", run_ratchet)):
+        if run.args.only not in ("all", part):
+            continue
+        try:
+            await fn(run)
+        except (KeyboardInterrupt, SystemExit, asyncio.CancelledError):
+            raise
+        except Exception as e:  # noqa: BLE001 - one broken part must not lose the other's cells
+            failed = True
+            run.notes.append(f"{part} part failed: {e!r}")
+            traceback.print_exc()
+    write_report(run)
+    return 1 if failed else 0
+
+
+def write_report(run: Run) -> pathlib.Path:
+    """Render, print the summary tables, write the report next to the JSONL."""
+    cells = run.log.cells
+    ratios = verdicts.ratios(cells)
+    bars = verdicts.issue2_bar(cells)
+    md = report.render(title="Ratchet benchmark", machine=run.machine, pg_settings=run.pg.settings,
+                       cells=cells, ratios=ratios, verdicts=bars, profile_md=run.profile_md,
+                       notes=run.notes + verdicts.METHOD_NOTES, mode="quick" if run.quick else "full")
+    path = run.log.path.with_suffix(".md")
+    path.write_text(md)
+    print("\n" + "\n".join(report.cell_table(cells)))
+    if ratios:
+        print("\n" + "\n".join(f"{r['name']}: {r['value']}  ({r['how']})" for r in ratios))
+    for b in bars:
+        print(f"BAR {b['bar']}: {b['measured']} vs {b['threshold']} -> {b['verdict']}")
+    print(f"\ncells: {run.log.path}\nreport: {path}")
+    if run.args.publish:
+        dest = REPO / "docs" / "benchmarks"
+        dest.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(path, dest / "latest.md")
+        shutil.copyfile(run.log.path, dest / "latest.jsonl")
+        print(f"published: {dest / 'latest.md'}")
+    return path
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    with Registry() as registry:
+        run = Run(args, registry)
+        try:
+            return asyncio.run(main_async(run))
+        except KeyboardInterrupt:
+            print("\ninterrupted: stopping everything this run started", file=sys.stderr)
+            return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

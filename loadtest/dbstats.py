@@ -1,0 +1,118 @@
+"""Write amplification from the server's own counters: commits, write
+transactions, WAL bytes and WAL syncs between two snapshots.
+
+* commits: pg_stat_database.xact_commit summed over the databases under test
+  (read-only transactions count too; that is what Postgres calls a commit).
+* write transactions: the cluster's next transaction id moved by this much;
+  only transactions that wrote something take an id, so this is the count of
+  durable commits (cluster-wide: nothing else runs on the bench cluster).
+* WAL bytes: pg_current_wal_lsn() delta (cluster-wide, checkpoint images included).
+* WAL syncs: pg_stat_wal.wal_sync delta, i.e. fsyncs; fewer syncs than write
+  transactions means group commit is sharing flushes.
+
+Cumulative statistics reach pg_stat_database up to ~1 s after a backend goes
+idle (longer under lock contention), so `settle` waits for the counters of the
+databases under test to stop moving before the closing snapshot.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import time
+
+import asyncpg
+
+
+@dataclasses.dataclass(frozen=True)
+class Snapshot:
+    """Cluster counters at one instant."""
+
+    at: float
+    xact_commit: dict[str, int]
+    wal_lsn: int
+    next_xid: int
+    wal_sync: int
+    wal_records: int
+    wal_fpi: int
+
+
+@dataclasses.dataclass(frozen=True)
+class Delta:
+    """Counter movement between two snapshots, restricted to some databases."""
+
+    seconds: float
+    commits: int
+    commits_by_db: dict[str, int]
+    write_xacts: int
+    wal_bytes: int
+    wal_syncs: int
+    wal_records: int
+    wal_fpi: int
+
+    def per_task(self, tasks: int) -> dict[str, float | None]:
+        """The per-task figures every cell reports."""
+        if tasks <= 0:
+            return {"commits_per_task": None, "write_xacts_per_task": None,
+                    "wal_bytes_per_task": None, "wal_syncs_per_task": None}
+        return {
+            "commits_per_task": round(self.commits / tasks, 3),
+            "write_xacts_per_task": round(self.write_xacts / tasks, 3),
+            "wal_bytes_per_task": round(self.wal_bytes / tasks, 1),
+            "wal_syncs_per_task": round(self.wal_syncs / tasks, 3),
+        }
+
+
+async def snapshot(conn: asyncpg.Connection) -> Snapshot:
+    """Read every counter in one round of queries on an admin connection."""
+    rows = await conn.fetch(
+        "SELECT datname, xact_commit FROM pg_stat_database WHERE datname IS NOT NULL", timeout=10)
+    lsn = await conn.fetchval("SELECT (pg_current_wal_lsn() - '0/0'::pg_lsn)::bigint", timeout=10)
+    xid = await conn.fetchval("SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint", timeout=10)
+    wal = await conn.fetchrow("SELECT wal_sync, wal_records, wal_fpi FROM pg_stat_wal", timeout=10)
+    return Snapshot(at=time.monotonic(), xact_commit={r["datname"]: int(r["xact_commit"]) for r in rows},
+                    wal_lsn=int(lsn), next_xid=int(xid), wal_sync=int(wal["wal_sync"]),
+                    wal_records=int(wal["wal_records"]), wal_fpi=int(wal["wal_fpi"]))
+
+
+def delta(a: Snapshot, b: Snapshot, dbs: list[str]) -> Delta:
+    """b - a, with commits summed over `dbs` only."""
+    by_db = {d: b.xact_commit.get(d, 0) - a.xact_commit.get(d, 0) for d in dbs}
+    return Delta(seconds=b.at - a.at, commits=sum(by_db.values()), commits_by_db=by_db,
+                 write_xacts=b.next_xid - a.next_xid, wal_bytes=b.wal_lsn - a.wal_lsn,
+                 wal_syncs=b.wal_sync - a.wal_sync, wal_records=b.wal_records - a.wal_records,
+                 wal_fpi=b.wal_fpi - a.wal_fpi)
+
+
+async def settle(conn: asyncpg.Connection, dbs: list[str], *, quiet_s: float = 1.2,
+                 limit_s: float = 12.0) -> Snapshot:
+    """Wait (at most limit_s) until commits in `dbs` stop moving for quiet_s, then snapshot.
+
+    A platform that keeps polling never goes fully quiet; then we stop at the
+    limit or when the movement is only its idle trickle (< 50 commits/s).
+    """
+    deadline = time.monotonic() + limit_s
+    # Every backend flushes its pending stats within ~1 s of going idle.
+    await asyncio.sleep(1.1)
+    prev = await snapshot(conn)
+    while time.monotonic() < deadline:
+        await asyncio.sleep(quiet_s)
+        cur = await snapshot(conn)
+        moved = sum(cur.xact_commit.get(d, 0) - prev.xact_commit.get(d, 0) for d in dbs)
+        if moved / quiet_s < 50:
+            return cur
+        prev = cur
+    return await snapshot(conn)
+
+
+def percentiles(samples_ms: list[float]) -> dict[str, float | None]:
+    """p50/p90/p99/p999/max/mean by nearest rank (no interpolation)."""
+    if not samples_ms:
+        return {"p50": None, "p90": None, "p99": None, "p999": None, "max": None, "mean": None, "n": 0}
+    s = sorted(samples_ms)
+
+    def rank(q: float) -> float:
+        idx = min(len(s) - 1, max(0, int(q * len(s) + 0.999999) - 1))
+        return round(s[idx], 3)
+    return {"p50": rank(0.50), "p90": rank(0.90), "p99": rank(0.99), "p999": rank(0.999),
+            "max": round(s[-1], 3), "mean": round(sum(s) / len(s), 3), "n": len(s)}

@@ -1,0 +1,106 @@
+"""The benchmark's own Postgres cluster: durable settings, started in a temp
+folder, its effective configuration recorded, stopped by its postmaster PID."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import shutil
+import tempfile
+
+from ratchet.libs.pg.cluster import LocalCluster
+
+from loadtest.procs import Registry, proc_start_ticks, stop_pid
+
+# Durability stays on: the numbers must describe what a customer would run.
+BENCH_SETTINGS = {
+    "synchronous_commit": "on",
+    "fsync": "on",
+    "full_page_writes": "on",
+    "max_connections": "400",
+    "log_min_messages": "warning",
+}
+
+# The settings that move commit and claim throughput, printed with every run.
+REPORTED_SETTINGS = (
+    "server_version", "synchronous_commit", "fsync", "full_page_writes", "wal_sync_method",
+    "wal_level", "commit_delay", "commit_siblings", "wal_writer_delay", "wal_buffers",
+    "shared_buffers", "max_connections", "max_wal_size", "checkpoint_timeout",
+    "autovacuum", "autovacuum_naptime", "work_mem", "data_checksums", "jit",
+)
+
+
+class BenchPostgres:
+    """Start/stop one LocalCluster for a whole bench run."""
+
+    def __init__(self, registry: Registry, *, keep: bool = False, root: str | None = None):
+        self.registry = registry
+        self.keep = keep
+        self.root = pathlib.Path(root or tempfile.mkdtemp(prefix="ratchet-bench-pg-"))
+        os.chmod(self.root, 0o755)  # Postgres runs as an unprivileged user when we are root.
+        self.cluster = LocalCluster(self.root / "data", settings=BENCH_SETTINGS)
+        self.settings: dict[str, str] = {}
+
+    @property
+    def port(self) -> int:
+        return self.cluster.port
+
+    def dsn(self, dbname: str = "postgres") -> str:
+        return self.cluster.dsn(dbname)
+
+    def start(self) -> None:
+        """initdb, start, register the stop, and read back the effective settings."""
+        self.registry.add("bench postgres folder", self._remove_folder)
+        self.cluster.init()
+        self.cluster.start()
+        pid = self.cluster.postmaster_pid()
+        ticks = proc_start_ticks(pid) if pid else None
+        self.registry.add(f"bench postgres (postmaster {pid})", lambda: self._stop(pid, ticks))
+        self.settings = self.read_settings()
+
+    def _stop(self, pid: int | None, ticks: int | None) -> None:
+        self.cluster.stop(mode="fast", timeout=30)
+        if pid is not None:
+            outcome = stop_pid(pid, ticks, grace=10.0)
+            if outcome != "gone":
+                print(f"[cleanup] postmaster {pid}: {outcome}")
+
+    def _remove_folder(self) -> None:
+        if self.keep:
+            print(f"[cleanup] kept Postgres folder {self.root}")
+            return
+        shutil.rmtree(self.root, ignore_errors=True)
+
+    def read_settings(self) -> dict[str, str]:
+        """The effective values (with units) of REPORTED_SETTINGS."""
+        names = ",".join(f"'{n}'" for n in REPORTED_SETTINGS)
+        out = self.cluster.psql(
+            f"SELECT name || '=' || current_setting(name) FROM pg_settings WHERE name IN ({names}) ORDER BY name")
+        settings = {}
+        for line in out.splitlines():
+            if "=" in line:
+                k, v = line.split("=", 1)
+                settings[k] = v
+        return settings
+
+    def describe(self) -> str:
+        """Printable lines: where the cluster runs and its effective settings."""
+        lines = [f"bench Postgres: {self.cluster.bindir} port {self.port} data {self.cluster.data_dir}"]
+        lines += [f"  {k} = {v}" for k, v in self.settings.items()]
+        return "\n".join(lines)
+
+    def pgbench_path(self) -> str:
+        """pgbench from the cluster's bindir, else /usr/bin/pgbench."""
+        cand = self.cluster.bindir / "pgbench"
+        if cand.exists():
+            return str(cand)
+        found = shutil.which("pgbench")
+        if not found:
+            raise RuntimeError("pgbench not found: install the Debian package postgresql-contrib or postgresql-15")
+        return found
+
+    def psql(self, sql: str, dbname: str = "postgres") -> str:
+        return self.cluster.psql(sql, dbname)
+
+    def create_database(self, name: str) -> None:
+        self.cluster.create_database(name)
