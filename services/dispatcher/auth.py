@@ -1,0 +1,82 @@
+"""Host-agent authentication. Only host agents hold the dispatch credential
+(follow-up Q6): sandboxes never see it. Every DispatchService call must carry
+`authorization: Bearer <token>`; we keep only sha256 digests of the accepted
+tokens, so the config file does not hold a usable secret."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+from typing import Iterable, Sequence
+
+import grpc
+
+from ratchet.services.dispatcher.errors import Unauthenticated, grpc_status
+
+SERVICE_PREFIX = "/ratchet.internal.dispatcher.v1.DispatchService/"
+
+
+class TokenVerifier:
+    """Checks bearer tokens against a list of hex sha256 digests."""
+
+    def __init__(self, token_sha256: Iterable[str]):
+        self._digests = [bytes.fromhex(h) for h in token_sha256]
+        if not self._digests:
+            raise ValueError("at least one host-agent token digest is required")
+
+    def verify(self, metadata: Sequence[tuple[str, str | bytes]] | None) -> None:
+        """Return if the metadata carries an accepted token; raise Unauthenticated otherwise."""
+        header = None
+        for key, value in metadata or ():
+            if key.lower() == "authorization":
+                header = value.decode() if isinstance(value, bytes) else value
+                break
+        if header is None:
+            raise Unauthenticated("missing credentials: send metadata 'authorization: Bearer <host-agent token>'")
+        scheme, _, token = header.strip().partition(" ")
+        if scheme.lower() != "bearer" or not token.strip():
+            raise Unauthenticated("malformed authorization metadata: expected 'Bearer <host-agent token>'")
+        digest = hashlib.sha256(token.strip().encode()).digest()
+        # Compare against every digest so timing does not reveal which one matched.
+        ok = False
+        for known in self._digests:
+            ok |= hmac.compare_digest(digest, known)
+        if not ok:
+            raise Unauthenticated("host-agent token not accepted: check the token the agent was given")
+
+
+class AuthInterceptor(grpc.aio.ServerInterceptor):
+    """Refuses DispatchService calls without an accepted token; health and
+    reflection stay open so probes work without the credential."""
+
+    def __init__(self, verifier: TokenVerifier):
+        self._verifier = verifier
+
+    async def intercept_service(self, continuation, handler_call_details):
+        handler = await continuation(handler_call_details)
+        if handler is None or not handler_call_details.method.startswith(SERVICE_PREFIX):
+            return handler
+        try:
+            self._verifier.verify(handler_call_details.invocation_metadata)
+        except Unauthenticated as err:
+            return _refusal(handler, *grpc_status(err))
+        return handler
+
+
+def _refusal(handler: grpc.RpcMethodHandler, code: grpc.StatusCode, message: str) -> grpc.RpcMethodHandler:
+    """A handler of the same shape as `handler` that only aborts."""
+
+    async def abort_unary(request, context):
+        await context.abort(code, message)
+
+    async def abort_stream(request, context):
+        await context.abort(code, message)
+        yield  # pragma: no cover  (makes this an async generator, as the stream shape needs)
+
+    kwargs = dict(request_deserializer=handler.request_deserializer,
+                  response_serializer=handler.response_serializer)
+    if handler.request_streaming or handler.response_streaming:
+        if handler.request_streaming:
+            raise NotImplementedError("DispatchService has no client-streaming methods")
+        return grpc.unary_stream_rpc_method_handler(abort_stream, **kwargs)
+    return grpc.unary_unary_rpc_method_handler(abort_unary, **kwargs)

@@ -1,0 +1,47 @@
+"""Split a request's items by shard and put per-shard answers back in
+request order. Pure functions: no I/O."""
+
+from __future__ import annotations
+
+from typing import Callable, Mapping, Sequence, TypeVar
+
+from ratchet.services.dispatcher.errors import DispatcherError
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+class MismatchedAnswer(DispatcherError):
+    """History answered a different number of results than items it was sent."""
+
+
+def group_by_shard(items: Sequence[T], shard_of: Callable[[T], int]) -> dict[int, list[int]]:
+    """Indices of `items` per shard, each list in request order; shards in
+    order of first appearance."""
+    groups: dict[int, list[int]] = {}
+    for i, item in enumerate(items):
+        groups.setdefault(shard_of(item), []).append(i)
+    return groups
+
+
+def pick(items: Sequence[T], indices: Sequence[int]) -> list[T]:
+    """The items at `indices`, in that order."""
+    return [items[i] for i in indices]
+
+
+def merge_in_order(total: int, groups: Mapping[int, Sequence[int]],
+                   answers: Mapping[int, Sequence[R]]) -> list[R]:
+    """One answer per request item, in request order. `answers[shard][k]`
+    answers item `groups[shard][k]`."""
+    merged: list[R | None] = [None] * total
+    for shard, indices in groups.items():
+        answer = answers[shard]
+        if len(answer) != len(indices):
+            raise MismatchedAnswer(f"history answered {len(answer)} results for {len(indices)} items "
+                                   f"on shard {shard}")
+        for index, value in zip(indices, answer):
+            merged[index] = value
+    missing = [i for i, v in enumerate(merged) if v is None]
+    if missing:
+        raise MismatchedAnswer(f"no answer for request items {missing[:10]}")
+    return merged  # type: ignore[return-value]  # every slot was filled, checked just above

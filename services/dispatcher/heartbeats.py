@@ -1,0 +1,64 @@
+"""Heartbeats: extend every lease an agent holds, one RecordHeartbeats call
+per shard, all shards at once, answers in request order.
+
+A shard whose call fails transiently answers its leases CONTINUE with the
+reason "shard unavailable, lease unchanged". That is safe because the lease
+is fenced at the data, not here: the lease was not extended, so if the shard
+stays away past the lease's expiry history's timer expires it and bumps the
+epoch; the agent's next heartbeat then answers LEASE_LOST and any completion
+it sends carries a stale epoch and is rejected with no effect. The cost of a
+brief shard blip is therefore at most a duplicate run explained by lease
+expiry (the at-least-once contract), never a lost or forked task; answering
+CANCEL or LEASE_LOST instead would kill healthy work over a blip. Only when
+every shard failed does the call fail with UNAVAILABLE, so the agent retries.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Sequence
+
+from ratchet.internal.history.v1 import history_pb2 as hpb
+from ratchet.services.dispatcher.errors import CallUnavailable, ShardUnavailable
+from ratchet.services.dispatcher.grouping import group_by_shard, merge_in_order, pick
+from ratchet.services.dispatcher.history_client import HistoryClient
+
+log = logging.getLogger(__name__)
+
+UNCHANGED_REASON = "shard unavailable, lease unchanged"
+
+
+def unchanged(leases: Sequence[hpb.LeaseRef]) -> list[hpb.HeartbeatResult]:
+    """CONTINUE answers for leases whose shard could not be reached."""
+    return [hpb.HeartbeatResult(task_id=ref.task_id, lease_epoch=ref.lease_epoch,
+                                action=hpb.LEASE_ACTION_CONTINUE, reason=UNCHANGED_REASON)
+            for ref in leases]
+
+
+async def record_heartbeats(history: HistoryClient, leases: Sequence[hpb.LeaseRef]) -> list[hpb.HeartbeatResult]:
+    """One HeartbeatResult per lease, in request order."""
+    if not leases:
+        return []
+    groups = group_by_shard(leases, lambda ref: ref.shard_id)
+    shards = list(groups)
+    outcomes = await asyncio.gather(
+        *(history.record_heartbeats(shard, pick(leases, groups[shard])) for shard in shards),
+        return_exceptions=True)
+    answers: dict[int, Sequence[hpb.HeartbeatResult]] = {}
+    failed: list[ShardUnavailable] = []
+    for shard, outcome in zip(shards, outcomes):
+        if isinstance(outcome, ShardUnavailable):
+            failed.append(outcome)
+            answers[shard] = unchanged(pick(leases, groups[shard]))
+        elif isinstance(outcome, BaseException):
+            raise outcome
+        else:
+            answers[shard] = outcome.results
+    if len(failed) == len(shards):
+        raise CallUnavailable(f"no lease was extended: {'; '.join(str(e) for e in failed)}")
+    for err in failed:
+        log.warning("heartbeats for shard %d not recorded (%s); answered CONTINUE, lease unchanged",
+                    err.shard_id, err)
+    return merge_in_order(len(leases), groups, answers)
+

@@ -1,0 +1,86 @@
+"""The dispatcher's only way to touch task state: history's batch RPCs over
+gRPC, each with a deadline, failures classified into domain errors."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import AsyncIterator, Sequence
+
+import grpc
+from google.protobuf import duration_pb2
+
+from ratchet.internal.history.v1 import history_pb2 as hpb
+from ratchet.internal.history.v1 import history_pb2_grpc as hgrpc
+from ratchet.services.dispatcher.errors import from_rpc_error
+
+
+def duration(seconds: float) -> duration_pb2.Duration:
+    """A protobuf Duration of `seconds`."""
+    d = duration_pb2.Duration()
+    d.FromNanoseconds(int(round(seconds * 1e9)))
+    return d
+
+
+class HistoryClient:
+    """Typed wrappers over HistoryService for one dispatcher process.
+
+    `reachable` is set after the first call history answers (successfully or
+    with a refusal: either way it is up), which drives the health status.
+    """
+
+    def __init__(self, channel: grpc.aio.Channel, rpc_timeout_s: float, lease_duration_s: float):
+        self._stub = hgrpc.HistoryServiceStub(channel)
+        self.rpc_timeout_s = rpc_timeout_s
+        self._lease = duration(lease_duration_s)
+        self.reachable = asyncio.Event()
+
+    async def _call(self, shard_id: int, method, request, timeout: float | None):
+        try:
+            response = await method(request, timeout=timeout or self.rpc_timeout_s)
+        except grpc.aio.AioRpcError as err:
+            if err.code() not in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED,
+                                  grpc.StatusCode.CANCELLED):
+                self.reachable.set()
+            raise from_rpc_error(shard_id, err) from None
+        self.reachable.set()
+        return response
+
+    async def lease_tasks(self, shard_id: int, worker_id: str, max_tasks: int, app_ids: Sequence[str],
+                          tenant_cursor: str, timeout: float | None = None) -> hpb.LeaseTasksResponse:
+        """Lease up to max_tasks ready tasks of shard_id, round-robin after tenant_cursor."""
+        request = hpb.LeaseTasksRequest(shard_id=shard_id, worker_id=worker_id, max_tasks=max_tasks,
+                                        app_ids=list(app_ids), tenant_cursor=tenant_cursor,
+                                        lease_duration=self._lease)
+        return await self._call(shard_id, self._stub.LeaseTasks, request, timeout)
+
+    async def record_heartbeats(self, shard_id: int, leases: Sequence[hpb.LeaseRef]) -> hpb.RecordHeartbeatsResponse:
+        """Extend the given leases of shard_id by the configured lease duration."""
+        request = hpb.RecordHeartbeatsRequest(shard_id=shard_id, leases=list(leases), lease_duration=self._lease)
+        return await self._call(shard_id, self._stub.RecordHeartbeats, request, None)
+
+    async def complete_tasks(self, shard_id: int, completions: Sequence[hpb.Completion]) -> hpb.CompleteTasksResponse:
+        """Apply attempt outcomes on shard_id in one history transaction."""
+        request = hpb.CompleteTasksRequest(shard_id=shard_id, completions=list(completions))
+        return await self._call(shard_id, self._stub.CompleteTasks, request, None)
+
+    async def fire_timers(self, shard_id: int, max_timers: int) -> hpb.FireTimersResponse:
+        """Fire up to max_timers due timers of shard_id."""
+        request = hpb.FireTimersRequest(shard_id=shard_id, max_timers=max_timers)
+        return await self._call(shard_id, self._stub.FireTimers, request, None)
+
+    async def watch_ready(self, shard_ids: Sequence[int], timeout: float) -> AsyncIterator[int]:
+        """Yield shard ids as history reports ready work; ends when the stream does.
+
+        Errors come out as ShardUnavailable/HistoryRejected for the first shard.
+        The stream carries a (long) deadline too, so a silently dead peer is
+        noticed and the watch reconnects.
+        """
+        call = self._stub.WatchReady(hpb.WatchReadyRequest(shard_ids=list(shard_ids)), timeout=timeout)
+        try:
+            async for event in call:
+                self.reachable.set()
+                yield event.shard_id
+        except grpc.aio.AioRpcError as err:
+            raise from_rpc_error(shard_ids[0] if shard_ids else -1, err) from None
+        finally:
+            call.cancel()

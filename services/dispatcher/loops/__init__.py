@@ -1,0 +1,1 @@
+"""Background loops of the dispatcher, one file per loop."""

@@ -1,0 +1,109 @@
+"""Where long polls wait for work, and who of them goes next.
+
+Polls are grouped by the apps they accept (their "class"): polls of one class
+compete for the same tasks, polls of different classes may not. Within a class
+they wait in arrival order. A ready signal for a shard wakes only the head of
+each class, not every parked poll: one LeaseTasks call per class per signal
+instead of a thundering herd. If the head leased tasks and the shard said it
+holds more, the head passes the signal on to the next in line when it leaves
+(a baton), so a burst is spread over the waiting polls in FIFO order. A busy
+agent that polls again joins the back of the line, behind agents that have
+been waiting, so it cannot starve them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+from typing import Iterable
+
+PollClass = frozenset[str]
+
+
+class Waiter:
+    """One parked poll: the shards it was signalled about, and a wake-up event."""
+
+    __slots__ = ("poll_class", "signalled", "_event", "_lot")
+
+    def __init__(self, lot: "ParkingLot", poll_class: PollClass):
+        self.poll_class = poll_class
+        self.signalled: set[int] = set()
+        self._event = asyncio.Event()
+        self._lot = lot
+
+    def _wake(self, shards: Iterable[int]) -> None:
+        self.signalled.update(shards)
+        self._event.set()
+
+    async def wait(self, timeout: float) -> set[int] | None:
+        """The shards signalled since the last wait (consumed), or None when
+        the timeout passed or the lot closed with nothing signalled."""
+        if not self.signalled and not self._lot.closed:
+            try:
+                await asyncio.wait_for(self._event.wait(), max(0.0, timeout))
+            except asyncio.TimeoutError:
+                return None
+        self._event.clear()
+        if self._lot.closed:
+            return None
+        shards, self.signalled = self.signalled, set()
+        return shards
+
+    @property
+    def is_head(self) -> bool:
+        """True when no poll of this class is ahead of this one."""
+        queue = self._lot._queues.get(self.poll_class)
+        return bool(queue) and queue[0] is self
+
+
+class ParkingLot:
+    """FIFO queues of parked polls, one per poll class."""
+
+    def __init__(self) -> None:
+        self._queues: dict[PollClass, collections.deque[Waiter]] = {}
+        self.closed = False
+
+    def park(self, poll_class: PollClass) -> Waiter:
+        """Join the back of the class's line."""
+        waiter = Waiter(self, poll_class)
+        self._queues.setdefault(poll_class, collections.deque()).append(waiter)
+        return waiter
+
+    def leave(self, waiter: Waiter, pass_on: Iterable[int] = ()) -> None:
+        """Remove a waiter. Signals it did not act on, plus `pass_on` (shards
+        that still hold work), go to the next head so no wake-up is lost."""
+        queue = self._queues.get(waiter.poll_class)
+        if queue is None:
+            return
+        was_head = bool(queue) and queue[0] is waiter
+        try:
+            queue.remove(waiter)
+        except ValueError:
+            return
+        baton = set(pass_on) | waiter.signalled
+        waiter.signalled = set()
+        if not queue:
+            del self._queues[waiter.poll_class]
+        elif baton and (was_head or pass_on):
+            queue[0]._wake(baton)
+
+    def signal(self, shards: Iterable[int]) -> None:
+        """Shards may hold ready work: wake the head of every class."""
+        shards = set(shards)
+        if not shards:
+            return
+        for queue in self._queues.values():
+            queue[0]._wake(shards)
+
+    def parked(self, poll_class: PollClass | None = None) -> int:
+        """How many polls wait (in one class, or in all)."""
+        if poll_class is not None:
+            return len(self._queues.get(poll_class, ()))
+        return sum(len(q) for q in self._queues.values())
+
+    def close(self) -> None:
+        """Shutting down: every parked poll returns empty at once."""
+        self.closed = True
+        for queue in self._queues.values():
+            for waiter in queue:
+                waiter._event.set()

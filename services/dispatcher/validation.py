@@ -1,0 +1,77 @@
+"""Checks on DispatchService requests. Bad input is refused whole with a
+message that says which field is wrong and how to fix it; nothing is sent to
+history for a refused request."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from ratchet.internal.dispatcher.v1 import dispatcher_pb2 as dpb
+from ratchet.internal.history.v1 import history_pb2 as hpb
+from ratchet.services.dispatcher.config import MAX_POLL_WAIT_S
+from ratchet.services.dispatcher.errors import InvalidRequest
+from ratchet.services.dispatcher.polling import PollSpec
+
+MAX_CAPACITY = 1000
+MAX_APP_IDS = 100
+MAX_ID_CHARS = 200
+# An agent heartbeats every lease it holds in one call; capacity per poll is
+# at most 1,000 but an agent holds the leases of many polls.
+MAX_LEASES = 10_000
+MAX_COMPLETIONS = 1000
+
+
+def poll_spec(request: dpb.PollRequest, default_wait_s: float) -> PollSpec:
+    """A PollSpec from a request, or InvalidRequest naming the bad field."""
+    _check_id("worker_id", request.worker_id)
+    if not 1 <= request.capacity <= MAX_CAPACITY:
+        raise InvalidRequest(f"capacity must be 1..{MAX_CAPACITY} free task slots, got {request.capacity}")
+    if len(request.app_ids) > MAX_APP_IDS:
+        raise InvalidRequest(f"app_ids lists {len(request.app_ids)} apps; at most {MAX_APP_IDS}, "
+                             "or none to accept any app")
+    for i, app_id in enumerate(request.app_ids):
+        _check_id(f"app_ids[{i}]", app_id)
+    wait_s = default_wait_s
+    if request.HasField("max_wait"):
+        wait = request.max_wait
+        if wait.seconds < 0 or wait.nanos < 0 or wait.nanos >= 1_000_000_000:
+            raise InvalidRequest(f"max_wait must be a non-negative duration, got {wait.seconds}s {wait.nanos}ns")
+        wait_s = wait.seconds + wait.nanos / 1e9
+        if wait_s > MAX_POLL_WAIT_S:
+            raise InvalidRequest(f"max_wait must be at most {MAX_POLL_WAIT_S:g}s, got {wait_s:g}s; "
+                                 "poll again instead of waiting longer")
+    return PollSpec(request.worker_id, request.capacity, tuple(dict.fromkeys(request.app_ids)), wait_s)
+
+
+def leases(refs: Sequence[hpb.LeaseRef]) -> None:
+    """Refuse a heartbeat whose lease references are malformed."""
+    if len(refs) > MAX_LEASES:
+        raise InvalidRequest(f"leases lists {len(refs)} leases; send at most {MAX_LEASES} per call")
+    for i, ref in enumerate(refs):
+        _check_ref(f"leases[{i}]", ref.shard_id, ref.task_id, ref.lease_epoch)
+
+
+def completions(items: Sequence[hpb.Completion]) -> None:
+    """Refuse a completion request with a malformed item."""
+    if len(items) > MAX_COMPLETIONS:
+        raise InvalidRequest(f"completions lists {len(items)} items; send at most {MAX_COMPLETIONS} per call")
+    for i, item in enumerate(items):
+        _check_ref(f"completions[{i}]", item.shard_id, item.task_id, item.lease_epoch)
+        if item.outcome == hpb.COMPLETION_OUTCOME_UNSPECIFIED:
+            raise InvalidRequest(f"completions[{i}].outcome must be set (SUCCEEDED, FAILED, CANCELED or CRASHED)")
+
+
+def _check_id(name: str, value: str) -> None:
+    if not value:
+        raise InvalidRequest(f"{name} must not be empty")
+    if len(value) > MAX_ID_CHARS:
+        raise InvalidRequest(f"{name} is {len(value)} characters; at most {MAX_ID_CHARS}")
+
+
+def _check_ref(name: str, shard_id: int, task_id: str, lease_epoch: int) -> None:
+    if shard_id < 0:
+        raise InvalidRequest(f"{name}.shard_id must be >= 0, got {shard_id}; use the shard_id of the LeasedTask")
+    _check_id(f"{name}.task_id", task_id)
+    if lease_epoch < 1:
+        raise InvalidRequest(f"{name}.lease_epoch must be >= 1, got {lease_epoch}; use the lease_epoch "
+                             "of the LeasedTask")
