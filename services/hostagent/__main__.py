@@ -1,0 +1,42 @@
+"""`python -m ratchet.services.hostagent --config FILE`: run a host agent
+until SIGTERM or SIGINT."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+
+from ratchet.libs.config import ConfigError, describe
+from ratchet.libs.rpc.server import run_until_signal, setup_logging
+from ratchet.services.hostagent.config import ENV_PREFIX, HostAgentConfig, load
+from ratchet.services.hostagent.server import HostAgent
+
+
+async def _serve(config: HostAgentConfig, stop: asyncio.Event) -> None:
+    agent = HostAgent(config)
+    await agent.start()
+    await stop.wait()
+    await agent.stop()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point; exit status 2 on a bad configuration."""
+    parser = argparse.ArgumentParser(
+        prog="python -m ratchet.services.hostagent",
+        description=f"Ratchet host agent. Config fields (env {ENV_PREFIX}<FIELD>):\n{describe(HostAgentConfig)}",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--config", help="JSON config file")
+    args = parser.parse_args(argv)
+    try:
+        config = load(args.config)
+    except ConfigError as e:
+        print(f"hostagent: {e}", file=sys.stderr)
+        return 2
+    setup_logging("hostagent", config.log_level)
+    asyncio.run(run_until_signal(lambda stop: _serve(config, stop)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,209 @@
+"""The agent's leases: run each leased task in a sandbox, act on heartbeat
+answers, and hand outcomes to the completion sender.
+
+Slots: a lease holds a slot from the moment it is accepted until its
+sandbox run ends. Its lease stays held (and heartbeated) until the
+dispatcher has answered its completion, so a slow completion never lets the
+lease expire under a finished task.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+from typing import Callable
+
+from ratchet.internal.history.v1 import history_pb2
+from ratchet.services.hostagent import outcomes
+from ratchet.services.hostagent.bundles import BundleStore
+from ratchet.services.hostagent.control import Deployments
+from ratchet.services.hostagent.errors import task_error_for
+from ratchet.services.hostagent.pool import SandboxPool
+from ratchet.services.hostagent.sandboxes import Sandbox
+
+log = logging.getLogger(__name__)
+
+# Used when a CANCEL carries no kill_after: the platform's default grace.
+DEFAULT_KILL_AFTER_S = 30.0
+
+
+@dataclasses.dataclass(eq=False)
+class Lease:
+    """A task the agent holds a lease on."""
+
+    task: history_pb2.LeasedTask
+    running: bool = True  # holds a slot; False once its completion is queued
+    sandbox: Sandbox | None = None
+    cancel_requested: bool = False
+    lost: bool = False  # LEASE_LOST, or killed after the cancel grace: discard the outcome
+    kill_deadline: float | None = None
+    kill_timer: asyncio.TimerHandle | None = None
+
+    def ref(self) -> history_pb2.LeaseRef:
+        return history_pb2.LeaseRef(shard_id=self.task.shard_id, task_id=self.task.task_id,
+                                    lease_epoch=self.task.lease_epoch)
+
+
+class Agent:
+    """Runs leased tasks in sandboxes of their app's active version."""
+
+    def __init__(self, *, capacity: int, deployments: Deployments, bundles: BundleStore, pool: SandboxPool,
+                 submit: Callable[[history_pb2.Completion], None]):
+        self.capacity = capacity
+        self._deployments, self._bundles, self._pool, self._submit = deployments, bundles, pool, submit
+        self._leases: dict[str, Lease] = {}
+        self._slot_freed = asyncio.Event()
+        self._runs: set[asyncio.Task] = set()
+
+    def free_slots(self) -> int:
+        """Slots not taken by a running task."""
+        return self.capacity - sum(1 for lease in self._leases.values() if lease.running)
+
+    async def wait_for_slot(self) -> None:
+        """Return once a slot may have freed up."""
+        self._slot_freed.clear()
+        if self.free_slots() <= 0:
+            await self._slot_freed.wait()
+
+    def lease_refs(self) -> list[history_pb2.LeaseRef]:
+        """Every lease held, for the heartbeat."""
+        return [lease.ref() for lease in self._leases.values()]
+
+    def running(self) -> int:
+        return self.capacity - self.free_slots()
+
+    def accept(self, task: history_pb2.LeasedTask) -> None:
+        """Start running a task the dispatcher leased to this agent."""
+        old = self._leases.get(task.task_id)
+        if old is not None:
+            if old.task.lease_epoch >= task.lease_epoch:
+                log.warning("ignoring stale lease of task %s epoch %d", task.task_id, task.lease_epoch)
+                return
+            self._lose(old, f"superseded by lease epoch {task.lease_epoch}")
+        lease = Lease(task)
+        self._leases[task.task_id] = lease
+        run = asyncio.ensure_future(self._run(lease))
+        self._runs.add(run)
+        run.add_done_callback(self._runs.discard)
+
+    async def _prepare(self, task: history_pb2.LeasedTask) -> Sandbox:
+        deployment = await self._deployments.active(task.app_id)
+        bundle_dir = await self._bundles.ensure(deployment.digest)
+        return await self._pool.acquire(task.app_id, deployment.digest, deployment.module, bundle_dir)
+
+    async def _run(self, lease: Lease) -> None:
+        task = lease.task
+        try:
+            sandbox = await self._prepare(task)
+        except Exception as e:  # noqa: BLE001 -- any failure to set up becomes the attempt's error
+            error_class, message = task_error_for(e)
+            log.warning("task %s: cannot run attempt %d: %s: %s", task.task_id, task.attempt, error_class, message)
+            if not lease.lost:
+                self._complete(lease, outcomes.failed(task, error_class, message))
+            return
+        if lease.lost:
+            self._pool.release(sandbox)
+            return
+        lease.sandbox = sandbox
+        end = await sandbox.run(self._run_frame(task), cancel=lease.cancel_requested)
+        lease.sandbox = None
+        if lease.lost:
+            sandbox.kill()  # it may have answered just before the kill: never reuse it
+            return
+        completion = outcomes.from_end(task, end, sandbox.log_tail() if end.done is None else "")
+        if end.done is not None and completion.error.error_class != outcomes.SANDBOX_PROTOCOL:
+            self._pool.release(sandbox)
+        else:
+            sandbox.kill()
+            log.warning("task %s: %s", task.task_id, completion.error.message)
+        self._complete(lease, completion)
+
+    @staticmethod
+    def _run_frame(task: history_pb2.LeasedTask) -> dict:
+        # Only what the handler needs: no lease id, no shard, no credential.
+        return {"type": "run", "task_id": task.task_id, "attempt": task.attempt,
+                "max_attempts": task.max_attempts, "lease_epoch": task.lease_epoch,
+                "task_type": task.task_type, "payload": task.payload_json.decode("utf-8", "replace")}
+
+    def _complete(self, lease: Lease, completion: history_pb2.Completion) -> None:
+        self._disarm(lease)
+        lease.running = False
+        self._slot_freed.set()
+        self._submit(completion)
+
+    def settled(self, task_id: str, lease_epoch: int) -> None:
+        """The dispatcher answered (or we gave up on) this lease's completion."""
+        lease = self._leases.get(task_id)
+        if lease is not None and lease.task.lease_epoch == lease_epoch and not lease.running:
+            del self._leases[task_id]
+
+    def on_heartbeat(self, result: history_pb2.HeartbeatResult) -> None:
+        """Act on the dispatcher's answer for one lease."""
+        lease = self._leases.get(result.task_id)
+        if lease is None or lease.task.lease_epoch != result.lease_epoch:
+            return
+        if result.action == history_pb2.LEASE_ACTION_LEASE_LOST:
+            self._lose(lease, result.reason or "lease lost")
+        elif result.action == history_pb2.LEASE_ACTION_CANCEL and lease.running:
+            kill_after = (result.kill_after.ToTimedelta().total_seconds() if result.HasField("kill_after")
+                          else DEFAULT_KILL_AFTER_S)
+            self._cancel(lease, kill_after, result.reason)
+
+    def _cancel(self, lease: Lease, kill_after: float, reason: str) -> None:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + max(0.0, kill_after)
+        if not lease.cancel_requested:
+            lease.cancel_requested = True
+            log.info("task %s: cancel (%s); kill in %.3gs", lease.task.task_id, reason or "requested", kill_after)
+            if lease.sandbox is not None:
+                lease.sandbox.send({"type": "cancel", "task_id": lease.task.task_id})
+        if lease.kill_deadline is None or deadline < lease.kill_deadline:
+            if lease.kill_timer:
+                lease.kill_timer.cancel()
+            lease.kill_deadline = deadline
+            lease.kill_timer = loop.call_at(deadline, self._lose, lease, "handler ignored cancel past kill_after")
+
+    def _disarm(self, lease: Lease) -> None:
+        if lease.kill_timer is not None:
+            lease.kill_timer.cancel()
+            lease.kill_timer = None
+
+    def _lose(self, lease: Lease, reason: str) -> None:
+        """Stop a task whose outcome no longer counts: kill its sandbox, forget the lease."""
+        self._disarm(lease)
+        if self._leases.get(lease.task.task_id) is lease:
+            del self._leases[lease.task.task_id]
+        if lease.lost:
+            return
+        lease.lost = True
+        log.warning("task %s epoch %d: %s; discarding its outcome", lease.task.task_id, lease.task.lease_epoch,
+                    reason)
+        if lease.sandbox is not None:
+            lease.sandbox.kill()
+        if lease.running:
+            lease.running = False
+            self._slot_freed.set()
+
+    async def drain(self, timeout_s: float) -> None:
+        """Wait up to timeout_s for running tasks to end (used on shutdown)."""
+        deadline = asyncio.get_running_loop().time() + timeout_s
+        while self.running() > 0:
+            left = deadline - asyncio.get_running_loop().time()
+            if left <= 0:
+                return
+            self._slot_freed.clear()
+            try:
+                await asyncio.wait_for(self._slot_freed.wait(), left)
+            except asyncio.TimeoutError:
+                return
+
+    async def close(self) -> None:
+        """Abandon every lease (they expire on the server) and stop the runs."""
+        for lease in list(self._leases.values()):
+            self._disarm(lease)
+            lease.lost = True
+        self._leases.clear()
+        for run in list(self._runs):
+            run.cancel()
+        await asyncio.gather(*self._runs, return_exceptions=True)

@@ -1,0 +1,1 @@
+"""Background loops of the host agent, one per file: poll, heartbeat, completions."""

@@ -1,0 +1,93 @@
+"""Turn what a sandbox said (or how it died) into a Completion for the dispatcher.
+
+The stub is customer code's neighbour, so its "done" frame is checked like
+untrusted input: it can only decide the outcome of the task it was handed.
+"""
+
+from __future__ import annotations
+
+from google.protobuf import duration_pb2
+
+from ratchet.api.tasks.v1 import tasks_pb2
+from ratchet.internal.history.v1 import history_pb2
+from ratchet.sandbox.execute import MAX_MESSAGE_CHARS, MAX_RESULT_BYTES, MAX_STACK_CHARS
+from ratchet.services.hostagent.errors import SANDBOX_CRASHED, SANDBOX_PROTOCOL
+from ratchet.services.hostagent.sandboxes import RunEnd, describe_exit
+
+_OUTCOMES = {
+    "succeeded": history_pb2.COMPLETION_OUTCOME_SUCCEEDED,
+    "failed": history_pb2.COMPLETION_OUTCOME_FAILED,
+    "canceled": history_pb2.COMPLETION_OUTCOME_CANCELED,
+}
+
+
+class BadDone(ValueError):
+    """A done frame that does not follow the protocol."""
+
+
+def _base(task: history_pb2.LeasedTask) -> history_pb2.Completion:
+    return history_pb2.Completion(shard_id=task.shard_id, task_id=task.task_id, lease_epoch=task.lease_epoch)
+
+
+def failed(task: history_pb2.LeasedTask, error_class: str, message: str, *, stack: str = "",
+           fatal: bool = False, crashed: bool = False) -> history_pb2.Completion:
+    """A FAILED (or CRASHED) completion decided by the agent itself."""
+    c = _base(task)
+    c.outcome = history_pb2.COMPLETION_OUTCOME_CRASHED if crashed else history_pb2.COMPLETION_OUTCOME_FAILED
+    c.error.CopyFrom(tasks_pb2.TaskError(error_class=error_class, message=message, stack=stack))
+    c.fatal = fatal
+    return c
+
+
+def _error(raw: object) -> tasks_pb2.TaskError:
+    if not isinstance(raw, dict):
+        raise BadDone("error must be an object")
+    fields = {k: raw.get(k) or "" for k in ("error_class", "message", "stack")}
+    if not all(isinstance(v, str) for v in fields.values()):
+        raise BadDone("error fields must be strings")
+    return tasks_pb2.TaskError(error_class=fields["error_class"][:200] or "Exception",
+                               message=fields["message"][:MAX_MESSAGE_CHARS],
+                               stack=fields["stack"][-MAX_STACK_CHARS:])
+
+
+def from_done(task: history_pb2.LeasedTask, done: dict) -> history_pb2.Completion:
+    """The completion a done frame reports; BadDone if it breaks the protocol."""
+    outcome = _OUTCOMES.get(done.get("outcome"))
+    if outcome is None:
+        raise BadDone(f"unknown outcome {done.get('outcome')!r}")
+    c = _base(task)
+    c.outcome = outcome
+    result = done.get("result")
+    if result is not None:
+        if not isinstance(result, str):
+            raise BadDone("result must be JSON text")
+        data = result.encode("utf-8")
+        if len(data) > MAX_RESULT_BYTES:
+            return failed(task, "ResultTooLarge", f"the handler's result is {len(data)} bytes of JSON, over "
+                          f"the {MAX_RESULT_BYTES}-byte limit", fatal=True)
+        c.result_json = data
+    if done.get("error") is not None:
+        c.error.CopyFrom(_error(done["error"]))
+    c.fatal = bool(done.get("fatal"))
+    retry_after = done.get("retry_after_s")
+    if retry_after is not None:
+        if not isinstance(retry_after, (int, float)) or retry_after < 0:
+            raise BadDone("retry_after_s must be a non-negative number")
+        c.retry_after.CopyFrom(duration_pb2.Duration(seconds=int(retry_after),
+                                                     nanos=int((retry_after % 1) * 1e9)))
+    return c
+
+
+def from_end(task: history_pb2.LeasedTask, end: RunEnd, log_tail: str = "") -> history_pb2.Completion:
+    """The completion for a run that ended with a done frame or a dead sandbox."""
+    if end.done is not None:
+        try:
+            return from_done(task, end.done)
+        except BadDone as e:
+            return failed(task, SANDBOX_PROTOCOL, f"the sandbox answered with an invalid done frame: {e}")
+    if end.protocol_error:
+        return failed(task, SANDBOX_PROTOCOL, f"the sandbox broke the protocol and was killed: "
+                      f"{end.protocol_error}", crashed=True)
+    stack = f"last output of the sandbox:\n{log_tail}" if log_tail else ""
+    return failed(task, SANDBOX_CRASHED, f"sandbox process exited with {describe_exit(end.exit_status)} "
+                  f"while running the handler", stack=stack, crashed=True)

@@ -1,0 +1,274 @@
+"""One sandbox: a separate OS process running `python -m ratchet.sandbox run`,
+connected to the agent over a private Unix socket.
+
+The process gets a scrubbed environment (PATH, LANG, a private HOME and
+TMPDIR, nothing else of the agent's), its own process group, and
+PR_SET_PDEATHSIG=SIGKILL so it dies with the agent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ctypes
+import dataclasses
+import logging
+import os
+import pathlib
+import shutil
+import signal
+import socket
+import struct
+import subprocess
+import uuid
+
+from ratchet.sandbox.protocol import ProtocolError, encode, read_frame
+from ratchet.services.hostagent.errors import SandboxStartFailed
+
+log = logging.getLogger(__name__)
+
+PR_SET_PDEATHSIG = 1
+LOG_TAIL_BYTES = 2048
+STOP_GRACE_S = 1.0
+
+# Loaded before any fork: the child must not dlopen between fork and exec.
+_LIBC = ctypes.CDLL(None, use_errno=True)
+
+
+@dataclasses.dataclass
+class RunEnd:
+    """How a run request ended: a "done" frame, or the process went away."""
+
+    done: dict | None = None
+    exit_status: int | None = None
+    protocol_error: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class SandboxDirs:
+    """Where sandboxes keep their sockets, homes and output logs."""
+
+    sockets: pathlib.Path
+    homes: pathlib.Path
+    logs: pathlib.Path
+
+    @classmethod
+    def under(cls, work_dir: pathlib.Path) -> "SandboxDirs":
+        dirs = cls(work_dir / "sockets", work_dir / "homes", work_dir / "logs")
+        for d in (dirs.sockets, dirs.homes, dirs.logs):
+            d.mkdir(parents=True, exist_ok=True)
+            os.chmod(d, 0o700)
+        return dirs
+
+
+def sandbox_env(home: pathlib.Path) -> dict[str, str]:
+    """The whole environment of a sandbox: nothing secret can leak through it."""
+    env = {"PATH": os.environ.get("PATH", os.defpath), "HOME": str(home), "TMPDIR": str(home / "tmp"),
+           "PYTHONUNBUFFERED": "1", "PYTHONDONTWRITEBYTECODE": "1"}
+    if "LANG" in os.environ:
+        env["LANG"] = os.environ["LANG"]
+    return env
+
+
+def _preexec(parent_pid: int):
+    def run_in_child() -> None:
+        os.setpgid(0, 0)
+        _LIBC.prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+        if os.getppid() != parent_pid:  # the agent died before prctl took effect
+            os._exit(1)
+    return run_in_child
+
+
+def describe_exit(status: int | None) -> str:
+    """'signal 9 (SIGKILL)' or 'status 3'."""
+    if status is None:
+        return "an unknown status"
+    if status < 0:
+        try:
+            name = signal.Signals(-status).name
+        except ValueError:
+            name = "unknown"
+        return f"signal {-status} ({name})"
+    return f"status {status}"
+
+
+class Sandbox:
+    """A sandbox process for one (app, version). `run` sends one task at a time."""
+
+    def __init__(self, *, app_id: str, digest: str, module: str, bundle_dir: pathlib.Path, dirs: SandboxDirs):
+        self.sandbox_id = uuid.uuid4().hex[:12]
+        self.app_id, self.digest, self.module, self.bundle_dir = app_id, digest, module, bundle_dir
+        self._dirs = dirs
+        self.home = dirs.homes / self.sandbox_id
+        self.log_path = dirs.logs / f"{self.sandbox_id}.log"
+        self.process: asyncio.subprocess.Process | None = None
+        self.handlers: list[str] = []
+        self.task_id = ""  # the task it runs, for ListSandboxes
+        self.attempt = 0
+        self.last_handler_beat: float | None = None
+        self.exit_status: int | None = None
+        self.exited = asyncio.Event()
+        self._writer: asyncio.StreamWriter | None = None
+        self._ready: asyncio.Future | None = None
+        self._run: asyncio.Future | None = None
+        self._protocol_error: str | None = None
+        self._tasks: list[asyncio.Task] = []
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid if self.process else 0
+
+    @property
+    def alive(self) -> bool:
+        return self.process is not None and not self.exited.is_set()
+
+    async def start(self, python: str, timeout_s: float) -> None:
+        """Spawn the process and wait for its ready frame; SandboxStartFailed otherwise."""
+        loop = asyncio.get_running_loop()
+        self._ready = loop.create_future()
+        # Nobody may be waiting any more when a late exit fails it: mark the error as seen.
+        self._ready.add_done_callback(lambda f: f.cancelled() or f.exception())
+        connected: asyncio.Future = loop.create_future()
+        sock_path = self._dirs.sockets / f"{self.sandbox_id}.sock"
+        server = await asyncio.start_unix_server(
+            lambda r, w: connected.set_result((r, w)) if not connected.done() else w.close(), path=str(sock_path))
+        os.chmod(sock_path, 0o600)
+        try:
+            await self._spawn(python, sock_path)
+            await asyncio.wait_for(self._handshake(connected), timeout_s)
+        except asyncio.TimeoutError:
+            self.kill()
+            raise SandboxStartFailed(f"sandbox for {self.digest} did not become ready within {timeout_s:g}s"
+                                     f"{self._log_tail_suffix()}") from None
+        finally:
+            server.close()
+            sock_path.unlink(missing_ok=True)
+
+    async def _spawn(self, python: str, sock_path: pathlib.Path) -> None:
+        (self.home / "tmp").mkdir(parents=True, exist_ok=True)
+        os.chmod(self.home, 0o700)
+        with open(self.log_path, "ab") as out:
+            self.process = await asyncio.create_subprocess_exec(
+                python, "-m", "ratchet.sandbox", "run", "--socket", str(sock_path),
+                "--app-dir", str(self.bundle_dir), "--module", self.module,
+                cwd=str(self.bundle_dir), env=sandbox_env(self.home), stdin=subprocess.DEVNULL,
+                stdout=out, stderr=subprocess.STDOUT, close_fds=True, preexec_fn=_preexec(os.getpid()))
+        self._tasks.append(asyncio.ensure_future(self._watch_exit()))
+
+    async def _handshake(self, connected: asyncio.Future) -> None:
+        exited = asyncio.ensure_future(self.exited.wait())
+        try:
+            await asyncio.wait([connected, exited], return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            exited.cancel()
+        if not connected.done():
+            raise SandboxStartFailed(f"sandbox exited with {describe_exit(self.exit_status)} before it was "
+                                     f"ready{self._log_tail_suffix()}")
+        reader, writer = connected.result()
+        peer_pid = _peer_pid(writer)
+        if peer_pid != self.pid:
+            writer.close()
+            self.kill()
+            raise SandboxStartFailed(f"unexpected process {peer_pid} connected to sandbox {self.sandbox_id}")
+        self._writer = writer
+        self._tasks.append(asyncio.ensure_future(self._read(reader)))
+        await asyncio.shield(self._ready)
+
+    async def _read(self, reader: asyncio.StreamReader) -> None:
+        try:
+            while True:
+                message = await read_frame(reader)
+                if message is None:
+                    break
+                self._on_message(message)
+        except (ProtocolError, ConnectionError) as e:
+            self._protocol_error = str(e)
+        # Without its socket the sandbox is useless; make sure it is gone.
+        self.kill()
+
+    def _on_message(self, message: dict) -> None:
+        kind = message["type"]
+        if kind == "ready" and self._ready and not self._ready.done():
+            self.handlers = [str(h) for h in message.get("handlers", [])]
+            self._ready.set_result(None)
+        elif kind == "done":
+            if self._run and not self._run.done():
+                self._run.set_result(RunEnd(done=message))
+        elif kind == "heartbeat":
+            self.last_handler_beat = asyncio.get_running_loop().time()
+        else:
+            raise ProtocolError(f"unexpected {kind!r} frame from sandbox {self.sandbox_id}")
+
+    async def _watch_exit(self) -> None:
+        assert self.process is not None
+        self.exit_status = await self.process.wait()
+        self.exited.set()
+        if self._ready and not self._ready.done():
+            self._ready.set_exception(SandboxStartFailed(
+                f"sandbox exited with {describe_exit(self.exit_status)} before it was ready"
+                f"{self._log_tail_suffix()}"))
+        if self._run and not self._run.done():
+            self._run.set_result(RunEnd(exit_status=self.exit_status, protocol_error=self._protocol_error))
+        if self._writer:
+            self._writer.close()
+        await asyncio.to_thread(shutil.rmtree, self.home, True)
+
+    async def run(self, message: dict, *, cancel: bool = False) -> RunEnd:
+        """Send a run frame (and a cancel right behind it if `cancel`) and wait
+        for its done frame or the process's end."""
+        if self.exited.is_set():
+            return RunEnd(exit_status=self.exit_status, protocol_error=self._protocol_error)
+        self._run = asyncio.get_running_loop().create_future()
+        self.task_id, self.attempt = str(message["task_id"]), int(message["attempt"])
+        try:
+            if not self.send(message):
+                self.kill()
+            elif cancel:
+                self.send({"type": "cancel", "task_id": self.task_id})
+            return await self._run
+        finally:
+            self._run = None
+            self.task_id, self.attempt = "", 0
+
+    def send(self, message: dict) -> bool:
+        """Queue a frame to the stub; False if the socket is gone."""
+        if self._writer is None or self._writer.is_closing():
+            return False
+        self._writer.write(encode(message))
+        return True
+
+    def kill(self) -> None:
+        """SIGKILL the sandbox's whole process group, now."""
+        if self.process is None or self.process.returncode is not None or self.exited.is_set():
+            return
+        try:
+            os.killpg(self.process.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    async def stop(self) -> None:
+        """Ask an idle sandbox to exit, then kill it if it lingers."""
+        self.send({"type": "shutdown"})
+        try:
+            await asyncio.wait_for(self.exited.wait(), STOP_GRACE_S)
+        except asyncio.TimeoutError:
+            self.kill()
+            await self.exited.wait()
+
+    def log_tail(self) -> str:
+        """The last lines the sandbox printed (its stdout and stderr)."""
+        try:
+            with open(self.log_path, "rb") as f:
+                f.seek(max(0, os.path.getsize(self.log_path) - LOG_TAIL_BYTES))
+                return f.read().decode("utf-8", "replace").strip()
+        except OSError:
+            return ""
+
+    def _log_tail_suffix(self) -> str:
+        tail = self.log_tail()
+        return f"; its output ends with:\n{tail}" if tail else ""
+
+
+def _peer_pid(writer: asyncio.StreamWriter) -> int:
+    sock = writer.get_extra_info("socket")
+    creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    return struct.unpack("3i", creds)[0]
