@@ -5,10 +5,11 @@ fix, and optionally an explicit HTTP status (413 for oversize input, which has
 no gRPC code of its own) and extra fields (the original task id of a conflict),
 sent as trailing metadata over gRPC and inside the JSON error over REST.
 
-Oversize input (payload, bundle, request body) is INVALID_ARGUMENT over gRPC
-with HTTP 413: it is the caller's bad input and must not be retried as is.
-RESOURCE_EXHAUSTED is kept for quotas and rate limits (a later issue), which
-clients may retry after a pause.
+Oversize input (payload, bundle, request body) is RESOURCE_EXHAUSTED over gRPC,
+the code gRPC itself uses for a message over its size limit, and which the SDK
+maps to PayloadTooLarge (not retried); over REST it is 413, set explicitly so
+it stays 413 whatever the shared table later says for RESOURCE_EXHAUSTED
+(quotas may want 429). Nothing is written.
 """
 
 from __future__ import annotations
@@ -54,8 +55,10 @@ class InvalidArgument(GatewayError):
     code = grpc.StatusCode.INVALID_ARGUMENT
 
 
-class TooLarge(InvalidArgument):
-    """Input over a size limit: HTTP 413, nothing was written."""
+class TooLarge(GatewayError):
+    """Input over a size limit: RESOURCE_EXHAUSTED / HTTP 413, nothing was written."""
+
+    code = grpc.StatusCode.RESOURCE_EXHAUSTED
 
     def __init__(self, message: str, **fields: str):
         super().__init__(message, http=413, **fields)
@@ -99,7 +102,7 @@ class Internal(GatewayError):
     code = grpc.StatusCode.INTERNAL
 
 
-_BY_CODE = {cls.code: cls for cls in (InvalidArgument, Unauthenticated, PermissionDenied, NotFound,
+_BY_CODE = {cls.code: cls for cls in (InvalidArgument, TooLarge, Unauthenticated, PermissionDenied, NotFound,
                                       AlreadyExists, Unavailable, DeadlineExceeded, DataLoss, Internal)}
 
 

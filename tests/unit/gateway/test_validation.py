@@ -86,7 +86,7 @@ def test_payload_over_limit_is_413_and_exactly_at_limit_passes():
     with pytest.raises(TooLarge) as e:
         check(req(payload=at_limit + "x"))
     assert e.value.http_status == 413 and "262145 bytes" in e.value.message
-    assert e.value.code.name == "INVALID_ARGUMENT"
+    assert e.value.code.name == "RESOURCE_EXHAUSTED"
 
 
 def test_nan_payload_is_refused():
