@@ -62,6 +62,11 @@ class Leaser:
         self._book = book
         self._clock = clock
 
+    @property
+    def rpc_timeout_s(self) -> float:
+        """The deadline of one history call."""
+        return self._history.rpc_timeout_s
+
     async def round(self, ask: LeaseAsk, capacity: int, shards: Sequence[int], emit: Emit) -> RoundResult:
         """Lease up to `capacity` tasks from `shards` (in preference order)."""
         result = RoundResult()

@@ -37,11 +37,12 @@ class Poller:
 
     async def poll(self, spec: PollSpec, emit: Emit) -> int:
         """Run one long poll, handing leased tasks to `emit`; returns how many were leased."""
-        ask = LeaseAsk(spec.worker_id, spec.app_ids, self._clock.monotonic() + spec.max_wait_s)
         order = self._rotation.order()
         if spec.max_wait_s <= 0:
-            # A non-blocking poll: one round, never parked.
+            # A non-blocking poll: one round (its calls bounded by the RPC deadline), never parked.
+            ask = LeaseAsk(spec.worker_id, spec.app_ids, self._clock.monotonic() + self._leaser.rpc_timeout_s)
             return (await self._leaser.round(ask, spec.capacity, order, emit)).leased
+        ask = LeaseAsk(spec.worker_id, spec.app_ids, self._clock.monotonic() + spec.max_wait_s)
         # Park before the first try: a signal that lands while we are asking
         # history is then kept, not lost between "found nothing" and "parked".
         waiter = self._lot.park(frozenset(spec.app_ids))

@@ -1,0 +1,70 @@
+"""Fixtures: a fake history on a free port, the dispatcher in-process in
+front of it, and an authenticated DispatchService stub."""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Awaitable, Callable
+
+import grpc
+import pytest
+
+from dispatch_fake_history import FakeHistoryServer
+from dispatch_helpers import TOKEN
+from ratchet.internal.dispatcher.v1 import dispatcher_pb2_grpc as dgrpc
+from ratchet.services.dispatcher.config import DispatcherConfig
+from ratchet.services.dispatcher.server import DispatcherServer
+
+
+@pytest.fixture
+async def history():
+    server = FakeHistoryServer()
+    await server.start()
+    yield server
+    await server.stop()
+
+
+@pytest.fixture
+async def make_dispatcher(history):
+    """make_dispatcher(**config_overrides) -> started DispatcherServer (stopped after the test)."""
+    started: list[DispatcherServer] = []
+
+    async def make(target: str | None = None, tick_s: float | None = None, **overrides) -> DispatcherServer:
+        fields = dict(history_target=target or history.target, shard_ids=[0, 1],
+                      host_token_sha256=[hashlib.sha256(TOKEN.encode()).hexdigest()],
+                      timer_interval_s=0.05, rpc_timeout_s=2.0)
+        fields.update(overrides)
+        server = DispatcherServer(DispatcherConfig(**fields))
+        if tick_s is not None:
+            server.tick._tick_s = tick_s
+        await server.start()
+        started.append(server)
+        return server
+
+    yield make
+    for server in started:
+        await server.stop(grace=0.5)
+
+
+@pytest.fixture
+async def stub_for() -> Callable[[DispatcherServer], Awaitable[dgrpc.DispatchServiceStub]]:
+    channels: list[grpc.aio.Channel] = []
+
+    async def make(server: DispatcherServer) -> dgrpc.DispatchServiceStub:
+        channel = grpc.aio.insecure_channel(server.target)
+        channels.append(channel)
+        return dgrpc.DispatchServiceStub(channel)
+
+    yield make
+    for channel in channels:
+        await channel.close()
+
+
+@pytest.fixture
+async def dispatcher(make_dispatcher):
+    return await make_dispatcher()
+
+
+@pytest.fixture
+async def stub(dispatcher, stub_for):
+    return await stub_for(dispatcher)

@@ -1,0 +1,194 @@
+"""An in-memory HistoryService for the dispatcher's tests: a real grpc.aio
+server on a free loopback port, with just enough behaviour (ready tasks per
+shard and tenant, leases with epochs, completions, timers, a WatchReady feed)
+and a record of every call so tests can assert on what the dispatcher asked.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import itertools
+import time
+import uuid
+from typing import Any
+
+import grpc
+
+from ratchet.api.tasks.v1 import tasks_pb2 as tpb
+from ratchet.internal.history.v1 import history_pb2 as hpb
+from ratchet.internal.history.v1 import history_pb2_grpc as hgrpc
+
+
+@dataclasses.dataclass
+class FakeTask:
+    task_id: str
+    shard_id: int
+    tenant_id: str
+    app_id: str
+    state: int = tpb.TASK_STATE_ENQUEUED
+    epoch: int = 0
+    due_at: float = 0.0  # time.monotonic(); 0 means ready now
+
+
+@dataclasses.dataclass
+class Call:
+    method: str
+    shard_id: int
+    request: Any
+    at: float
+
+
+class FakeHistory(hgrpc.HistoryServiceServicer):
+    """Behaviour is switched per shard through the public attributes."""
+
+    def __init__(self) -> None:
+        self.tasks: dict[str, FakeTask] = {}
+        self.calls: list[Call] = []
+        self.unavailable: set[int] = set()  # shards answering UNAVAILABLE at once
+        self.hanging: set[int] = set()  # shards whose calls never answer (until the deadline)
+        self.fire_replies: dict[int, list[hpb.FireTimersResponse]] = {}  # scripted FireTimers answers
+        self.cursor_names: dict[int, str] = {}  # if set: next_tenant_cursor prefix per shard
+        self.lease_latency_s = 0.0
+        self.complete_latency_s = 0.0
+        self._watchers: list[asyncio.Queue] = []
+        self._seq = itertools.count(1)
+
+    # ----- test controls -------------------------------------------------
+    def add_task(self, shard_id: int, tenant_id: str = "tenant-a", app_id: str = "app", delay_s: float = 0.0) -> str:
+        task_id = str(uuid.uuid4())
+        due = time.monotonic() + delay_s if delay_s else 0.0
+        self.tasks[task_id] = FakeTask(task_id, shard_id, tenant_id, app_id, due_at=due,
+                                       state=tpb.TASK_STATE_RETRY_WAIT if delay_s else tpb.TASK_STATE_ENQUEUED)
+        return task_id
+
+    def notify(self, shard_id: int) -> None:
+        for queue in self._watchers:
+            queue.put_nowait(shard_id)
+
+    @property
+    def watchers(self) -> int:
+        return len(self._watchers)
+
+    def calls_of(self, method: str, shard_id: int | None = None) -> list[Call]:
+        return [c for c in self.calls if c.method == method and (shard_id is None or c.shard_id == shard_id)]
+
+    # ----- helpers --------------------------------------------------------
+    async def _enter(self, method: str, shard_id: int, request, context) -> None:
+        self.calls.append(Call(method, shard_id, request, time.monotonic()))
+        if shard_id in self.hanging:
+            await asyncio.sleep(3600)
+        if shard_id in self.unavailable:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, f"shard {shard_id} is down (fake)")
+
+    def _ready(self, shard_id: int, app_ids) -> list[FakeTask]:
+        return [t for t in self.tasks.values() if t.shard_id == shard_id and t.state == tpb.TASK_STATE_ENQUEUED
+                and (not app_ids or t.app_id in app_ids)]
+
+    # ----- HistoryService -------------------------------------------------
+    async def LeaseTasks(self, request, context):
+        await self._enter("LeaseTasks", request.shard_id, request, context)
+        if self.lease_latency_s:
+            await asyncio.sleep(self.lease_latency_s)
+        ready = self._ready(request.shard_id, set(request.app_ids))
+        by_tenant: dict[str, list[FakeTask]] = {}
+        for t in ready:
+            by_tenant.setdefault(t.tenant_id, []).append(t)
+        tenants = sorted(by_tenant)
+        # Round-robin: tenants after the cursor first, then wrap.
+        tenants = [t for t in tenants if t > request.tenant_cursor] + [t for t in tenants if t <= request.tenant_cursor]
+        picked, last = [], request.tenant_cursor
+        while len(picked) < request.max_tasks and any(by_tenant.values()):
+            for tenant in tenants:
+                if by_tenant[tenant] and len(picked) < request.max_tasks:
+                    picked.append(by_tenant[tenant].pop(0))
+                    last = tenant
+        out = []
+        for t in picked:
+            t.state, t.epoch = tpb.TASK_STATE_LEASED, t.epoch + 1
+            out.append(hpb.LeasedTask(shard_id=t.shard_id, task_id=t.task_id, tenant_id=t.tenant_id,
+                                      app_id=t.app_id, task_type="noop", attempt=t.epoch, max_attempts=5,
+                                      lease_epoch=t.epoch, lease_duration=request.lease_duration))
+        if request.shard_id in self.cursor_names and picked:
+            last = f"{self.cursor_names[request.shard_id]}-{next(self._seq)}"
+        more = any(by_tenant.values())
+        return hpb.LeaseTasksResponse(tasks=out, next_tenant_cursor=last if picked else "", more=more)
+
+    async def RecordHeartbeats(self, request, context):
+        await self._enter("RecordHeartbeats", request.shard_id, request, context)
+        results = []
+        for ref in request.leases:
+            t = self.tasks.get(ref.task_id)
+            ok = t is not None and t.state == tpb.TASK_STATE_LEASED and t.epoch == ref.lease_epoch
+            results.append(hpb.HeartbeatResult(task_id=ref.task_id, lease_epoch=ref.lease_epoch,
+                                               action=hpb.LEASE_ACTION_CONTINUE if ok else hpb.LEASE_ACTION_LEASE_LOST,
+                                               reason=f"fake shard {request.shard_id}"))
+        return hpb.RecordHeartbeatsResponse(results=results)
+
+    async def CompleteTasks(self, request, context):
+        await self._enter("CompleteTasks", request.shard_id, request, context)
+        if self.complete_latency_s:
+            await asyncio.sleep(self.complete_latency_s)
+        results = []
+        for c in request.completions:
+            t = self.tasks.get(c.task_id)
+            if t is None:
+                results.append(hpb.CompletionResult(task_id=c.task_id, accepted=False, reason="unknown task"))
+                continue
+            ok = t.state == tpb.TASK_STATE_LEASED and t.epoch == c.lease_epoch
+            if ok:
+                t.state = tpb.TASK_STATE_SUCCEEDED if c.outcome == hpb.COMPLETION_OUTCOME_SUCCEEDED \
+                    else tpb.TASK_STATE_FAILED
+            results.append(hpb.CompletionResult(task_id=c.task_id, accepted=ok, state=t.state,
+                                                reason="" if ok else "stale lease or not leased"))
+        return hpb.CompleteTasksResponse(results=results)
+
+    async def FireTimers(self, request, context):
+        await self._enter("FireTimers", request.shard_id, request, context)
+        script = self.fire_replies.get(request.shard_id)
+        if script:
+            return script.pop(0) if len(script) > 1 else script[0]
+        now, fired = time.monotonic(), 0
+        pending = []
+        for t in self.tasks.values():
+            if t.shard_id == request.shard_id and t.state == tpb.TASK_STATE_RETRY_WAIT:
+                if t.due_at <= now and fired < request.max_timers:
+                    t.state, fired = tpb.TASK_STATE_ENQUEUED, fired + 1
+                else:
+                    pending.append(t.due_at - now)
+        reply = hpb.FireTimersResponse(fired=fired, ready=fired > 0)
+        if pending:
+            reply.next_in.FromNanoseconds(int(max(0.0, min(pending)) * 1e9))
+        return reply
+
+    async def WatchReady(self, request, context):
+        self.calls.append(Call("WatchReady", -1, request, time.monotonic()))
+        queue: asyncio.Queue = asyncio.Queue()
+        self._watchers.append(queue)
+        try:
+            while True:
+                shard = await queue.get()
+                if shard in request.shard_ids:
+                    yield hpb.WatchReadyResponse(shard_id=shard)
+        finally:
+            self._watchers.remove(queue)
+
+
+class FakeHistoryServer:
+    """The fake on a free port: `target` to dial, `stop()` to end."""
+
+    def __init__(self) -> None:
+        self.fake = FakeHistory()
+        self.server = grpc.aio.server()
+        hgrpc.add_HistoryServiceServicer_to_server(self.fake, self.server)
+        self.port = self.server.add_insecure_port("127.0.0.1:0")
+
+    @property
+    def target(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    async def start(self) -> None:
+        await self.server.start()
+
+    async def stop(self) -> None:
+        await self.server.stop(0)
