@@ -265,6 +265,8 @@ def retry_message(policy: Any) -> tasks_pb2.RetryPolicy:
         msg.max_attempts = int(v)
     if (v := _field(policy, "factor")) is not None:
         msg.factor = float(v)
+    if _field(policy, "backoff") == "fixed":
+        msg.factor = 1.0
     if (v := _field(policy, "jitter")) is not None:
         msg.jitter = bool(v)
     for name in ("base", "cap"):

@@ -16,7 +16,6 @@ import subprocess
 import sys
 import tarfile
 import tempfile
-import tomllib
 
 from ratchet.cli.errors import CLIError
 
@@ -80,25 +79,12 @@ def digest(bundle: bytes) -> str:
     return "sha256:" + hashlib.sha256(bundle).hexdigest()
 
 
-def configured_module(app_dir: str | pathlib.Path) -> str | None:
-    """The handler module named in the folder's ratchet.toml (`module = "..."`), if any."""
-    path = pathlib.Path(app_dir) / "ratchet.toml"
-    if not path.exists():
-        return None
-    try:
-        data = tomllib.loads(path.read_text())
-    except tomllib.TOMLDecodeError as e:
-        raise CLIError(f"{path} is not valid TOML: {e}") from None
-    module = data.get("module", (data.get("app") or {}).get("module"))
-    if module is not None and not isinstance(module, str):
-        raise CLIError(f"{path}: module must be a string like \"tasks\"")
-    return module
-
-
 def describe(bundle: bytes, module: str | None = None, python: str = sys.executable) -> dict:
-    """Unpack the bundle and ask the sandbox which handlers and policies it registers.
+    """Unpack the bundle and ask the sandbox which module and handlers it registers.
 
-    Describing the unpacked bundle, not the source folder, checks exactly what will run.
+    Describing the unpacked bundle, not the source folder, checks exactly what
+    will run. The sandbox alone decides the module (--module, else ratchet.toml's
+    [app] module, else app), so deploy and the host agent cannot disagree.
     """
     with tempfile.TemporaryDirectory(prefix="ratchet-describe-") as tmp:
         with tarfile.open(fileobj=io.BytesIO(bundle), mode="r:gz") as tar:

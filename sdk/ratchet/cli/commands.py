@@ -48,9 +48,7 @@ def handler_messages(description: dict) -> list[apps_pb2.Handler]:
 
 
 def deploy(target: Target, app_dir: str, app: str, module: str | None) -> int:
-    root = pathlib.Path(app_dir)
-    module = module or bundle.configured_module(root)
-    data = bundle.package(root)
+    data = bundle.package(pathlib.Path(app_dir))
     description = bundle.describe(data, module)
     handlers = handler_messages(description)
     with Client(target.grpc, target.need_api_key(), timeout=60.0) as client:

@@ -173,7 +173,7 @@ def status(state_dir: pathlib.Path, as_json: bool = False) -> int:
         svc = (endpoints.get("services") or {}).get(name) or {}
         alive = procs.is_ours(svc.get("pid"), svc.get("start_time"))
         rows[name] = {"pid": svc.get("pid") if alive else None, "grpc": svc.get("grpc"),
-                      "status": procs.health(svc["grpc"]) if svc.get("grpc") else "UNKNOWN"}
+                      "status": procs.health(svc["grpc"]) if alive and svc.get("grpc") else "DOWN"}
     if as_json:
         print(json.dumps(rows, indent=2))
     else:
