@@ -14,7 +14,6 @@ import tempfile
 
 import grpc
 import httpx
-import pytest
 import pytest_asyncio
 from google.protobuf import json_format, struct_pb2
 

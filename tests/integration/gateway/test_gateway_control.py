@@ -4,17 +4,18 @@ documents served over HTTP."""
 from __future__ import annotations
 
 import os
+import pathlib
 
 import grpc
+import httpx
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from ratchet.api.apps.v1 import apps_pb2
 from ratchet.api.tenants.v1 import tenants_pb2
 from ratchet.internal.gateway.v1 import control_pb2, control_pb2_grpc
 from ratchet.services.gateway.rest import openapi
 
-from .conftest import ADMIN_KEY, HOST_TOKEN, b64, make_bundle
+from .conftest import ADMIN_KEY, HOST_TOKEN, b64, make_bundle, start_gateway
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -89,16 +90,14 @@ async def test_bundle_with_escaping_path_is_refused_and_not_stored(env):
                             json={"bundle": b64(bundle), "digest": digest, "handlers": [{"name": "send"}]},
                             headers=env.auth())
     assert r.status_code == 400 and "escapes" in r.json()["error"]["message"]
-    import pathlib
     assert not (pathlib.Path(env.blob_dir) / "sha256" / f"{digest[7:]}.tar.gz").exists()
 
 
 async def test_oversize_bundle_is_413(env, tmp_path):
-    from .conftest import start_gateway
     gw = await start_gateway(env.gateway.config.control_dsn, 1, str(tmp_path), max_bundle_bytes=100)
     try:
         bundle, digest = make_bundle({"app.py": os.urandom(5000)})
-        async with __import__("httpx").AsyncClient(base_url=f"http://127.0.0.1:{gw.rest_port}") as http:
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{gw.rest_port}") as http:
             r = await http.post("/v1/apps/default/deployments",
                                 json={"bundle": b64(bundle), "digest": digest, "handlers": [{"name": "send"}]},
                                 headers=env.auth())
@@ -163,4 +162,3 @@ async def test_grpc_tenant_service_needs_admin(env):
     with pytest.raises(grpc.aio.AioRpcError) as e:
         await env.tenants.CreateTenant(tenants_pb2.CreateTenantRequest(name="nope"), metadata=env.md(), timeout=5)
     assert e.value.code() == grpc.StatusCode.UNAUTHENTICATED
-    assert apps_pb2  # the stubs share one channel

@@ -4,10 +4,12 @@ real control database and a fake history service."""
 from __future__ import annotations
 
 import grpc
+import httpx
 import pytest
 from google.protobuf import json_format
 
 from ratchet.api.tasks.v1 import tasks_pb2
+from ratchet.libs.pg.cluster import free_port
 from ratchet.libs.shardmap import ShardMap, new_task_id, slot_for_key
 
 from .conftest import SHARDS, start_gateway
@@ -189,10 +191,9 @@ async def test_app_without_deployment_is_told_to_deploy(env):
 
 
 async def test_history_down_is_503_naming_the_shard(env, tmp_path):
-    from ratchet.libs.pg.cluster import free_port
     gw = await start_gateway(env.gateway.config.control_dsn, free_port(), str(tmp_path))
     try:
-        async with __import__("httpx").AsyncClient(base_url=f"http://127.0.0.1:{gw.rest_port}") as http:
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{gw.rest_port}") as http:
             r = await http.post("/v1/tasks", json={"task_type": "send", "idempotency_key": "k1"},
                                 headers=env.auth())
             assert r.status_code == 503, r.text
@@ -209,7 +210,7 @@ async def test_slow_history_is_504_and_says_the_outcome_is_unknown(env, tmp_path
                              str(tmp_path), rpc_timeout_s=0.3)
     env.history.delay_s = 1.0
     try:
-        async with __import__("httpx").AsyncClient(base_url=f"http://127.0.0.1:{gw.rest_port}") as http:
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{gw.rest_port}") as http:
             r = await http.post("/v1/tasks", json={"task_type": "send"}, headers=env.auth())
         assert r.status_code == 504 and "may have taken effect" in r.json()["error"]["message"]
     finally:
