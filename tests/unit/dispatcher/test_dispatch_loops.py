@@ -1,0 +1,109 @@
+"""Timer loop sleeps (fake clock) and the completion batcher (no I/O)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from ratchet.internal.history.v1 import history_pb2 as hpb
+from ratchet.libs.clock import FakeClock
+from ratchet.services.dispatcher.completions import CompletionBatcher
+from ratchet.services.dispatcher.errors import HistoryRejected, ShardUnavailable
+from ratchet.services.dispatcher.loops.timers import MIN_SLEEP_S, TimerLoop
+
+
+class TimerClient:
+    def __init__(self, replies):
+        self.replies = list(replies)
+        self.calls = []
+
+    async def fire_timers(self, shard, max_timers):
+        self.calls.append((shard, max_timers))
+        reply = self.replies.pop(0) if self.replies else hpb.FireTimersResponse()
+        if isinstance(reply, Exception):
+            raise reply
+        return reply
+
+
+class RecordingClock(FakeClock):
+    def __init__(self):
+        super().__init__()
+        self.sleeps = []
+
+    async def sleep(self, seconds):
+        self.sleeps.append(seconds)
+        if len(self.sleeps) > 20:
+            raise asyncio.CancelledError
+        await asyncio.sleep(0)
+
+
+def _next_in(ms):
+    reply = hpb.FireTimersResponse(fired=1)
+    reply.next_in.FromMilliseconds(ms)
+    return reply
+
+
+async def test_timer_loop_sleeps_interval_next_in_or_not_at_all():
+    client = TimerClient([hpb.FireTimersResponse(fired=0), _next_in(40), _next_in(900),
+                          hpb.FireTimersResponse(fired=500, ready=True), _next_in(0),
+                          ShardUnavailable(0, "down"), hpb.FireTimersResponse()])
+    clock, woken = RecordingClock(), []
+    loop = TimerLoop(client, [0], 0.25, woken.append, clock)
+    with pytest.raises(asyncio.CancelledError):
+        await loop.run()
+    assert clock.sleeps[:7] == [0.25, 0.04, 0.25, 0.0, MIN_SLEEP_S, 0.5, 0.25]
+    assert woken[0] == 0 and {c[1] for c in client.calls} == {500}
+
+
+class CompleteClient:
+    rpc_timeout_s = 1.0
+
+    def __init__(self, fail: Exception | None = None, reject_task: str | None = None):
+        self.calls = []
+        self.fail = fail
+        self.reject_task = reject_task
+
+    async def complete_tasks(self, shard, completions):
+        self.calls.append((shard, [c.task_id for c in completions]))
+        await asyncio.sleep(0)
+        if self.fail:
+            raise self.fail
+        if self.reject_task and any(c.task_id == self.reject_task for c in completions):
+            raise HistoryRejected(shard, __import__("grpc").StatusCode.INVALID_ARGUMENT, "bad completion")
+        return hpb.CompleteTasksResponse(results=[hpb.CompletionResult(task_id=c.task_id, accepted=True)
+                                                  for c in completions])
+
+
+def _c(task_id):
+    return hpb.Completion(shard_id=0, task_id=task_id, lease_epoch=1, outcome=hpb.COMPLETION_OUTCOME_SUCCEEDED)
+
+
+async def test_batcher_coalesces_concurrent_submissions_and_splits_answers():
+    client = CompleteClient()
+    batcher = CompletionBatcher(client, window_s=0.005)
+    results = await asyncio.gather(*(batcher.complete(0, [_c(f"t{i}"), _c(f"u{i}")]) for i in range(5)))
+    assert len(client.calls) == 1
+    assert [[r.task_id for r in rs] for rs in results] == [[f"t{i}", f"u{i}"] for i in range(5)]
+
+
+async def test_batcher_failure_reaches_every_waiter():
+    batcher = CompletionBatcher(CompleteClient(fail=ShardUnavailable(0, "down")), window_s=0.005)
+    results = await asyncio.gather(*(batcher.complete(0, [_c(f"t{i}")]) for i in range(3)), return_exceptions=True)
+    assert all(isinstance(r, ShardUnavailable) for r in results)
+
+
+async def test_one_bad_completion_does_not_fail_the_ones_it_was_coalesced_with():
+    client = CompleteClient(reject_task="bad")
+    batcher = CompletionBatcher(client, window_s=0.005)
+    results = await asyncio.gather(batcher.complete(0, [_c("ok1")]), batcher.complete(0, [_c("bad")]),
+                                   batcher.complete(0, [_c("ok2")]), return_exceptions=True)
+    assert [r[0].task_id for r in (results[0], results[2])] == ["ok1", "ok2"]
+    assert isinstance(results[1], HistoryRejected)
+
+
+async def test_window_zero_sends_each_submission_alone():
+    client = CompleteClient()
+    batcher = CompletionBatcher(client, window_s=0)
+    await asyncio.gather(*(batcher.complete(0, [_c(f"t{i}")]) for i in range(3)))
+    assert len(client.calls) == 3
