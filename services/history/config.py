@@ -1,0 +1,102 @@
+"""History's configuration: one frozen dataclass, validated at start-up.
+
+Loaded with ratchet.libs.config.load_config from a JSON file (--config) and
+environment variables prefixed RATCHET_HISTORY_ (e.g. RATCHET_HISTORY_GRPC_PORT).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+
+from ratchet.libs.config import ConfigError, field, load_config
+
+ENV_PREFIX = "RATCHET_HISTORY_"
+
+
+@dataclasses.dataclass(frozen=True)
+class Guards:
+    """TEST-ONLY switches, one per correctness guard, so the fault harness can
+    disable exactly one guard and prove its checker notices. Every default is
+    the safe setting; production configs must never set these.
+    """
+
+    epoch_check_on_complete: bool = field(
+        True, doc="True (safe): a completion must carry the task's current lease epoch. "
+                  "False: any completion for a LEASED task is accepted, stale ones too.")
+    charge_attempt_at_lease: bool = field(
+        True, doc="True (safe): every lease counts against max_attempts. False: attempts that end "
+                  "without a report (lease expiry, revoke after the grace) are not counted, so a "
+                  "task that kills its worker retries forever.")
+    timer_skip_locked: bool = field(
+        True, doc="True (safe): FireTimers locks the timers and tasks it claims (FOR UPDATE SKIP "
+                  "LOCKED). False: timers are read without locks and may fire twice concurrently.")
+
+    @classmethod
+    def from_value(cls, value: object) -> "Guards":
+        """Guards from a Guards, a dict, or a JSON object string (env var)."""
+        if isinstance(value, Guards):
+            return value
+        if isinstance(value, str):
+            try:
+                value = json.loads(value)
+            except json.JSONDecodeError:
+                raise ConfigError(f"config field 'guards' must be a JSON object, got {value!r}") from None
+        if not isinstance(value, dict):
+            raise ConfigError(f"config field 'guards' must be an object, got {value!r}")
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = set(value) - names
+        if unknown:
+            raise ConfigError(f"unknown guard(s) {sorted(unknown)}; known: {sorted(names)}")
+        for k, v in value.items():
+            if not isinstance(v, bool):
+                raise ConfigError(f"guards.{k} must be a boolean, got {v!r}")
+        return cls(**value)
+
+
+@dataclasses.dataclass(frozen=True)
+class HistoryConfig:
+    """Everything the history service needs to run."""
+
+    shards: dict[str, str] = field(
+        doc="Required. Shard id (a decimal integer, as a string key) -> Postgres DSN of that shard's database.")
+    host: str = field("127.0.0.1", doc="Address the gRPC server binds.")
+    grpc_port: int = field(0, doc="gRPC port; 0 picks a free port (the bound port is logged and exposed).")
+    lease_duration_s: float = field(30.0, doc="Seconds a lease lasts when LeaseTasks/RecordHeartbeats name none.")
+    cancel_grace_s: float = field(
+        30.0, doc="Seconds a cancelled or timed-out attempt has to return before its lease is revoked.")
+    idempotency_window_s: float = field(86400.0, doc="Seconds an idempotency key keeps naming its task (24 h).")
+    pool_max_size: int = field(8, doc="Connections per shard pool.")
+    statement_timeout_ms: int = field(10_000, doc="Server-side bound on every statement, in milliseconds.")
+    log_level: str = field("INFO", doc="Python logging level.")
+    guards: Guards = field(default_factory=Guards, doc="TEST-ONLY guard switches (see Guards); keep the defaults.")
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "guards", Guards.from_value(self.guards))
+        if not isinstance(self.shards, dict) or not self.shards:
+            raise ConfigError("config field 'shards' is required: an object of shard id -> DSN")
+        for key, dsn in self.shards.items():
+            try:
+                int(key)
+            except (TypeError, ValueError):
+                raise ConfigError(f"config field 'shards' has key {key!r}; shard ids are integers") from None
+            if not isinstance(dsn, str) or not dsn.startswith(("postgresql://", "postgres://")):
+                raise ConfigError(f"config field 'shards[{key}]' must be a postgresql:// DSN, got {dsn!r}")
+        for name in ("lease_duration_s", "cancel_grace_s", "idempotency_window_s"):
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"config field {name!r} must be positive, got {getattr(self, name)}")
+        if self.pool_max_size < 1:
+            raise ConfigError(f"config field 'pool_max_size' must be at least 1, got {self.pool_max_size}")
+        if not 0 <= self.grpc_port <= 65535:
+            raise ConfigError(f"config field 'grpc_port' must be 0..65535, got {self.grpc_port}")
+
+    @property
+    def shard_dsns(self) -> dict[int, str]:
+        """Shard ids as integers -> DSN."""
+        return {int(k): v for k, v in self.shards.items()}
+
+
+def load(path: str | os.PathLike | None = None, **overrides) -> HistoryConfig:
+    """Load and validate the config (file, then RATCHET_HISTORY_* env, then overrides)."""
+    return load_config(HistoryConfig, path, env_prefix=ENV_PREFIX, overrides=overrides)

@@ -1,0 +1,169 @@
+"""Pure decisions: what an attempt's end or a timer does to a task.
+
+No I/O here. Inputs are a locked task row (TaskView) and facts the shard
+clock already decided (lease expired, deadline passed...); outputs are
+Transitions (checked against the state machine) and flag changes that the
+callers apply as compare-and-set statements.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+from typing import Callable
+
+from ratchet.libs.taskstate import AttemptOutcome, CancelReason, ErrorClass, TaskState
+from ratchet.services.history.model import CompletionIn, ErrorInfo, TaskView, TimerDue, Transition
+from ratchet.services.history.policy import backoff_delay
+
+Rand = Callable[[], float]
+
+CRASH_ERROR = ErrorInfo(ErrorClass.SANDBOX_CRASHED, "the sandbox process died while running the handler")
+LEASE_EXPIRED_ERROR = ErrorInfo(ErrorClass.LEASE_EXPIRED,
+                                "the worker stopped heartbeating and the lease expired")
+START_TO_CLOSE_ERROR = ErrorInfo(ErrorClass.START_TO_CLOSE,
+                                 "the attempt ran past its start_to_close timeout and was stopped")
+SCHEDULE_TO_CLOSE_ERROR = ErrorInfo(ErrorClass.SCHEDULE_TO_CLOSE,
+                                    "the task ran past its schedule_to_close timeout")
+SCHEDULE_TO_START_ERROR = ErrorInfo(ErrorClass.SCHEDULE_TO_START,
+                                    "the task was not started within its schedule_to_start timeout")
+CANCEL_GRACE_ERROR = ErrorInfo(ErrorClass.CANCELED,
+                               "the task was cancelled and the handler did not return within the grace period")
+
+
+def end_attempt(task: TaskView, outcome: AttemptOutcome, error: ErrorInfo | None, *, fatal: bool = False,
+                retry_after_s: float | None = None, charged: bool = True, rand: Rand = random.random,
+                reason: str = "") -> Transition:
+    """The transition out of LEASED for an attempt that did not succeed.
+
+    A user cancel wins (CANCELED); a schedule_to_close cancel fails the task
+    (no time is left to retry); otherwise the retry policy decides between
+    RETRY_WAIT and FAILED. `charged=False` leaves this attempt out of the
+    max_attempts count (only used when a test disables that guard).
+    """
+    base = dict(task_id=task.task_id, from_state=TaskState.LEASED, lease_epoch=task.lease_epoch,
+                attempt_outcome=outcome, attempt_error=error)
+    if task.cancel_reason == CancelReason.USER:
+        return Transition(to_state=TaskState.CANCELED, reason="canceled by user", **base)
+    if task.cancel_reason == CancelReason.SCHEDULE_TO_CLOSE:
+        return Transition(to_state=TaskState.FAILED, error=SCHEDULE_TO_CLOSE_ERROR,
+                          reason="schedule_to_close passed", **base)
+    err = error or ErrorInfo("Error", "the attempt failed without an error")
+    if fatal:
+        return Transition(to_state=TaskState.FAILED, error=err, reason=f"fatal error {err.error_class}", **base)
+    if err.error_class in task.non_retryable:
+        return Transition(to_state=TaskState.FAILED, error=err,
+                          reason=f"non-retryable error {err.error_class}", **base)
+    if charged and task.attempt >= task.max_attempts:
+        return Transition(to_state=TaskState.FAILED, error=err,
+                          reason=f"attempts exhausted ({task.attempt}/{task.max_attempts})", **base)
+    delay = retry_after_s if retry_after_s is not None else backoff_delay(task.retry, task.attempt, rand)
+    return Transition(to_state=TaskState.RETRY_WAIT, delay_s=max(0.0, delay), error=err,
+                      reason=reason or f"attempt {task.attempt} {outcome.value.lower()}, retrying", **base)
+
+
+def on_completion(task: TaskView, c: CompletionIn, *, rand: Rand = random.random) -> Transition:
+    """The transition for a completion that matched the current lease."""
+    if c.outcome == "SUCCEEDED":
+        # A success that races a cancel is still a success: the work is done.
+        return Transition(task_id=task.task_id, from_state=TaskState.LEASED, to_state=TaskState.SUCCEEDED,
+                          lease_epoch=task.lease_epoch, reason="succeeded", result=c.result or b"null",
+                          attempt_outcome=AttemptOutcome.SUCCEEDED)
+    if c.outcome == "CANCELED" and task.cancel_requested:
+        if task.cancel_reason == CancelReason.USER:
+            return end_attempt(task, AttemptOutcome.CANCELED, c.error, rand=rand)
+        timeout = (SCHEDULE_TO_CLOSE_ERROR if task.cancel_reason == CancelReason.SCHEDULE_TO_CLOSE
+                   else START_TO_CLOSE_ERROR)
+        return end_attempt(task, AttemptOutcome.TIMED_OUT, timeout, rand=rand)
+    if c.outcome == "CRASHED":
+        return end_attempt(task, AttemptOutcome.CRASHED, c.error or CRASH_ERROR,
+                           retry_after_s=c.retry_after_s, rand=rand)
+    # FAILED, or CANCELED that nobody asked for (treated as a failed attempt).
+    return end_attempt(task, AttemptOutcome.FAILED, c.error, fatal=c.fatal,
+                       retry_after_s=c.retry_after_s, rand=rand)
+
+
+@dataclasses.dataclass
+class TimerPlan:
+    """What firing a task's due timers does, in order."""
+
+    transitions: list[Transition] = dataclasses.field(default_factory=list)
+    cancel_reason: CancelReason | None = None  # ask the running attempt to stop
+    reschedule_lease: bool = False
+    ready: bool = False
+
+
+def _advance(task: TaskView, t: Transition) -> None:
+    """Reflect an applied transition in the view, as the SQL does."""
+    task.state = t.to_state
+    if t.to_state in (TaskState.ENQUEUED, TaskState.RETRY_WAIT):
+        task.cancel_requested, task.cancel_reason = False, None
+
+
+def _fire_lease(task: TaskView, due: TimerDue, plan: TimerPlan, charge: bool, rand: Rand) -> Transition | None:
+    if task.state != TaskState.LEASED or task.lease_epoch != due.timer_epoch:
+        return None  # the lease it guarded is gone: a stale timer
+    if due.kill_passed and task.cancel_requested:
+        if task.cancel_reason == CancelReason.USER:
+            return end_attempt(task, AttemptOutcome.CANCELED, CANCEL_GRACE_ERROR, rand=rand)
+        error = (SCHEDULE_TO_CLOSE_ERROR if task.cancel_reason == CancelReason.SCHEDULE_TO_CLOSE
+                 else START_TO_CLOSE_ERROR)
+        return end_attempt(task, AttemptOutcome.TIMED_OUT, error, charged=charge, rand=rand)
+    if due.lease_expired:
+        return end_attempt(task, AttemptOutcome.LEASE_EXPIRED, LEASE_EXPIRED_ERROR, charged=charge, rand=rand,
+                           reason=f"lease of attempt {task.attempt} expired, retrying")
+    if due.deadline_passed and not task.cancel_requested:
+        plan.cancel_reason = CancelReason.START_TO_CLOSE
+        task.cancel_requested, task.cancel_reason = True, CancelReason.START_TO_CLOSE
+    plan.reschedule_lease = True
+    return None
+
+
+def _fire_schedule_to_close(task: TaskView, plan: TimerPlan) -> Transition | None:
+    if task.state in (TaskState.ENQUEUED, TaskState.RETRY_WAIT):
+        return Transition(task_id=task.task_id, from_state=task.state, to_state=TaskState.EXPIRED,
+                          lease_epoch=task.lease_epoch, reason="schedule_to_close passed",
+                          error=SCHEDULE_TO_CLOSE_ERROR)
+    if task.state == TaskState.LEASED and task.cancel_reason != CancelReason.USER:
+        plan.cancel_reason = CancelReason.SCHEDULE_TO_CLOSE
+        plan.reschedule_lease = True
+        task.cancel_requested, task.cancel_reason = True, CancelReason.SCHEDULE_TO_CLOSE
+    return None
+
+
+def fire_timer(task: TaskView, due: TimerDue, plan: TimerPlan, *, charge: bool = True,
+               rand: Rand = random.random) -> None:
+    """Apply one due timer to the view and add its effects to the plan."""
+    t: Transition | None = None
+    if due.kind == "retry":
+        if task.state == TaskState.RETRY_WAIT and task.lease_epoch == due.timer_epoch:
+            t = Transition(task_id=task.task_id, from_state=TaskState.RETRY_WAIT, to_state=TaskState.ENQUEUED,
+                           lease_epoch=task.lease_epoch, reason="retry backoff elapsed")
+    elif due.kind == "delay":
+        pass  # a wake-up only: readiness is run_at <= now, checked below
+    elif due.kind == "schedule_to_start":
+        if task.state == TaskState.ENQUEUED and task.attempt == 0:
+            t = Transition(task_id=task.task_id, from_state=TaskState.ENQUEUED, to_state=TaskState.EXPIRED,
+                           lease_epoch=task.lease_epoch, reason="schedule_to_start passed",
+                           error=SCHEDULE_TO_START_ERROR)
+    elif due.kind == "schedule_to_close":
+        t = _fire_schedule_to_close(task, plan)
+    elif due.kind == "lease":
+        t = _fire_lease(task, due, plan, charge, rand)
+    else:
+        raise ValueError(f"unknown timer kind {due.kind!r}")
+    if t is not None:
+        plan.transitions.append(t)
+        _advance(task, t)
+    if task.state != TaskState.LEASED:
+        plan.cancel_reason, plan.reschedule_lease = None, False
+    plan.ready = task.state == TaskState.ENQUEUED and (due.due_now or due.kind == "retry")
+
+
+def plan_timers(task: TaskView, dues: list[TimerDue], *, charge: bool = True,
+                rand: Rand = random.random) -> TimerPlan:
+    """Fold a task's due timers (oldest first) into one plan."""
+    plan = TimerPlan()
+    for due in dues:
+        fire_timer(task, due, plan, charge=charge, rand=rand)
+    return plan

@@ -1,0 +1,102 @@
+"""Plain values the history service decides with and writes."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+from ratchet.libs import taskstate
+from ratchet.libs.taskstate import AttemptOutcome, CancelReason, TaskState
+from ratchet.services.history.policy import Retry
+
+
+@dataclasses.dataclass(frozen=True)
+class ErrorInfo:
+    """An error recorded on an attempt or a task."""
+
+    error_class: str
+    message: str = ""
+    stack: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class Transition:
+    """One decided state change, applied as a compare-and-set on
+    (task_id, from_state, lease_epoch). Building one checks the edge against
+    the state machine, so an illegal decision never reaches the database."""
+
+    task_id: str
+    from_state: TaskState
+    to_state: TaskState
+    lease_epoch: int
+    reason: str
+    delay_s: float | None = None
+    result: bytes | None = None
+    error: ErrorInfo | None = None
+    attempt_outcome: AttemptOutcome | None = None
+    attempt_error: ErrorInfo | None = None
+
+    def __post_init__(self) -> None:
+        taskstate.check(self.from_state, self.to_state)
+        if (self.to_state == TaskState.RETRY_WAIT) != (self.delay_s is not None):
+            raise ValueError("a RETRY_WAIT transition needs a delay, and only it")
+
+
+@dataclasses.dataclass
+class TaskView:
+    """The fields of a locked task row that decisions read. Timer firing
+    folds several decisions over one view, so it is mutable."""
+
+    task_id: str
+    state: TaskState
+    lease_epoch: int
+    attempt: int
+    max_attempts: int
+    retry: Retry
+    non_retryable: frozenset[str]
+    cancel_requested: bool
+    cancel_reason: CancelReason | None
+
+    @classmethod
+    def from_row(cls, row) -> "TaskView":
+        """From a record with the columns selected by task_complete_lock / timer_claim_due."""
+        policy = row["retry_policy"]
+        if isinstance(policy, str):
+            policy = json.loads(policy)
+        return cls(
+            task_id=str(row["task_id"]),
+            state=TaskState(row["state"]),
+            lease_epoch=row["lease_epoch"],
+            attempt=row["attempt"],
+            max_attempts=row["max_attempts"],
+            retry=Retry.from_json(policy),
+            non_retryable=frozenset(row["non_retryable"] or ()),
+            cancel_requested=row["cancel_requested"],
+            cancel_reason=CancelReason(row["cancel_reason"]) if row["cancel_reason"] else None,
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class CompletionIn:
+    """One reported attempt end, as CompleteTasks received it."""
+
+    task_id: str
+    lease_epoch: int
+    outcome: str  # SUCCEEDED | FAILED | CANCELED | CRASHED
+    result: bytes | None = None
+    error: ErrorInfo | None = None
+    fatal: bool = False
+    retry_after_s: float | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class TimerDue:
+    """A claimed timer with the DB-clock facts about its task."""
+
+    task_id: str
+    kind: str
+    timer_epoch: int
+    due_now: bool
+    lease_expired: bool
+    deadline_passed: bool
+    kill_passed: bool

@@ -1,0 +1,134 @@
+"""Retry policy and timeouts: their stored form (jsonb in seconds), the
+platform defaults, conversion from/to the public protos, and backoff math."""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+from typing import Callable
+
+from google.protobuf import duration_pb2
+
+from ratchet.api.tasks.v1 import tasks_pb2
+from ratchet.services.history.errors import InvalidArgument
+
+MAX_ATTEMPTS_LIMIT = 100
+
+
+@dataclasses.dataclass(frozen=True)
+class Retry:
+    """A resolved retry policy (durations in seconds)."""
+
+    max_attempts: int = 5
+    base_s: float = 1.0
+    factor: float = 2.0
+    cap_s: float = 3600.0
+    jitter: bool = True
+
+    def to_json(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict) -> "Retry":
+        return cls(**{f.name: data[f.name] for f in dataclasses.fields(cls) if f.name in data})
+
+
+@dataclasses.dataclass(frozen=True)
+class Timeouts:
+    """Resolved timeouts in seconds; None means unlimited."""
+
+    schedule_to_start_s: float | None = None
+    start_to_close_s: float | None = 600.0
+    schedule_to_close_s: float | None = None
+
+    def to_json(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict) -> "Timeouts":
+        return cls(**{f.name: data[f.name] for f in dataclasses.fields(cls) if f.name in data})
+
+
+def seconds(d: duration_pb2.Duration) -> float:
+    """A Duration in seconds."""
+    return d.seconds + d.nanos / 1e9
+
+
+def duration(s: float) -> duration_pb2.Duration:
+    """Seconds as a Duration (negative values clamp to zero)."""
+    out = duration_pb2.Duration()
+    out.FromNanoseconds(max(0, int(round(s * 1e9))))
+    return out
+
+
+def _positive(where: str, d: duration_pb2.Duration) -> float:
+    value = seconds(d)
+    if value <= 0:
+        raise InvalidArgument(f"{where} must be a positive duration, got {value}s")
+    return value
+
+
+def retry_from_proto(p: tasks_pb2.RetryPolicy, where: str = "retry") -> Retry:
+    """Resolve a RetryPolicy; unset fields take the platform defaults."""
+    d = Retry()
+    max_attempts = p.max_attempts if p.HasField("max_attempts") else d.max_attempts
+    if not 1 <= max_attempts <= MAX_ATTEMPTS_LIMIT:
+        raise InvalidArgument(f"{where}.max_attempts must be 1..{MAX_ATTEMPTS_LIMIT}, got {max_attempts}")
+    factor = p.factor if p.HasField("factor") else d.factor
+    if not 1.0 <= factor <= 10.0:
+        raise InvalidArgument(f"{where}.factor must be 1.0..10.0, got {factor}")
+    base = seconds(p.base) if p.HasField("base") else d.base_s
+    cap = seconds(p.cap) if p.HasField("cap") else d.cap_s
+    if base < 0 or cap < 0:
+        raise InvalidArgument(f"{where}.base and {where}.cap must not be negative")
+    jitter = p.jitter if p.HasField("jitter") else d.jitter
+    return Retry(max_attempts=max_attempts, base_s=base, factor=factor, cap_s=cap, jitter=jitter)
+
+
+def retry_to_proto(r: Retry) -> tasks_pb2.RetryPolicy:
+    return tasks_pb2.RetryPolicy(max_attempts=r.max_attempts, base=duration(r.base_s), factor=r.factor,
+                                 cap=duration(r.cap_s), jitter=r.jitter)
+
+
+def timeouts_from_proto(p: tasks_pb2.Timeouts, where: str = "timeouts") -> Timeouts:
+    """Resolve Timeouts; unset fields take the platform defaults."""
+    d = Timeouts()
+    return Timeouts(
+        schedule_to_start_s=(_positive(f"{where}.schedule_to_start", p.schedule_to_start)
+                             if p.HasField("schedule_to_start") else d.schedule_to_start_s),
+        start_to_close_s=(_positive(f"{where}.start_to_close", p.start_to_close)
+                          if p.HasField("start_to_close") else d.start_to_close_s),
+        schedule_to_close_s=(_positive(f"{where}.schedule_to_close", p.schedule_to_close)
+                             if p.HasField("schedule_to_close") else d.schedule_to_close_s),
+    )
+
+
+def timeouts_to_proto(t: Timeouts) -> tasks_pb2.Timeouts:
+    out = tasks_pb2.Timeouts()
+    if t.schedule_to_start_s is not None:
+        out.schedule_to_start.CopyFrom(duration(t.schedule_to_start_s))
+    if t.start_to_close_s is not None:
+        out.start_to_close.CopyFrom(duration(t.start_to_close_s))
+    if t.schedule_to_close_s is not None:
+        out.schedule_to_close.CopyFrom(duration(t.schedule_to_close_s))
+    return out
+
+
+def backoff_ceiling(policy: Retry, attempt: int) -> float:
+    """The largest delay after failed attempt `attempt` (1-based): min(cap, base*factor^(attempt-1))."""
+    exponent = max(0, attempt - 1)
+    try:
+        grown = policy.base_s * policy.factor ** exponent
+    except OverflowError:
+        grown = float("inf")
+    return min(policy.cap_s, grown)
+
+
+def backoff_delay(policy: Retry, attempt: int, rand: Callable[[], float] = random.random) -> float:
+    """Seconds to wait before the next attempt after failed attempt `attempt`.
+
+    Full jitter: uniform in [0, ceiling], so a downstream outage that fails
+    many tasks at once does not make them retry in lock step.
+    """
+    ceiling = backoff_ceiling(policy, attempt)
+    return rand() * ceiling if policy.jitter else ceiling

@@ -1,0 +1,185 @@
+"""History's SQL: named queries from the .sql files beside this module, and
+one typed wrapper per query (same name as the query).
+
+Each wrapper runs through `Store._run`, which calls the test-only hooks for
+that query name first/after, so a fault harness can inject a failure into
+exactly one query ("the write happened but the caller saw a timeout").
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import pathlib
+import uuid
+from datetime import datetime
+from typing import Any, Awaitable, Callable, Sequence
+
+import asyncpg
+
+from ratchet.libs.pg.queries import load_queries
+from ratchet.services.history.model import Transition
+
+_HERE = pathlib.Path(__file__).parent
+QUERIES = load_queries(*sorted(_HERE.glob("*.sql")))
+
+Hook = Callable[[str], Awaitable[None]]
+Key = tuple[str, str, str]  # (tenant_id, app_id, key)
+
+
+@dataclasses.dataclass(frozen=True)
+class NewRow:
+    """A validated task ready to insert."""
+
+    task_id: str
+    tenant_id: str
+    app_id: str
+    task_type: str
+    queue: str
+    payload: bytes
+    delay_s: float | None
+    run_at: datetime | None
+    idempotency_key: str | None
+    max_attempts: int
+    retry_policy: dict
+    timeouts: dict
+    non_retryable: list[str]
+
+
+def _uuids(ids: Sequence[str]) -> list[uuid.UUID]:
+    return [uuid.UUID(str(i)) for i in ids]
+
+
+class Store:
+    """Typed access to one shard database's history tables.
+
+    `before` and `after` map a query name to an async hook; they are empty in
+    production and exist only for fault-injection tests.
+    """
+
+    def __init__(self) -> None:
+        self.before: dict[str, Hook] = {}
+        self.after: dict[str, Hook] = {}
+
+    async def _run(self, conn: asyncpg.Connection, name: str, *args: Any, fetch: str = "all") -> Any:
+        hook = self.before.get(name)
+        if hook is not None:
+            await hook(name)
+        sql = QUERIES[name]
+        if fetch == "all":
+            out = await conn.fetch(sql, *args)
+        elif fetch == "row":
+            out = await conn.fetchrow(sql, *args)
+        else:
+            out = await conn.fetchval(sql, *args)
+        hook = self.after.get(name)
+        if hook is not None:
+            await hook(name)
+        return out
+
+    # -- tasks ----------------------------------------------------------------
+    async def task_insert_batch(self, conn, rows: Sequence[NewRow],
+                                s2s: Sequence[float | None], s2c: Sequence[float | None]) -> dict[str, bool]:
+        """Insert tasks; returns {task_id: due_now} for the rows inserted now."""
+        recs = await self._run(
+            conn, "task_insert_batch",
+            _uuids([r.task_id for r in rows]), [r.tenant_id for r in rows], [r.app_id for r in rows],
+            [r.task_type for r in rows], [r.queue for r in rows], [r.payload for r in rows],
+            [r.delay_s for r in rows], [r.run_at for r in rows], [r.idempotency_key for r in rows],
+            [r.max_attempts for r in rows], [json.dumps(r.retry_policy) for r in rows],
+            [json.dumps(r.timeouts) for r in rows], [json.dumps(r.non_retryable) for r in rows],
+            list(s2s), list(s2c))
+        return {str(r["task_id"]): r["due"] for r in recs}
+
+    async def task_existing_batch(self, conn, ids: Sequence[str]) -> dict[str, str]:
+        """{task_id: tenant_id} for the ids that exist."""
+        recs = await self._run(conn, "task_existing_batch", _uuids(ids))
+        return {str(r["task_id"]): r["tenant_id"] for r in recs}
+
+    async def task_get(self, conn, task_id: str) -> asyncpg.Record | None:
+        return await self._run(conn, "task_get", uuid.UUID(task_id), fetch="row")
+
+    async def task_lock(self, conn, task_id: str) -> asyncpg.Record | None:
+        return await self._run(conn, "task_lock", uuid.UUID(task_id), fetch="row")
+
+    async def task_state_batch(self, conn, ids: Sequence[str]) -> dict[str, str]:
+        recs = await self._run(conn, "task_state_batch", _uuids(ids))
+        return {str(r["task_id"]): r["state"] for r in recs}
+
+    async def task_ready_tenants(self, conn, after: str, upto: str | None, app_ids: Sequence[str],
+                                 limit: int) -> list[str]:
+        recs = await self._run(conn, "task_ready_tenants", after, upto, list(app_ids), limit)
+        return [r["tenant_id"] for r in recs]
+
+    async def task_claim_ready(self, conn, quotas: dict[str, int], app_ids: Sequence[str],
+                               exclude: Sequence[str]) -> list[tuple[str, str]]:
+        """Lock ready rows per tenant; returns [(task_id, tenant_id)]."""
+        recs = await self._run(conn, "task_claim_ready", list(quotas), list(quotas.values()), list(app_ids),
+                               _uuids(exclude))
+        return [(str(r["task_id"]), r["tenant_id"]) for r in recs]
+
+    async def task_lease_batch(self, conn, ids: Sequence[str], worker_id: str,
+                               lease_s: float) -> list[asyncpg.Record]:
+        return await self._run(conn, "task_lease_batch", _uuids(ids), worker_id, lease_s)
+
+    async def task_heartbeat_batch(self, conn, ids: Sequence[str], epochs: Sequence[int], lease_s: float,
+                                   grace_s: float) -> list[asyncpg.Record]:
+        return await self._run(conn, "task_heartbeat_batch", _uuids(ids), list(epochs), lease_s, grace_s)
+
+    async def task_cancel_request_batch(self, conn, ids: Sequence[str], epochs: Sequence[int],
+                                        reasons: Sequence[str], grace_s: float) -> set[str]:
+        recs = await self._run(conn, "task_cancel_request_batch", _uuids(ids), list(epochs), list(reasons),
+                               grace_s)
+        return {str(r["task_id"]) for r in recs}
+
+    async def task_complete_lock(self, conn, ids: Sequence[str], epochs: Sequence[int],
+                                 fenced: bool = True) -> list[asyncpg.Record]:
+        if fenced:
+            return await self._run(conn, "task_complete_lock", _uuids(ids), list(epochs))
+        return await self._run(conn, "task_complete_lock_unfenced", _uuids(ids))
+
+    async def task_transition_apply(self, conn, ts: Sequence[Transition]) -> dict[str, tuple[str, int]]:
+        """Apply transitions (one per task); returns {task_id: (state, version)} of those applied."""
+        def err(e, attr):
+            return getattr(e, attr) if e is not None else None
+        recs = await self._run(
+            conn, "task_transition_apply",
+            _uuids([t.task_id for t in ts]), [t.from_state.value for t in ts], [t.lease_epoch for t in ts],
+            [t.to_state.value for t in ts], [t.delay_s for t in ts], [t.result for t in ts],
+            [err(t.error, "error_class") for t in ts], [err(t.error, "message") for t in ts],
+            [err(t.error, "stack") for t in ts], [t.reason for t in ts],
+            [t.attempt_outcome.value if t.attempt_outcome else None for t in ts],
+            [err(t.attempt_error, "error_class") for t in ts], [err(t.attempt_error, "message") for t in ts],
+            [err(t.attempt_error, "stack") for t in ts])
+        return {str(r["task_id"]): (r["state"], r["version"]) for r in recs}
+
+    async def attempt_list(self, conn, task_id: str) -> list[asyncpg.Record]:
+        return await self._run(conn, "attempt_list", uuid.UUID(task_id))
+
+    async def transition_list(self, conn, task_id: str) -> list[asyncpg.Record]:
+        return await self._run(conn, "transition_list", uuid.UUID(task_id))
+
+    # -- timers ---------------------------------------------------------------
+    async def timer_claim_due(self, conn, max_timers: int, locked: bool = True) -> list[asyncpg.Record]:
+        name = "timer_claim_due" if locked else "timer_claim_due_unlocked"
+        return await self._run(conn, name, max_timers)
+
+    async def timer_lease_reschedule_batch(self, conn, ids: Sequence[str], epochs: Sequence[int]) -> None:
+        await self._run(conn, "timer_lease_reschedule_batch", _uuids(ids), list(epochs))
+
+    async def timer_next_in(self, conn) -> float | None:
+        return await self._run(conn, "timer_next_in", fetch="val")
+
+    # -- idempotency keys -----------------------------------------------------
+    async def idempotency_key_claim_batch(self, conn, keys: Sequence[Key], task_ids: Sequence[str],
+                                          fingerprints: Sequence[str], window_s: float) -> set[Key]:
+        """Claim keys (sorted by the caller); returns the keys this request now owns."""
+        recs = await self._run(conn, "idempotency_key_claim_batch", [k[0] for k in keys], [k[1] for k in keys],
+                               [k[2] for k in keys], _uuids(task_ids), list(fingerprints), window_s)
+        return {(r["tenant_id"], r["app_id"], r["key"]) for r in recs}
+
+    async def idempotency_key_get_batch(self, conn, keys: Sequence[Key]) -> dict[Key, tuple[str, str]]:
+        """{key: (task_id, fingerprint)} for keys that exist."""
+        recs = await self._run(conn, "idempotency_key_get_batch", [k[0] for k in keys], [k[1] for k in keys],
+                               [k[2] for k in keys])
+        return {(r["tenant_id"], r["app_id"], r["key"]): (str(r["task_id"]), r["fingerprint"]) for r in recs}

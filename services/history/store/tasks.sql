@@ -1,0 +1,292 @@
+-- Named queries on tasks (with the transition, attempt and timer rows each
+-- state change writes in the same statement). Every UPDATE that sets state
+-- carries a `-- transitions:` comment; tests check it against
+-- ratchet.libs.taskstate.ALLOWED and against the statement's state guard.
+-- Only the shard clock (clock_timestamp()) decides due times and deadlines.
+
+-- name: task_insert_batch
+-- transitions: (create)->ENQUEUED
+-- Insert new tasks, their create transitions and their timers in one
+-- statement. ON CONFLICT (task_id) DO NOTHING makes a retried CreateTasks
+-- harmless: only the rows inserted now come back. A delayed task gets a
+-- `delay` timer only as a wake-up; readiness is run_at <= clock_timestamp().
+WITH now AS (SELECT clock_timestamp() AS t),
+i AS (
+    SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::bytea[],
+                         $7::float8[], $8::timestamptz[], $9::text[], $10::int[], $11::jsonb[],
+                         $12::jsonb[], $13::jsonb[], $14::float8[], $15::float8[])
+        AS i(task_id, tenant_id, app_id, task_type, queue, payload, delay_s, run_at, idempotency_key,
+             max_attempts, retry_policy, timeouts, non_retryable, schedule_to_start_s, schedule_to_close_s)
+),
+ins AS (
+    INSERT INTO tasks (task_id, tenant_id, app_id, queue, task_type, state, version, attempt,
+                       max_attempts, lease_epoch, payload, retry_policy, timeouts, non_retryable,
+                       idempotency_key, run_at, created_at, updated_at)
+    SELECT i.task_id, i.tenant_id, i.app_id, i.queue, i.task_type, 'ENQUEUED', 1, 0,
+           i.max_attempts, 0, i.payload, i.retry_policy, i.timeouts,
+           ARRAY(SELECT jsonb_array_elements_text(i.non_retryable)), i.idempotency_key,
+           COALESCE(i.run_at, now.t + make_interval(secs => COALESCE(i.delay_s, 0))), now.t, now.t
+      FROM i CROSS JOIN now
+    ON CONFLICT (task_id) DO NOTHING
+    RETURNING task_id, run_at, created_at
+),
+tr AS (
+    INSERT INTO task_transitions (task_id, version, from_state, to_state, lease_epoch, at, reason)
+    SELECT ins.task_id, 1, NULL, 'ENQUEUED', 0, ins.created_at, 'created' FROM ins
+),
+tm AS (
+    INSERT INTO timers (task_id, kind, fire_at, lease_epoch)
+    SELECT ins.task_id, v.kind, v.fire_at, 0
+      FROM ins JOIN i ON i.task_id = ins.task_id
+     CROSS JOIN LATERAL (VALUES
+           ('delay', CASE WHEN ins.run_at > ins.created_at THEN ins.run_at END),
+           ('schedule_to_start', ins.run_at + make_interval(secs => i.schedule_to_start_s)),
+           ('schedule_to_close', ins.created_at + make_interval(secs => i.schedule_to_close_s))
+         ) AS v(kind, fire_at)
+     WHERE v.fire_at IS NOT NULL
+)
+SELECT ins.task_id, ins.run_at <= ins.created_at AS due FROM ins
+
+-- name: task_existing_batch
+-- Which of these ids already exist, and whose they are (a retried create).
+SELECT task_id, tenant_id FROM tasks WHERE task_id = ANY($1::uuid[])
+
+-- name: task_get
+SELECT * FROM tasks WHERE task_id = $1::uuid
+
+-- name: task_lock
+-- Lock one task for a single-task decision (cancel).
+SELECT task_id, tenant_id, state, lease_epoch, cancel_requested
+  FROM tasks WHERE task_id = $1::uuid
+   FOR NO KEY UPDATE
+
+-- name: task_state_batch
+SELECT task_id, state FROM tasks WHERE task_id = ANY($1::uuid[])
+
+-- name: task_ready_tenants
+-- Tenants with ready work (ENQUEUED, run_at <= shard clock, app filter $3)
+-- sorting after $1 and, when $2 is not NULL, not after $2; at most $4 of
+-- them, in tenant order. The recursive CTE is a loose index scan over the
+-- partial dispatch index: one probe per distinct tenant, so a tenant's
+-- 100k-row backlog costs one probe, not 100k rows.
+WITH RECURSIVE tenants(tenant_id) AS (
+    (SELECT t.tenant_id FROM tasks t
+      WHERE t.state = 'ENQUEUED' AND t.tenant_id > $1::text
+      ORDER BY t.tenant_id LIMIT 1)
+    UNION ALL
+    SELECT (SELECT t.tenant_id FROM tasks t
+             WHERE t.state = 'ENQUEUED' AND t.tenant_id > tenants.tenant_id
+             ORDER BY t.tenant_id LIMIT 1)
+      FROM tenants
+     WHERE tenants.tenant_id IS NOT NULL AND ($2::text IS NULL OR tenants.tenant_id < $2::text)
+)
+SELECT tenants.tenant_id FROM tenants
+ WHERE tenants.tenant_id IS NOT NULL
+   AND ($2::text IS NULL OR tenants.tenant_id <= $2::text)
+   AND EXISTS (SELECT 1 FROM tasks r
+                WHERE r.state = 'ENQUEUED' AND r.tenant_id = tenants.tenant_id
+                  AND r.run_at <= clock_timestamp()
+                  AND (cardinality($3::text[]) = 0 OR r.app_id = ANY($3::text[])))
+ LIMIT $4
+
+-- name: task_claim_ready
+-- Lock up to quota[i] ready tasks of each tenant[i], oldest due first,
+-- skipping ids in $4 (already claimed by this transaction: SKIP LOCKED does
+-- not skip our own locks). SKIP LOCKED lets concurrent dispatchers of one
+-- shard take disjoint rows without waiting.
+SELECT c.task_id, q.tenant_id
+  FROM unnest($1::text[], $2::int[]) AS q(tenant_id, quota)
+ CROSS JOIN LATERAL (
+       SELECT t.task_id FROM tasks t
+        WHERE t.state = 'ENQUEUED' AND t.tenant_id = q.tenant_id
+          AND t.run_at <= clock_timestamp()
+          AND (cardinality($3::text[]) = 0 OR t.app_id = ANY($3::text[]))
+          AND t.task_id <> ALL($4::uuid[])
+        ORDER BY t.run_at
+        LIMIT q.quota
+          FOR NO KEY UPDATE SKIP LOCKED
+       ) c
+
+-- name: task_lease_batch
+-- transitions: ENQUEUED->LEASED
+-- Lease claimed tasks: charge the attempt and bump the fencing epoch now
+-- (so a task that kills every worker still runs out of attempts), open the
+-- attempt row, log the transition, and set one `lease` timer at the earlier
+-- of lease expiry and the attempt deadline. The delay and schedule_to_start
+-- timers are moot once a task starts.
+WITH now AS (SELECT clock_timestamp() AS t),
+upd AS (
+    UPDATE tasks t
+       SET state = 'LEASED',
+           attempt = t.attempt + 1,
+           lease_epoch = t.lease_epoch + 1,
+           version = t.version + 1,
+           worker_id = $2::text,
+           lease_expires_at = now.t + make_interval(secs => $3::float8),
+           attempt_deadline = now.t + make_interval(secs => (t.timeouts->>'start_to_close_s')::float8),
+           cancel_requested = false, cancel_reason = NULL, kill_at = NULL,
+           started_at = COALESCE(t.started_at, now.t),
+           updated_at = now.t
+      FROM now
+     WHERE t.task_id = ANY($1::uuid[]) AND t.state = 'ENQUEUED'
+    RETURNING t.*
+),
+att AS (
+    INSERT INTO task_attempts (task_id, attempt, lease_epoch, worker_id, started_at, outcome)
+    SELECT upd.task_id, upd.attempt, upd.lease_epoch, upd.worker_id, upd.updated_at, 'RUNNING' FROM upd
+),
+tr AS (
+    INSERT INTO task_transitions (task_id, version, from_state, to_state, lease_epoch, at, reason)
+    SELECT upd.task_id, upd.version, 'ENQUEUED', 'LEASED', upd.lease_epoch, upd.updated_at,
+           'leased to ' || upd.worker_id FROM upd
+),
+lease_timer AS (
+    INSERT INTO timers (task_id, kind, fire_at, lease_epoch)
+    SELECT upd.task_id, 'lease', LEAST(upd.lease_expires_at, upd.attempt_deadline), upd.lease_epoch FROM upd
+    ON CONFLICT (task_id, kind) DO UPDATE SET fire_at = EXCLUDED.fire_at, lease_epoch = EXCLUDED.lease_epoch
+),
+moot AS (
+    DELETE FROM timers m USING upd
+     WHERE m.task_id = upd.task_id AND m.kind IN ('delay', 'schedule_to_start')
+)
+SELECT upd.task_id, upd.tenant_id, upd.app_id, upd.task_type, upd.queue, upd.payload, upd.attempt,
+       upd.max_attempts, upd.lease_epoch, upd.run_at,
+       (upd.timeouts->>'start_to_close_s')::float8 AS start_to_close_s
+  FROM upd
+
+-- name: task_heartbeat_batch
+-- Extend leases still held at (task_id, lease_epoch). The lease timer is
+-- not touched: it is lazy and reschedules itself when it finds the lease
+-- extended. A passed attempt deadline turns into a start_to_close cancel
+-- here too, so the worker hears CANCEL without waiting for the timer. Once
+-- kill_at has passed the lease is no longer extended.
+WITH i AS (
+    SELECT * FROM unnest($1::uuid[], $2::bigint[]) AS i(task_id, lease_epoch)
+),
+locked AS (
+    SELECT t.task_id, t.lease_epoch FROM tasks t JOIN i ON i.task_id = t.task_id AND i.lease_epoch = t.lease_epoch
+     WHERE t.state = 'LEASED'
+     ORDER BY t.task_id
+       FOR NO KEY UPDATE OF t
+),
+now AS (SELECT clock_timestamp() AS t),
+upd AS (
+    UPDATE tasks t
+       SET lease_expires_at = CASE WHEN t.kill_at IS NOT NULL AND t.kill_at <= now.t THEN t.lease_expires_at
+                                   ELSE GREATEST(t.lease_expires_at, now.t + make_interval(secs => $3::float8)) END,
+           cancel_requested = t.cancel_requested OR t.attempt_deadline <= now.t,
+           cancel_reason = CASE WHEN t.cancel_requested THEN t.cancel_reason
+                                WHEN t.attempt_deadline <= now.t THEN 'start_to_close' END,
+           kill_at = CASE WHEN t.cancel_requested THEN t.kill_at
+                          WHEN t.attempt_deadline <= now.t THEN now.t + make_interval(secs => $4::float8) END
+      FROM locked, now
+     WHERE t.task_id = locked.task_id AND t.lease_epoch = locked.lease_epoch AND t.state = 'LEASED'
+    RETURNING t.task_id, t.lease_epoch, t.cancel_requested, t.cancel_reason,
+              extract(epoch FROM (t.kill_at - now.t))::float8 AS kill_after_s
+)
+SELECT upd.* FROM upd
+
+-- name: task_cancel_request_batch
+-- Ask running attempts to stop: sets the flag the next heartbeat answers
+-- CANCEL to, and the kill time after which the lease timer revokes the
+-- lease. Reasons rank user > schedule_to_close > start_to_close, and an
+-- earlier kill time is never pushed back.
+WITH i AS (
+    SELECT * FROM unnest($1::uuid[], $2::bigint[], $3::text[]) AS i(task_id, lease_epoch, reason)
+)
+UPDATE tasks t
+   SET cancel_requested = true,
+       cancel_reason = CASE WHEN t.cancel_reason = 'user' OR i.reason = 'user' THEN 'user'
+                            WHEN t.cancel_reason = 'schedule_to_close' OR i.reason = 'schedule_to_close'
+                                 THEN 'schedule_to_close'
+                            ELSE i.reason END,
+       kill_at = LEAST(t.kill_at, clock_timestamp() + make_interval(secs => $4::float8))
+  FROM i
+ WHERE t.task_id = i.task_id AND t.state = 'LEASED' AND t.lease_epoch = i.lease_epoch
+RETURNING t.task_id
+
+-- name: task_complete_lock
+-- Lock the tasks whose lease (task_id, lease_epoch) is still current, in
+-- task_id order so concurrent batches cannot deadlock.
+SELECT t.task_id, t.state, t.lease_epoch, t.attempt, t.max_attempts, t.retry_policy,
+       t.non_retryable, t.cancel_requested, t.cancel_reason
+  FROM tasks t JOIN unnest($1::uuid[], $2::bigint[]) AS i(task_id, lease_epoch)
+    ON t.task_id = i.task_id AND t.lease_epoch = i.lease_epoch
+ WHERE t.state = 'LEASED'
+ ORDER BY t.task_id
+   FOR NO KEY UPDATE OF t
+
+-- name: task_complete_lock_unfenced
+-- TEST-ONLY (guards.epoch_check_on_complete = false): like task_complete_lock
+-- but ignores the lease epoch, so stale completions get through.
+SELECT t.task_id, t.state, t.lease_epoch, t.attempt, t.max_attempts, t.retry_policy,
+       t.non_retryable, t.cancel_requested, t.cancel_reason
+  FROM tasks t
+ WHERE t.task_id = ANY($1::uuid[]) AND t.state = 'LEASED'
+ ORDER BY t.task_id
+   FOR NO KEY UPDATE OF t
+
+-- name: task_transition_apply
+-- transitions: LEASED->SUCCEEDED, LEASED->RETRY_WAIT, LEASED->FAILED, LEASED->CANCELED, RETRY_WAIT->ENQUEUED, RETRY_WAIT->CANCELED, RETRY_WAIT->EXPIRED, ENQUEUED->CANCELED, ENQUEUED->EXPIRED
+-- Apply a batch of decided transitions, each a compare-and-set on
+-- (task_id, from_state, lease_epoch); the wrapper checks every (from, to)
+-- against taskstate.ALLOWED before sending. In the same statement: the
+-- transition row, the end of the running attempt, timers (a lease ends:
+-- its timer goes; a terminal task: all its timers go; RETRY_WAIT: a retry
+-- timer at the new run_at).
+WITH now AS (SELECT clock_timestamp() AS t),
+i AS (
+    SELECT * FROM unnest($1::uuid[], $2::text[], $3::bigint[], $4::text[], $5::float8[], $6::bytea[],
+                         $7::text[], $8::text[], $9::text[], $10::text[], $11::text[], $12::text[],
+                         $13::text[], $14::text[])
+        AS i(task_id, from_state, lease_epoch, to_state, delay_s, result, error_class, error_message,
+             error_stack, reason, attempt_outcome, attempt_error_class, attempt_error_message,
+             attempt_error_stack)
+),
+upd AS (
+    UPDATE tasks t
+       SET state = i.to_state,
+           version = t.version + 1,
+           updated_at = now.t,
+           finished_at = CASE WHEN i.to_state IN ('SUCCEEDED', 'FAILED', 'CANCELED', 'EXPIRED') THEN now.t END,
+           run_at = CASE WHEN i.to_state = 'RETRY_WAIT'
+                         THEN now.t + make_interval(secs => COALESCE(i.delay_s, 0)) ELSE t.run_at END,
+           result = COALESCE(i.result, t.result),
+           error_class = COALESCE(i.error_class, t.error_class),
+           error_message = CASE WHEN i.error_class IS NOT NULL THEN i.error_message ELSE t.error_message END,
+           error_stack = CASE WHEN i.error_class IS NOT NULL THEN i.error_stack ELSE t.error_stack END,
+           lease_expires_at = NULL,
+           attempt_deadline = NULL,
+           kill_at = NULL,
+           cancel_requested = CASE WHEN i.to_state IN ('RETRY_WAIT', 'ENQUEUED') THEN false
+                                   ELSE t.cancel_requested END,
+           cancel_reason = CASE WHEN i.to_state IN ('RETRY_WAIT', 'ENQUEUED') THEN NULL ELSE t.cancel_reason END
+      FROM i, now
+     WHERE t.task_id = i.task_id AND t.state = i.from_state AND t.lease_epoch = i.lease_epoch
+    RETURNING t.task_id, t.version, t.state, t.lease_epoch, t.attempt, t.run_at, t.updated_at
+),
+tr AS (
+    INSERT INTO task_transitions (task_id, version, from_state, to_state, lease_epoch, at, reason)
+    SELECT upd.task_id, upd.version, i.from_state, upd.state, upd.lease_epoch, upd.updated_at, i.reason
+      FROM upd JOIN i ON i.task_id = upd.task_id
+),
+att AS (
+    UPDATE task_attempts a
+       SET finished_at = upd.updated_at, outcome = i.attempt_outcome,
+           error_class = i.attempt_error_class, error_message = i.attempt_error_message,
+           error_stack = i.attempt_error_stack
+      FROM upd JOIN i ON i.task_id = upd.task_id
+     WHERE i.attempt_outcome IS NOT NULL AND a.task_id = upd.task_id AND a.attempt = upd.attempt
+       AND a.lease_epoch = upd.lease_epoch AND a.outcome = 'RUNNING'
+),
+gone AS (
+    DELETE FROM timers m USING upd
+     WHERE m.task_id = upd.task_id
+       AND (m.kind = 'lease' OR upd.state IN ('SUCCEEDED', 'FAILED', 'CANCELED', 'EXPIRED'))
+),
+retry_timer AS (
+    INSERT INTO timers (task_id, kind, fire_at, lease_epoch)
+    SELECT upd.task_id, 'retry', upd.run_at, upd.lease_epoch FROM upd WHERE upd.state = 'RETRY_WAIT'
+    ON CONFLICT (task_id, kind) DO UPDATE SET fire_at = EXCLUDED.fire_at, lease_epoch = EXCLUDED.lease_epoch
+)
+SELECT upd.task_id, upd.state, upd.version FROM upd
