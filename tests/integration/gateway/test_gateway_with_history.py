@@ -1,0 +1,124 @@
+"""The gateway against the real history service (a separate process) and
+real shard databases: the enqueue path as customers use it."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import pathlib
+import subprocess
+import sys
+import time
+
+import grpc
+import httpx
+import pytest
+import pytest_asyncio
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from ratchet.api.tenants.v1 import tenants_pb2, tenants_pb2_grpc
+from ratchet.libs.pg.cluster import free_port
+from ratchet.libs.shardmap import ShardMap, new_task_id
+
+from .conftest import ADMIN_KEY, Env, start_gateway
+
+pytestmark = pytest.mark.timeout(90)
+HISTORY_MAIN = pathlib.Path(__file__).resolve().parents[3] / "services" / "history" / "__main__.py"
+SHARDS = [0, 1]
+
+
+def _wait_serving(port: int, proc: subprocess.Popen, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    with grpc.insecure_channel(f"127.0.0.1:{port}") as ch:
+        stub = health_pb2_grpc.HealthStub(ch)
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                raise RuntimeError(f"history exited with {proc.returncode}: {proc.stdout.read()}")
+            try:
+                if stub.Check(health_pb2.HealthCheckRequest(), timeout=1).status == health_pb2.HealthCheckResponse.SERVING:
+                    return
+            except grpc.RpcError:
+                pass
+            time.sleep(0.1)
+    raise TimeoutError("history did not report SERVING within 30 s")
+
+
+@pytest_asyncio.fixture(scope="module")
+async def real(pg_cluster, tmp_path_factory):
+    if not HISTORY_MAIN.exists():
+        pytest.skip("services/history has no __main__.py yet")
+    tag = free_port()
+    shards = {}
+    for s in SHARDS:
+        pg_cluster.create_database(f"gwh_shard{s}_{tag}")
+        shards[str(s)] = pg_cluster.dsn(f"gwh_shard{s}_{tag}")
+    pg_cluster.create_database(f"gwh_control_{tag}")
+    tmp = tmp_path_factory.mktemp("gw-history")
+    hport = free_port()
+    cfg = tmp / "history.json"
+    cfg.write_text(json.dumps({"shards": shards, "grpc_port": hport}))
+    proc = subprocess.Popen([sys.executable, "-m", "ratchet.services.history", "--config", str(cfg)],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    gw = None
+    try:
+        await asyncio.to_thread(_wait_serving, hport, proc)
+        gw = await start_gateway(pg_cluster.dsn(f"gwh_control_{tag}"), hport, str(tmp / "blobs"), shard_ids=SHARDS)
+        channel = grpc.aio.insecure_channel(f"127.0.0.1:{gw.grpc_port}")
+        http = httpx.AsyncClient(base_url=f"http://127.0.0.1:{gw.rest_port}", timeout=30)
+        e = Env(gw, None, channel, http, "", "", "", pg_cluster, str(tmp / "blobs"))
+        t = await tenants_pb2_grpc.TenantServiceStub(channel).CreateTenant(
+            tenants_pb2.CreateTenantRequest(name="real-co"), metadata=e.md(ADMIN_KEY), timeout=10)
+        e.api_key, e.tenant_id, e.app_id = t.api_key, t.tenant_id, t.app_id
+        await e.deploy(t.api_key)
+        yield e
+        await http.aclose()
+        await channel.close()
+    finally:
+        if gw is not None:
+            await gw.stop(grace=1)
+        proc.terminate()
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
+
+
+async def test_enqueue_get_cancel_round_trip(real):
+    r = await real.http.post("/v1/tasks", json={"task_type": "resize", "payload": {"w": 640},
+                                                "timeouts": {"schedule_to_close": "3600s"}}, headers=real.auth())
+    assert r.status_code == 200, r.text
+    task_id = r.json()["task_id"]
+    task = (await real.http.get(f"/v1/tasks/{task_id}", headers=real.auth())).json()["task"]
+    assert task["state"] == "TASK_STATE_ENQUEUED" and task["payload"] == {"w": 640}
+    assert task["max_attempts"] == 3 and task["task_type"] == "resize"
+    c = (await real.http.post(f"/v1/tasks/{task_id}/cancel", headers=real.auth())).json()
+    assert c["state"] == "TASK_STATE_CANCELED"
+
+
+async def test_fifty_concurrent_keyed_enqueues_make_one_task(real):
+    body = {"task_type": "send", "payload": {"to": "a@b.c"}, "idempotency_key": "welcome-1"}
+    answers = await asyncio.gather(*(real.http.post("/v1/tasks", json=body, headers=real.auth())
+                                     for _ in range(50)))
+    assert all(a.status_code == 200 for a in answers), [a.text for a in answers if a.status_code != 200][:3]
+    ids = {a.json()["task_id"] for a in answers}
+    assert len(ids) == 1
+    assert sum(not a.json()["deduplicated"] for a in answers) == 1
+    conflict = await real.http.post("/v1/tasks", json={**body, "payload": {"to": "x@y.z"}}, headers=real.auth())
+    assert conflict.status_code == 409 and conflict.json()["error"]["original_task_id"] == ids.pop()
+
+
+async def test_batch_of_1000_lands_on_every_shard_in_order(real):
+    items = [{"task_type": "send", "payload": i} for i in range(1000)]
+    r = await real.http.post("/v1/tasks:batch", json={"tasks": items}, headers=real.auth())
+    assert r.status_code == 200, r.text
+    ids = r.json()["task_ids"]
+    assert {ShardMap.even(SHARDS).shard_for_task(i) for i in ids} == set(SHARDS)
+    for i in (0, 499, 999):
+        got = (await real.http.get(f"/v1/tasks/{ids[i]}", headers=real.auth())).json()["task"]
+        assert got["payload"] == i
+
+
+async def test_unknown_id_is_404(real):
+    r = await real.http.get(f"/v1/tasks/{new_task_id()}", headers=real.auth())
+    assert r.status_code == 404
