@@ -67,9 +67,8 @@ def _guard(fn: Callable[..., Awaitable[T]]) -> Callable[..., Awaitable[T]]:
     async def wrapper(*args: Any, **kwargs: Any) -> T:
         try:
             return await fn(*args, **kwargs)
-        except (OSError, asyncpg.exceptions.ConnectionDoesNotExistError,
-                asyncpg.exceptions.CannotConnectNowError, asyncpg.exceptions.TooManyConnectionsError,
-                asyncpg.exceptions.InterfaceError) as e:
+        except (OSError, asyncpg.exceptions.PostgresConnectionError, asyncpg.exceptions.CannotConnectNowError,
+                asyncpg.exceptions.TooManyConnectionsError, asyncpg.exceptions.InterfaceError) as e:
             raise errors.Unavailable(f"control database unavailable: {e}; retry shortly") from e
         except (TimeoutError, asyncpg.exceptions.QueryCanceledError) as e:
             raise errors.Unavailable("control database did not answer in time; retry shortly") from e
