@@ -20,7 +20,7 @@ from ratchet.libs.clock import Clock
 from ratchet.services.dispatcher.errors import HistoryRejected, ShardUnavailable
 from ratchet.services.dispatcher.history_client import HistoryClient
 from ratchet.services.dispatcher.rotation import split_capacity
-from ratchet.services.dispatcher.shards import ShardBook
+from ratchet.services.dispatcher.shards import PROBE_TIMEOUT_S, ShardBook
 
 log = logging.getLogger(__name__)
 
@@ -122,6 +122,9 @@ class Leaser:
             return None
         try:
             budget = min(self._history.rpc_timeout_s, ask.deadline - self._clock.monotonic())
+            if state.failures:
+                # Probing a shard that just failed: do not let it hold the poll for a full RPC deadline.
+                budget = min(budget, PROBE_TIMEOUT_S)
             if budget < MIN_CALL_S:
                 return None
             state.busy_since = self._clock.monotonic()

@@ -9,6 +9,10 @@ holds more, the head passes the signal on to the next in line when it leaves
 (a baton), so a burst is spread over the waiting polls in FIFO order. A busy
 agent that polls again joins the back of the line, behind agents that have
 been waiting, so it cannot starve them.
+
+A head whose leasing round is stuck (a shard call hung for longer than
+STUCK_S) no longer receives signals: the next poll in line takes them, so one
+hung shard cannot freeze dispatch from the healthy ones.
 """
 
 from __future__ import annotations
@@ -17,17 +21,24 @@ import asyncio
 import collections
 from typing import Iterable
 
+from ratchet.libs.clock import Clock, SystemClock
+
 PollClass = frozenset[str]
+
+# A waiter busy in one leasing round for longer than this is passed over.
+STUCK_S = 0.5
 
 
 class Waiter:
     """One parked poll: the shards it was signalled about, and a wake-up event."""
 
-    __slots__ = ("poll_class", "signalled", "_event", "_lot")
+    __slots__ = ("poll_class", "signalled", "busy_since", "_event", "_lot")
 
     def __init__(self, lot: "ParkingLot", poll_class: PollClass):
         self.poll_class = poll_class
         self.signalled: set[int] = set()
+        # Set while the poll runs a leasing round (clock.monotonic()).
+        self.busy_since: float | None = None
         self._event = asyncio.Event()
         self._lot = lot
 
@@ -51,17 +62,25 @@ class Waiter:
 
     @property
     def is_head(self) -> bool:
-        """True when no poll of this class is ahead of this one."""
-        queue = self._lot._queues.get(self.poll_class)
-        return bool(queue) and queue[0] is self
+        """True when this poll is the one signals go to: none ahead of it in
+        its class, except polls stuck in a round."""
+        return self._lot._head(self.poll_class) is self
 
 
 class ParkingLot:
     """FIFO queues of parked polls, one per poll class."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Clock | None = None) -> None:
         self._queues: dict[PollClass, collections.deque[Waiter]] = {}
+        self._clock = clock or SystemClock()
         self.closed = False
+
+    def _head(self, poll_class: PollClass) -> Waiter | None:
+        now = self._clock.monotonic()
+        for waiter in self._queues.get(poll_class, ()):
+            if waiter.busy_since is None or now - waiter.busy_since < STUCK_S:
+                return waiter
+        return None
 
     def park(self, poll_class: PollClass) -> Waiter:
         """Join the back of the class's line."""
@@ -75,7 +94,6 @@ class ParkingLot:
         queue = self._queues.get(waiter.poll_class)
         if queue is None:
             return
-        was_head = bool(queue) and queue[0] is waiter
         try:
             queue.remove(waiter)
         except ValueError:
@@ -84,16 +102,20 @@ class ParkingLot:
         waiter.signalled = set()
         if not queue:
             del self._queues[waiter.poll_class]
-        elif baton and (was_head or pass_on):
-            queue[0]._wake(baton)
+        elif baton:
+            head = self._head(waiter.poll_class)
+            if head is not None:
+                head._wake(baton)
 
     def signal(self, shards: Iterable[int]) -> None:
         """Shards may hold ready work: wake the head of every class."""
         shards = set(shards)
         if not shards:
             return
-        for queue in self._queues.values():
-            queue[0]._wake(shards)
+        for poll_class in self._queues:
+            head = self._head(poll_class)
+            if head is not None:
+                head._wake(shards)
 
     def parked(self, poll_class: PollClass | None = None) -> int:
         """How many polls wait (in one class, or in all)."""

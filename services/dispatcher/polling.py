@@ -37,6 +37,8 @@ class Poller:
 
     async def poll(self, spec: PollSpec, emit: Emit) -> int:
         """Run one long poll, handing leased tasks to `emit`; returns how many were leased."""
+        if self._lot.closed:
+            return 0  # shutting down: lease nothing we might not deliver
         order = self._rotation.order()
         if spec.max_wait_s <= 0:
             # A non-blocking poll: one round (its calls bounded by the RPC deadline), never parked.
@@ -51,7 +53,11 @@ class Poller:
             shards: Sequence[int] | None = order if waiter.is_head else None
             while True:
                 if shards:
-                    result = await self._leaser.round(ask, spec.capacity, shards, emit)
+                    waiter.busy_since = self._clock.monotonic()
+                    try:
+                        result = await self._leaser.round(ask, spec.capacity, shards, emit)
+                    finally:
+                        waiter.busy_since = None
                     if result.leased:
                         pass_on = _still_ready(set(shards), result)
                         return result.leased

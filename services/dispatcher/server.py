@@ -44,7 +44,7 @@ class DispatcherServer:
         self._channel = aio_channel(config.history_target)
         self.history = HistoryClient(self._channel, config.rpc_timeout_s, config.lease_duration_s)
         self.book = ShardBook(config.shard_ids, self.clock)
-        self.lot = ParkingLot()
+        self.lot = ParkingLot(self.clock)
         self.rotation = ShardRotation(config.shard_ids)
         self.poller = Poller(Leaser(self.history, self.book, self.clock), self.lot, self.rotation, self.clock)
         self.batcher = CompletionBatcher(self.history, complete_window_s)

@@ -16,6 +16,8 @@ BACKOFF_MAX_S = 2.0
 # A lease call in flight for longer than this marks the shard slow: other
 # polls skip it rather than queue behind it (a hung shard must not stall them).
 SLOW_CALL_S = 0.5
+# Deadline of a lease call to a shard whose last call failed (a probe).
+PROBE_TIMEOUT_S = 1.0
 
 
 @dataclasses.dataclass

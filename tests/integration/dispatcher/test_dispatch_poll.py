@@ -212,3 +212,20 @@ async def test_stop_closes_parked_polls_empty(make_dispatcher, stub_for, history
     await server.stop(grace=2)
     assert await asyncio.wait_for(pending, 3) == []
     assert time.monotonic() - started < 2
+
+
+async def test_a_hung_shard_does_not_freeze_parked_polls(make_dispatcher, stub_for, history):
+    server = await make_dispatcher(shard_ids=[0, 1], tick_s=30.0, rpc_timeout_s=5.0)
+    stub = await stub_for(server)
+    await wait_until(lambda: history.fake.watchers == 1, what="WatchReady stream")
+    history.fake.hanging.add(0)
+    # The first poll's round hangs on shard 0; the second waits behind it.
+    first = asyncio.ensure_future(poll(stub, capacity=1, max_wait=4, worker="first"))
+    await wait_until(lambda: len(history.fake.calls_of("LeaseTasks", 0)) == 1, what="shard 0 call")
+    second = asyncio.ensure_future(poll(stub, capacity=1, max_wait=4, worker="second"))
+    await wait_until(lambda: server.lot.parked() == 2, what="two parked")
+    await asyncio.sleep(0.6)  # the first is now stuck
+    task_id = history.fake.add_task(1)
+    history.fake.notify(1)
+    assert [t.task_id for t in await asyncio.wait_for(second, 1)] == [task_id]
+    first.cancel()

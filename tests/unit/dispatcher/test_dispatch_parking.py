@@ -89,3 +89,19 @@ async def test_close_releases_every_waiter_empty():
     await asyncio.sleep(0)
     lot.close()
     assert await asyncio.wait_for(waits, 1) == [None, None]
+
+
+async def test_a_head_stuck_in_a_round_is_passed_over():
+    from ratchet.libs.clock import FakeClock
+    from ratchet.services.dispatcher.parking import STUCK_S
+    clock = FakeClock()
+    lot = ParkingLot(clock)
+    a, b = lot.park(ANY), lot.park(ANY)
+    a.busy_since = clock.monotonic()
+    lot.signal({1})
+    assert a.signalled == {1} and not b.signalled  # a short round still gets the signal
+    clock.advance(STUCK_S + 0.01)
+    assert b.is_head
+    lot.signal({2})
+    assert await b.wait(1) == {2}
+    assert a.signalled == {1}
