@@ -11,6 +11,7 @@ import httpx
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from ratchet.api.apps.v1 import apps_pb2
 from ratchet.api.tenants.v1 import tenants_pb2
 from ratchet.internal.gateway.v1 import control_pb2, control_pb2_grpc
 from ratchet.services.gateway.rest import openapi
@@ -162,3 +163,18 @@ async def test_grpc_tenant_service_needs_admin(env):
     with pytest.raises(grpc.aio.AioRpcError) as e:
         await env.tenants.CreateTenant(tenants_pb2.CreateTenantRequest(name="nope"), metadata=env.md(), timeout=5)
     assert e.value.code() == grpc.StatusCode.UNAUTHENTICATED
+
+
+async def test_redeploying_an_older_digest_makes_it_active_again(env):
+    t = await env.new_tenant("rollback-co")
+    first = (await env.deploy(t.api_key, files={"app.py": b"# one\n"})).deployment
+    second = (await env.deploy(t.api_key, files={"app.py": b"# two\n"},
+                               handlers=[apps_pb2.Handler(name="only_two")])).deployment
+    assert first.created and second.created and first.digest != second.digest
+    back = (await env.deploy(t.api_key, files={"app.py": b"# one\n"})).deployment
+    assert not back.created and back.digest == first.digest
+    active = await control(env).GetActiveDeployment(control_pb2.GetActiveDeploymentRequest(app_id=t.app_id),
+                                                    metadata=HOST_MD, timeout=5)
+    assert active.deployment.digest == first.digest
+    r = await env.http.post("/v1/tasks", json={"task_type": "only_two"}, headers=env.auth(t.api_key))
+    assert r.status_code == 400 and "registered types: resize, send" in r.json()["error"]["message"]
