@@ -1,0 +1,189 @@
+"""The local platform with the fault hooks the nemeses need.
+
+FaultPlatform is ratchet.cli.platform.LocalPlatform plus:
+* fault proxies (ratchet.libs.faultproxy) spliced into chosen links:
+  ``history-pg`` (history -> its shard databases), ``dispatcher-history``,
+  ``gateway-history`` and ``hostagent-dispatcher``;
+* per-service clock skew with libfaketime (wall clock only; Postgres and the
+  sandboxes keep the true clock), changeable at run time;
+* the host agent's sandboxes (ListSandboxes), the Postgres backends, and a
+  ``heal_everything`` that undoes any fault left behind.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import pathlib
+import signal
+
+from ratchet.cli.platform import SERVICES, LocalPlatform
+from ratchet.libs.faultproxy import ProxyThread
+
+FAKETIME_GLOBS = ("/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1",
+                  "/usr/lib/*/faketime/libfaketimeMT.so.1", "/usr/lib/faketime/libfaketimeMT.so.1")
+LINKS = ("history-pg", "dispatcher-history", "gateway-history", "hostagent-dispatcher")
+
+
+def faketime_library() -> str | None:
+    """The libfaketime (multi-threaded) shared object, if the faketime package is installed."""
+    for pattern in FAKETIME_GLOBS:
+        found = sorted(glob.glob(pattern))
+        if found:
+            return found[0]
+    return None
+
+
+class FaultPlatform(LocalPlatform):
+    """A LocalPlatform whose links and clocks the nemeses can break."""
+
+    def __init__(self, state_dir, shards: int = 2, overrides: dict | None = None, *,
+                 links: tuple[str, ...] = (), skew_services: tuple[str, ...] = (), **kwargs):
+        super().__init__(state_dir, shards=shards, overrides=overrides, **kwargs)
+        unknown = set(links) - set(LINKS)
+        if unknown:
+            raise ValueError(f"unknown links {sorted(unknown)}; known: {LINKS}")
+        self.link_names = links
+        self.proxies = ProxyThread().start() if links else None
+        self.links = {}
+        self.skew_dir = self.dir / "skew"
+        self.skew_services = tuple(skew_services)
+        self._faketime = faketime_library()
+        self.skew_dir.mkdir(parents=True, exist_ok=True)
+        for name in self.skew_services:
+            self.skew(name, 0)
+
+    # -- splicing proxies into the generated configs -------------------------------
+    def _link(self, name: str, port: int):
+        link = self.links.get(name)
+        if link is None:
+            link = self.proxies.add(name, "127.0.0.1", port)
+            self.links[name] = link
+        elif link.upstream[1] != port:
+            link.upstream = ("127.0.0.1", port)
+        return link
+
+    def configs(self) -> dict[str, dict]:
+        configs = super().configs()
+        if "history-pg" in self.link_names:
+            port = self._link("history-pg", self.cluster.port).port
+            configs["history"]["shards"] = {
+                k: dsn.replace(f":{self.cluster.port}/", f":{port}/") for k, dsn in configs["history"]["shards"].items()}
+        for link, (svc, field, target) in {"dispatcher-history": ("dispatcher", "history_target", "history"),
+                                           "gateway-history": ("gateway", "history_target", "history"),
+                                           "hostagent-dispatcher": ("hostagent", "dispatcher_target", "dispatcher"),
+                                           }.items():
+            if link in self.link_names:
+                configs[svc][field] = f"127.0.0.1:{self._link(link, self.ports[target]).port}"
+        return configs
+
+    # -- per-service environment: clock skew ---------------------------------------
+    def skew_unavailable(self, service: str) -> str | None:
+        if self._faketime is None:
+            return "libfaketime is not installed (Debian package faketime): clock-skew nemeses skipped"
+        if service not in self.skew_services:
+            return f"{service} was not started under libfaketime (skew_services={self.skew_services})"
+        return None
+
+    def skew(self, service: str, offset_s: float) -> None:
+        """Set the service's wall-clock offset; it takes effect within a second, no restart."""
+        path = self.skew_dir / f"{service}.rc"
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(f"{offset_s:+.3f}s\n")
+        os.replace(tmp, path)  # faketime must never read a half-written file
+
+    def _service_env(self, name: str) -> dict[str, str]:
+        if name not in self.skew_services or self._faketime is None:
+            return {}
+        return {"LD_PRELOAD": self._faketime, "FAKETIME_TIMESTAMP_FILE": str(self.skew_dir / f"{name}.rc"),
+                "FAKETIME_CACHE_DURATION": "1", "FAKETIME_DONT_FAKE_MONOTONIC": "1"}
+
+    def _spawn(self, name: str):
+        base = self.env
+        extra = self._service_env(name)
+        if extra:
+            self.env = {**base, **extra}
+        try:
+            return super()._spawn(name)
+        finally:
+            self.env = base
+
+    # -- what the nemeses aim at ---------------------------------------------------
+    def sandboxes(self) -> list[dict]:
+        """Every live sandbox of the host agent: {sandbox_id, pid, task_id, attempt}."""
+        from ratchet.internal.hostagent.v1 import hostagent_pb2, hostagent_pb2_grpc
+        from ratchet.libs.rpc.client import sync_channel
+
+        if self.service_pid("hostagent") is None:
+            return []
+        channel = sync_channel(self.grpc_address("hostagent"))
+        try:
+            stub = hostagent_pb2_grpc.HostAgentServiceStub(channel)
+            resp = stub.ListSandboxes(hostagent_pb2.ListSandboxesRequest(), timeout=3)
+        except Exception:  # the agent may be paused or restarting: no target this time
+            return []
+        finally:
+            channel.close()
+        return [{"sandbox_id": s.sandbox_id, "pid": s.pid, "task_id": s.task_id, "attempt": s.attempt}
+                for s in resp.sandboxes if s.pid > 0]
+
+    def backend_pids(self) -> list[int]:
+        """Postgres client backends serving the platform's databases."""
+        out = self.cluster.psql("SELECT pid FROM pg_stat_activity WHERE datname LIKE 'ratchet_%' "
+                                "AND backend_type = 'client backend' AND pid <> pg_backend_pid() ORDER BY pid")
+        return [int(x) for x in out.split()]
+
+    def terminate_backends(self, pids: list[int]) -> int:
+        if not pids:
+            return 0
+        out = self.cluster.psql("SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM unnest("
+                                f"ARRAY[{','.join(str(int(p)) for p in pids)}]::int[]) AS pid")
+        return int(out.strip() or 0)
+
+    def ensure_serving(self, name: str, timeout: float = 60.0) -> None:
+        """After a kill: the supervisor restarts it (with backoff); wait for SERVING."""
+        if self._supervisor is None and self.service_pid(name) is None:
+            self.start_service(name, wait=False)
+        self.wait_serving(name, timeout=timeout)
+
+    def heal_everything(self) -> None:
+        """Resume every process, heal every link and clock, restart Postgres if down, wait for SERVING."""
+        for name in SERVICES:
+            pid = self.service_pid(name)
+            if pid:
+                try:
+                    os.kill(pid, signal.SIGCONT)
+                except ProcessLookupError:
+                    pass
+        for box in self.sandboxes():
+            try:
+                os.kill(box["pid"], signal.SIGCONT)
+            except ProcessLookupError:
+                pass
+        for link in self.links.values():
+            link.heal()
+        for name in self.skew_services:
+            self.skew(name, 0)
+        if self.cluster is not None and not self.cluster.running():
+            self.cluster.start(timeout=60)
+        for name in SERVICES:
+            self.ensure_serving(name)
+
+    def stop(self, keep_postgres: bool = False) -> None:
+        try:
+            for name in SERVICES:  # a stopped process ignores SIGTERM until continued
+                pid = self.service_pid(name)
+                if pid:
+                    try:
+                        os.kill(pid, signal.SIGCONT)
+                    except ProcessLookupError:
+                        pass
+            super().stop(keep_postgres=keep_postgres)
+        finally:
+            if self.proxies is not None:
+                self.proxies.stop()
+                self.proxies = None
+
+    @property
+    def state_path(self) -> pathlib.Path:
+        return self.dir
