@@ -1,5 +1,6 @@
 """The benchmark's own Postgres cluster: durable settings, started in a temp
-folder, its effective configuration recorded, stopped by its postmaster PID."""
+folder, its effective configuration recorded, stopped by its postmaster PID.
+The same cluster serves the physical reference and the platform."""
 
 from __future__ import annotations
 
@@ -38,7 +39,11 @@ class BenchPostgres:
         self.keep = keep
         self.root = pathlib.Path(root or tempfile.mkdtemp(prefix="ratchet-bench-pg-"))
         os.chmod(self.root, 0o755)  # Postgres runs as an unprivileged user when we are root.
-        self.cluster = LocalCluster(self.root / "data", settings=BENCH_SETTINGS)
+        # The data folder sits where LocalPlatform(state_dir=platform_dir) keeps
+        # its cluster, so the platform adopts this running server instead of
+        # starting its own: reference and platform share one Postgres.
+        self.platform_dir = self.root / "platform"
+        self.cluster = LocalCluster(self.platform_dir / "pg", settings=BENCH_SETTINGS)
         self.settings: dict[str, str] = {}
 
     @property

@@ -98,10 +98,11 @@ class Physical:
         result = await asyncio.to_thread(fn)
         wall = time.monotonic() - t0
         cpu_b, child_b = cpu.take(roots), _children_cpu_s()
-        snap_b = await dbstats.settle(self.admin, [DB])
+        snap_b = await dbstats.snapshot(self.admin)
+        settled = await dbstats.settle(self.admin, [DB])
         cpu_ms = cpu.diff_ms(cpu_a, cpu_b)
         cpu_ms["load_client"] = round((child_b - child_a) * 1000.0, 1)
-        return result, wall, dbstats.delta(snap_a, snap_b, [DB]), cpu_ms
+        return result, wall, dbstats.delta(snap_a, snap_b, [DB], settled), cpu_ms
 
     def _roots(self) -> dict[str, int]:
         pid = self.pg.cluster.postmaster_pid()
@@ -161,8 +162,8 @@ class Physical:
                                           for _ in range(workers))))
         wall = time.monotonic() - t0
         cpu_b = cpu.take(self._roots())
-        snap_b = await dbstats.settle(self.admin, [DB])
-        d = dbstats.delta(snap_a, snap_b, [DB])
+        snap_b = await dbstats.snapshot(self.admin)
+        d = dbstats.delta(snap_a, snap_b, [DB], await dbstats.settle(self.admin, [DB]))
         cpu_ms = cpu.diff_ms(cpu_a, cpu_b)
         cell = Cell(system="postgres", workload="PHYS_batched", params={"workers": workers, "batch": batch},
                     rate=round(done / wall, 1), unit="jobs/s", n=done, duration_s=round(wall, 2),

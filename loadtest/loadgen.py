@@ -1,0 +1,174 @@
+"""Enqueue load over gRPC with asyncio, closed and open loop.
+
+The requests have the shape ratchet.Client sends (every enqueue carries an
+idempotency key, as the SDK mints one per call), but go through grpc.aio
+stubs so one Python process can keep dozens of calls in flight and keep an
+open-loop schedule without the load generator becoming the bottleneck.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import dataclasses
+import random
+import time
+import uuid
+
+import grpc
+
+from ratchet.api.tasks.v1 import tasks_pb2, tasks_pb2_grpc
+from ratchet.libs.rpc.client import aio_channel
+
+TASK_TYPE = "noop"
+
+
+@dataclasses.dataclass
+class LoadResult:
+    """What a load phase did: acks, per-call latency (ms), errors by status code."""
+
+    acked: int = 0
+    calls: int = 0
+    wall_s: float = 0.0
+    latency_ms: list[float] = dataclasses.field(default_factory=list)
+    errors: collections.Counter = dataclasses.field(default_factory=collections.Counter)
+    task_ids: list[str] = dataclasses.field(default_factory=list)
+    dropped: int = 0  # open loop: sends skipped because too many were in flight
+    send_lag_ms: list[float] = dataclasses.field(default_factory=list)  # open loop: schedule slip
+
+    @property
+    def rate(self) -> float:
+        return self.acked / self.wall_s if self.wall_s > 0 else 0.0
+
+
+class Gateway:
+    """aio stubs to the gateway's TaskService with the app's API key."""
+
+    def __init__(self, target: str, api_key: str, channels: int = 2):
+        self.channels = [aio_channel(target) for _ in range(channels)]
+        self.stubs = [tasks_pb2_grpc.TaskServiceStub(c) for c in self.channels]
+        self.metadata = (("authorization", f"Bearer {api_key}"),)
+        self._next = 0
+
+    def stub(self) -> tasks_pb2_grpc.TaskServiceStub:
+        self._next = (self._next + 1) % len(self.stubs)
+        return self.stubs[self._next]
+
+    @staticmethod
+    def request(n: int, keyed: bool = True) -> tasks_pb2.EnqueueTaskRequest:
+        req = tasks_pb2.EnqueueTaskRequest(task_type=TASK_TYPE, idempotency_key=f"bench-{uuid.uuid4()}"
+                                           if keyed else "")
+        req.payload.struct_value.fields["n"].number_value = n
+        return req
+
+    async def enqueue(self, req: tasks_pb2.EnqueueTaskRequest, timeout: float = 10.0) -> str:
+        resp = await self.stub().EnqueueTask(req, timeout=timeout, metadata=self.metadata)
+        return resp.task_id
+
+    async def enqueue_batch(self, reqs: list[tasks_pb2.EnqueueTaskRequest], timeout: float = 30.0) -> list[str]:
+        resp = await self.stub().EnqueueTasks(tasks_pb2.EnqueueTasksRequest(tasks=reqs), timeout=timeout,
+                                              metadata=self.metadata)
+        return list(resp.task_ids)
+
+    async def get(self, task_id: str, timeout: float = 10.0) -> tasks_pb2.Task:
+        resp = await self.stub().GetTask(tasks_pb2.GetTaskRequest(task_id=task_id), timeout=timeout,
+                                         metadata=self.metadata)
+        return resp.task
+
+    async def close(self) -> None:
+        for c in self.channels:
+            await c.close()
+
+
+def _code(e: BaseException) -> str:
+    if isinstance(e, grpc.aio.AioRpcError):
+        return e.code().name
+    return type(e).__name__
+
+
+async def closed_loop(gw: Gateway, producers: int, seconds: float, *, keyed: bool = True,
+                      max_tasks: int = 1_000_000) -> LoadResult:
+    """`producers` concurrent callers, each sending the next enqueue when the last is acked."""
+    res = LoadResult()
+    deadline = time.monotonic() + seconds
+    counter = iter(range(max_tasks))
+
+    async def producer() -> None:
+        while time.monotonic() < deadline:
+            n = next(counter, None)
+            if n is None:
+                return
+            t = time.perf_counter()
+            res.calls += 1
+            try:
+                res.task_ids.append(await gw.enqueue(gw.request(n, keyed)))
+                res.latency_ms.append((time.perf_counter() - t) * 1000)
+                res.acked += 1
+            except (grpc.aio.AioRpcError, asyncio.TimeoutError) as e:
+                res.errors[_code(e)] += 1
+    t0 = time.monotonic()
+    await asyncio.gather(*(producer() for _ in range(producers)))
+    res.wall_s = time.monotonic() - t0
+    return res
+
+
+async def open_loop(gw: Gateway, rate: float, seconds: float, *, seed: int = 1, keyed: bool = True,
+                    max_inflight: int = 5000) -> LoadResult:
+    """Poisson arrivals at `rate`/s for `seconds`; latency counts from the scheduled send
+    time, so a stalled server shows up as latency instead of hiding it (no coordinated omission)."""
+    res = LoadResult()
+    rng = random.Random(seed)
+    inflight: set[asyncio.Task] = set()
+
+    async def one(n: int, scheduled: float) -> None:
+        res.calls += 1
+        try:
+            res.task_ids.append(await gw.enqueue(gw.request(n, keyed)))
+            res.latency_ms.append((time.perf_counter() - scheduled) * 1000)
+            res.acked += 1
+        except (grpc.aio.AioRpcError, asyncio.TimeoutError) as e:
+            res.errors[_code(e)] += 1
+
+    t0 = time.perf_counter()
+    next_at, n = t0, 0
+    while next_at - t0 < seconds:
+        delay = next_at - time.perf_counter()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        res.send_lag_ms.append(max(0.0, (time.perf_counter() - next_at) * 1000))
+        if len(inflight) >= max_inflight:
+            res.dropped += 1
+        else:
+            task = asyncio.create_task(one(n, next_at))
+            inflight.add(task)
+            task.add_done_callback(inflight.discard)
+        n += 1
+        next_at += rng.expovariate(rate)
+    if inflight:
+        await asyncio.wait(inflight, timeout=30)
+    res.wall_s = time.perf_counter() - t0
+    return res
+
+
+async def batches(gw: Gateway, batch: int, producers: int, total: int, *, keyed: bool = True) -> LoadResult:
+    """Enqueue `total` tasks in calls of `batch` from `producers` concurrent callers."""
+    res = LoadResult()
+    calls = iter(range((total + batch - 1) // batch))
+
+    async def producer() -> None:
+        for i in calls:
+            size = min(batch, total - i * batch)
+            reqs = [gw.request(i * batch + k, keyed) for k in range(size)]
+            t = time.perf_counter()
+            res.calls += 1
+            try:
+                ids = await gw.enqueue_batch(reqs)
+                res.latency_ms.append((time.perf_counter() - t) * 1000)
+                res.acked += len(ids)
+                res.task_ids.extend(ids)
+            except (grpc.aio.AioRpcError, asyncio.TimeoutError) as e:
+                res.errors[_code(e)] += 1
+    t0 = time.monotonic()
+    await asyncio.gather(*(producer() for _ in range(producers)))
+    res.wall_s = time.monotonic() - t0
+    return res

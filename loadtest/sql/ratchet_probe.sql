@@ -1,0 +1,17 @@
+-- Read-only probes of history's shard tables (schema: services/history/
+-- migrations). The bench reads the platform's own timings here; it never
+-- writes to a shard.
+
+-- name: task_count_unfinished
+SELECT count(*) FROM tasks WHERE state IN ('ENQUEUED', 'LEASED', 'RETRY_WAIT');
+
+-- name: task_drain_summary
+SELECT count(*) FILTER (WHERE state = 'SUCCEEDED') AS succeeded,
+       count(*) FILTER (WHERE state <> 'SUCCEEDED') AS other,
+       min(started_at) AS first_start,
+       max(finished_at) AS last_finish,
+       sum(attempt) AS attempts
+FROM tasks WHERE started_at >= $1;
+
+-- name: shard_clock_now
+SELECT clock_timestamp();
