@@ -5,15 +5,13 @@ max_wait. The stream closes after the first round that leased anything."""
 from __future__ import annotations
 
 import dataclasses
-import logging
 from typing import Sequence
 
 from ratchet.libs.clock import Clock
 from ratchet.services.dispatcher.leasing import Emit, LeaseAsk, Leaser, RoundResult
-from ratchet.services.dispatcher.parking import ParkingLot, Waiter
+from ratchet.services.dispatcher.parking import ParkingLot
 from ratchet.services.dispatcher.rotation import ShardRotation, in_order
 
-log = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass(frozen=True)

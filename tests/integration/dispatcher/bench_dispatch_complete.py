@@ -1,0 +1,166 @@
+"""Does coalescing Complete calls help? Measure, don't guess.
+
+    .venv/bin/python tests/integration/dispatcher/bench_dispatch_complete.py [--real] [--clients 32]
+
+Runs the dispatcher as its own process, twice: with the 1 ms coalescing window
+and without (window 0), and drives it with N concurrent host-agent-like
+clients that each complete one task per Complete call (the shape a host agent
+with many sandboxes produces). Reports completions/s, the p50/p99 latency of
+Complete, and how many CompleteTasks calls reached history.
+
+--real: history is the real service (a process, on a private Postgres with
+synchronous_commit on, two shards); tasks are created with CreateTasks and
+leased through the dispatcher first, so every completion is a real
+transaction. Without --real: an in-memory fake history process whose
+CompleteTasks costs 1 ms + 20 us per completion, 8 at a time per shard (a
+stand-in for a connection pool): it measures the dispatcher's own overhead.
+Not collected by pytest (not named test_*).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import hashlib
+import json
+import pathlib
+import statistics
+import subprocess
+import sys
+import time
+
+import grpc
+
+HERE = pathlib.Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from ratchet.internal.dispatcher.v1 import dispatcher_pb2 as dpb  # noqa: E402  (after the sys.path insert)
+from ratchet.internal.dispatcher.v1 import dispatcher_pb2_grpc as dgrpc  # noqa: E402
+from ratchet.internal.history.v1 import history_pb2 as hpb  # noqa: E402
+from ratchet.libs.pg.cluster import free_port  # noqa: E402
+
+TOKEN = "bench-token"
+AUTH = (("authorization", f"Bearer {TOKEN}"),)
+PY = sys.executable
+
+
+def _fake_history_main(port: int) -> None:
+    """Child process: the fake history with a modelled commit cost."""
+    from dispatch_fake_history import FakeHistory
+    from ratchet.internal.history.v1 import history_pb2_grpc as hgrpc
+
+    class CostlyHistory(FakeHistory):
+        pools: dict[int, asyncio.Semaphore] = {}
+
+        async def CompleteTasks(self, request, context):
+            async with self.pools.setdefault(request.shard_id, asyncio.Semaphore(8)):
+                await asyncio.sleep(0.001 + 0.00002 * len(request.completions))
+            return hpb.CompleteTasksResponse(results=[
+                hpb.CompletionResult(task_id=c.task_id, accepted=True) for c in request.completions])
+
+        async def FireTimers(self, request, context):
+            return hpb.FireTimersResponse()
+
+    async def run():
+        server = grpc.aio.server()
+        hgrpc.add_HistoryServiceServicer_to_server(CostlyHistory(), server)
+        server.add_insecure_port(f"127.0.0.1:{port}")
+        await server.start()
+        await server.wait_for_termination()
+
+    asyncio.run(run())
+
+
+def _dispatcher_main(history_target: str, port: int, window_s: float, shards: list[int]) -> None:
+    """Child process: one dispatcher with the given coalescing window."""
+    from ratchet.services.dispatcher.config import DispatcherConfig
+    from ratchet.services.dispatcher.server import DispatcherServer
+
+    async def run():
+        config = DispatcherConfig(history_target=history_target, shard_ids=shards, grpc_port=port,
+                                  host_token_sha256=[hashlib.sha256(TOKEN.encode()).hexdigest()])
+        server = DispatcherServer(config, complete_window_s=window_s)
+        await server.start()
+        await asyncio.Event().wait()
+
+    asyncio.run(run())
+
+
+def _spawn(*args: str) -> subprocess.Popen:
+    return subprocess.Popen([PY, __file__, *args], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+
+async def _wait_port(port: int, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            _, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.close()
+            return
+        except OSError:
+            await asyncio.sleep(0.05)
+    raise TimeoutError(f"nothing listening on {port}")
+
+
+async def _drive(target: str, completions: list[hpb.Completion], clients: int) -> dict:
+    """Each client sends one completion per Complete call until the list is done."""
+    latencies: list[float] = []
+    queue = list(reversed(completions))
+    async with grpc.aio.insecure_channel(target) as channel:
+        stub = dgrpc.DispatchServiceStub(channel)
+
+        async def client(i: int):
+            while queue:
+                c = queue.pop()
+                t0 = time.perf_counter()
+                await stub.Complete(dpb.CompleteRequest(worker_id=f"bench-{i}", completions=[c]),
+                                    metadata=AUTH, timeout=30)
+                latencies.append(time.perf_counter() - t0)
+
+        started = time.perf_counter()
+        await asyncio.gather(*(client(i) for i in range(clients)))
+        elapsed = time.perf_counter() - started
+    latencies.sort()
+    return {"per_s": round(len(completions) / elapsed), "p50_ms": round(statistics.median(latencies) * 1e3, 2),
+            "p99_ms": round(latencies[int(len(latencies) * 0.99) - 1] * 1e3, 2)}
+
+
+async def _fake_run(window_s: float, clients: int, n: int) -> dict:
+    hport, dport = free_port(), free_port()
+    history = _spawn("--serve-fake-history", str(hport))
+    dispatcher = None
+    try:
+        await _wait_port(hport)
+        dispatcher = _spawn("--serve-dispatcher", f"127.0.0.1:{hport}", str(dport), str(window_s), "[0,1]")
+        await _wait_port(dport)
+        completions = [hpb.Completion(shard_id=i % 2, task_id=f"t{i}", lease_epoch=1,
+                                      outcome=hpb.COMPLETION_OUTCOME_SUCCEEDED) for i in range(n)]
+        await _drive(f"127.0.0.1:{dport}", completions[:200], clients)  # warm-up
+        return await _drive(f"127.0.0.1:{dport}", completions, clients)
+    finally:
+        for proc in (dispatcher, history):
+            if proc is not None:
+                proc.terminate()
+                proc.wait(timeout=10)
+
+
+def main() -> None:
+    if len(sys.argv) > 1 and sys.argv[1] == "--serve-fake-history":
+        return _fake_history_main(int(sys.argv[2]))
+    if len(sys.argv) > 1 and sys.argv[1] == "--serve-dispatcher":
+        return _dispatcher_main(sys.argv[2], int(sys.argv[3]), float(sys.argv[4]), json.loads(sys.argv[5]))
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--real", action="store_true", help="real history on Postgres (see module doc)")
+    parser.add_argument("--clients", type=int, default=32)
+    parser.add_argument("-n", type=int, default=4000, help="completions per run")
+    args = parser.parse_args()
+    if args.real:
+        from bench_dispatch_real import real_runs
+        results = asyncio.run(real_runs(args.clients, args.n, _spawn, _wait_port, _drive))
+    else:
+        results = {f"window_{w * 1000:g}ms": asyncio.run(_fake_run(w, args.clients, args.n)) for w in (0.0, 0.001)}
+    print(json.dumps({"clients": args.clients, "n": args.n, "real": args.real, **results}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
