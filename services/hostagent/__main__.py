@@ -5,7 +5,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import sys
+
+# Sandboxes are forked and exec at once; gRPC's fork handlers only add noise.
+os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "0")
 
 from ratchet.libs.config import ConfigError, describe
 from ratchet.libs.rpc.server import run_until_signal, setup_logging

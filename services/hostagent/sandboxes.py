@@ -2,14 +2,15 @@
 connected to the agent over a private Unix socket.
 
 The process gets a scrubbed environment (PATH, LANG, a private HOME and
-TMPDIR, nothing else of the agent's), its own process group, and
-PR_SET_PDEATHSIG=SIGKILL so it dies with the agent.
+TMPDIR, nothing else of the agent's) and its own process group, and it sets
+PR_SET_PDEATHSIG=SIGKILL on itself before loading customer code (see
+ratchet.sandbox.lifeline for why not in a preexec hook), so it dies with the
+agent. No Python runs between fork and exec.
 """
 
 from __future__ import annotations
 
 import asyncio
-import ctypes
 import dataclasses
 import logging
 import os
@@ -26,13 +27,8 @@ from ratchet.services.hostagent.errors import SandboxStartFailed
 
 log = logging.getLogger(__name__)
 
-PR_SET_PDEATHSIG = 1
 LOG_TAIL_BYTES = 2048
 STOP_GRACE_S = 1.0
-
-# Loaded before any fork: the child must not dlopen between fork and exec.
-_LIBC = ctypes.CDLL(None, use_errno=True)
-
 
 @dataclasses.dataclass
 class RunEnd:
@@ -67,15 +63,6 @@ def sandbox_env(home: pathlib.Path) -> dict[str, str]:
     if "LANG" in os.environ:
         env["LANG"] = os.environ["LANG"]
     return env
-
-
-def _preexec(parent_pid: int):
-    def run_in_child() -> None:
-        os.setpgid(0, 0)
-        _LIBC.prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
-        if os.getppid() != parent_pid:  # the agent died before prctl took effect
-            os._exit(1)
-    return run_in_child
 
 
 def describe_exit(status: int | None) -> str:
@@ -119,7 +106,7 @@ class Sandbox:
 
     @property
     def alive(self) -> bool:
-        return self.process is not None and not self.exited.is_set()
+        return self.process is not None and self.process.returncode is None
 
     async def start(self, python: str, timeout_s: float) -> None:
         """Spawn the process and wait for its ready frame; SandboxStartFailed otherwise."""
@@ -149,9 +136,9 @@ class Sandbox:
         with open(self.log_path, "ab") as out:
             self.process = await asyncio.create_subprocess_exec(
                 python, "-m", "ratchet.sandbox", "run", "--socket", str(sock_path),
-                "--app-dir", str(self.bundle_dir), "--module", self.module,
+                "--app-dir", str(self.bundle_dir), "--module", self.module, "--parent-pid", str(os.getpid()),
                 cwd=str(self.bundle_dir), env=sandbox_env(self.home), stdin=subprocess.DEVNULL,
-                stdout=out, stderr=subprocess.STDOUT, close_fds=True, preexec_fn=_preexec(os.getpid()))
+                stdout=out, stderr=subprocess.STDOUT, close_fds=True, process_group=0)
         self._tasks.append(asyncio.ensure_future(self._watch_exit()))
 
     async def _handshake(self, connected: asyncio.Future) -> None:
@@ -201,7 +188,6 @@ class Sandbox:
     async def _watch_exit(self) -> None:
         assert self.process is not None
         self.exit_status = await self.process.wait()
-        self.exited.set()
         if self._ready and not self._ready.done():
             self._ready.set_exception(SandboxStartFailed(
                 f"sandbox exited with {describe_exit(self.exit_status)} before it was ready"
@@ -210,12 +196,15 @@ class Sandbox:
             self._run.set_result(RunEnd(exit_status=self.exit_status, protocol_error=self._protocol_error))
         if self._writer:
             self._writer.close()
-        await asyncio.to_thread(shutil.rmtree, self.home, True)
+        try:
+            await asyncio.to_thread(shutil.rmtree, self.home, True)
+        finally:
+            self.exited.set()
 
     async def run(self, message: dict, *, cancel: bool = False) -> RunEnd:
         """Send a run frame (and a cancel right behind it if `cancel`) and wait
         for its done frame or the process's end."""
-        if self.exited.is_set():
+        if not self.alive:
             return RunEnd(exit_status=self.exit_status, protocol_error=self._protocol_error)
         self._run = asyncio.get_running_loop().create_future()
         self.task_id, self.attempt = str(message["task_id"]), int(message["attempt"])
@@ -238,7 +227,7 @@ class Sandbox:
 
     def kill(self) -> None:
         """SIGKILL the sandbox's whole process group, now."""
-        if self.process is None or self.process.returncode is not None or self.exited.is_set():
+        if not self.alive:
             return
         try:
             os.killpg(self.process.pid, signal.SIGKILL)

@@ -21,12 +21,17 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--socket", required=True, help="the agent's Unix socket path")
     run.add_argument("--app-dir", required=True, help="the extracted app bundle")
     run.add_argument("--module", help="module to import (default as for describe)")
+    run.add_argument("--parent-pid", type=int, help="the agent's pid: die with it (PR_SET_PDEATHSIG)")
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run the stub; returns the exit status (2 when the app cannot be loaded)."""
     args = _parser().parse_args(argv)
+    if args.command == "run" and args.parent_pid:
+        from ratchet.sandbox.lifeline import die_with_parent
+
+        die_with_parent(args.parent_pid)  # before any customer code runs
     # Deploy packages the folder after describing it: leave no __pycache__ behind.
     sys.dont_write_bytecode = True
     try:

@@ -1,0 +1,204 @@
+"""In-memory DispatchService and ControlService on real grpc.aio servers,
+for testing the host agent without the rest of the mesh."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import io
+import itertools
+import tarfile
+import textwrap
+import uuid
+
+import grpc
+from google.protobuf import duration_pb2
+
+from ratchet.api.apps.v1 import apps_pb2
+from ratchet.internal.dispatcher.v1 import dispatcher_pb2, dispatcher_pb2_grpc
+from ratchet.internal.gateway.v1 import control_pb2, control_pb2_grpc
+from ratchet.internal.history.v1 import history_pb2
+
+TOKEN = "host-token-5f0c2e"
+
+SAMPLE_APP = '''
+import os
+import time
+
+from ratchet import FatalError, task
+
+
+@task
+def echo(ctx, payload):
+    return {"payload": payload, "attempt": ctx.attempt, "epoch": ctx.lease_epoch, "pid": os.getpid(),
+            "task_id": ctx.task_id, "task_type": ctx.task_type, "max_attempts": ctx.max_attempts}
+
+
+@task
+def boom(ctx, payload):
+    raise ValueError(f"kaput {payload}")
+
+
+@task
+def fatal(ctx, payload):
+    raise FatalError("bad input, do not retry")
+
+
+@task
+def polite(ctx, payload):
+    ctx.heartbeat()
+    while not ctx.wait_cancelled(0.01):
+        pass
+    return "stopped"
+
+
+@task
+def sleepy(ctx, payload):
+    time.sleep(payload)  # ignores cancel
+    return "woke"
+
+
+@task
+def env(ctx, payload):
+    return {"env": dict(os.environ), "cwd": os.getcwd()}
+'''
+
+
+def make_bundle(files: dict[str, str]) -> tuple[bytes, str]:
+    """(gzip tar, "sha256:<hex>") of an app folder given as {path: text}."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        for name, text in sorted(files.items()):
+            data = textwrap.dedent(text).encode()
+            info = tarfile.TarInfo(name)
+            info.size, info.mode = len(data), 0o644
+            tar.addfile(info, io.BytesIO(data))
+    bundle = buf.getvalue()
+    return bundle, "sha256:" + hashlib.sha256(bundle).hexdigest()
+
+
+def _authorized(context, log: list) -> bool:
+    md = dict(context.invocation_metadata())
+    ok = md.get("authorization") == f"Bearer {TOKEN}"
+    if not ok:
+        log.append(md.get("authorization"))
+    return ok
+
+
+class FakeDispatcher(dispatcher_pb2_grpc.DispatchServiceServicer):
+    """Hands out queued tasks, answers heartbeats as told, records completions."""
+
+    def __init__(self):
+        self.ready: asyncio.Queue[history_pb2.LeasedTask] = asyncio.Queue()
+        self.completions: list[history_pb2.Completion] = []
+        self.heartbeats: list[dispatcher_pb2.HeartbeatRequest] = []
+        self.actions: dict[str, history_pb2.HeartbeatResult] = {}
+        self.unauthorized: list = []
+        self.changed = asyncio.Event()
+        self._epochs = itertools.count(1)
+
+    def enqueue(self, task_type: str, payload: str = "null", app_id: str = "app-1", **fields) -> history_pb2.LeasedTask:
+        task = history_pb2.LeasedTask(
+            shard_id=1, task_id=str(uuid.uuid4()), tenant_id="tenant-1", app_id=app_id, task_type=task_type,
+            queue="default", payload_json=payload.encode(), attempt=1, max_attempts=5,
+            lease_epoch=next(self._epochs), lease_duration=duration_pb2.Duration(seconds=30), **fields)
+        self.ready.put_nowait(task)
+        return task
+
+    def answer(self, task_id: str, action: int, kill_after_s: float | None = None, reason: str = "test") -> None:
+        result = history_pb2.HeartbeatResult(task_id=task_id, action=action, reason=reason)
+        if kill_after_s is not None:
+            result.kill_after.FromNanoseconds(int(kill_after_s * 1e9))
+        self.actions[task_id] = result
+
+    async def Poll(self, request, context):
+        if not _authorized(context, self.unauthorized):
+            await context.abort(grpc.StatusCode.UNAUTHENTICATED, "bad token")
+        wait = request.max_wait.ToTimedelta().total_seconds() or 20
+        try:
+            first = await asyncio.wait_for(self.ready.get(), wait)
+        except asyncio.TimeoutError:
+            return
+        batch = [first]
+        while len(batch) < request.capacity and not self.ready.empty():
+            batch.append(self.ready.get_nowait())
+        yield dispatcher_pb2.PollResponse(tasks=batch)
+
+    async def Heartbeat(self, request, context):
+        if not _authorized(context, self.unauthorized):
+            await context.abort(grpc.StatusCode.UNAUTHENTICATED, "bad token")
+        self.heartbeats.append(request)
+        self.changed.set()
+        results = []
+        for ref in request.leases:
+            r = history_pb2.HeartbeatResult(task_id=ref.task_id, action=history_pb2.LEASE_ACTION_CONTINUE)
+            r.MergeFrom(self.actions.get(ref.task_id, history_pb2.HeartbeatResult()))
+            r.lease_epoch = ref.lease_epoch
+            results.append(r)
+        return dispatcher_pb2.HeartbeatResponse(results=results)
+
+    async def Complete(self, request, context):
+        if not _authorized(context, self.unauthorized):
+            await context.abort(grpc.StatusCode.UNAUTHENTICATED, "bad token")
+        self.completions.extend(request.completions)
+        self.changed.set()
+        return dispatcher_pb2.CompleteResponse(results=[
+            history_pb2.CompletionResult(task_id=c.task_id, accepted=True) for c in request.completions])
+
+    async def completion_for(self, task_id: str, timeout: float = 15.0) -> history_pb2.Completion:
+        """Wait for the completion of task_id."""
+        async def found():
+            while True:
+                for c in self.completions:
+                    if c.task_id == task_id:
+                        return c
+                self.changed.clear()
+                await self.changed.wait()
+        return await asyncio.wait_for(found(), timeout)
+
+    def held(self, task_id: str) -> bool:
+        """Whether the last heartbeat still carried task_id."""
+        return bool(self.heartbeats) and any(r.task_id == task_id for r in self.heartbeats[-1].leases)
+
+
+class FakeControl(control_pb2_grpc.ControlServiceServicer):
+    """One deployment per app; bundles by digest."""
+
+    def __init__(self):
+        self.bundles: dict[str, bytes] = {}
+        self.active: dict[str, apps_pb2.Deployment] = {}
+        self.bundle_fetches = 0
+        self.unauthorized: list = []
+
+    def deploy(self, app_id: str, files: dict[str, str], module: str = "app") -> str:
+        bundle, digest = make_bundle(files)
+        self.bundles[digest] = bundle
+        self.active[app_id] = apps_pb2.Deployment(app=app_id, digest=digest, module=module)
+        return digest
+
+    async def GetActiveDeployment(self, request, context):
+        if not _authorized(context, self.unauthorized):
+            await context.abort(grpc.StatusCode.UNAUTHENTICATED, "bad token")
+        if request.app_id not in self.active:
+            await context.abort(grpc.StatusCode.NOT_FOUND, "no deployment")
+        return control_pb2.GetActiveDeploymentResponse(app_id=request.app_id, tenant_id="tenant-1",
+                                                       deployment=self.active[request.app_id])
+
+    async def GetBundle(self, request, context):
+        if not _authorized(context, self.unauthorized):
+            await context.abort(grpc.StatusCode.UNAUTHENTICATED, "bad token")
+        self.bundle_fetches += 1
+        if request.digest not in self.bundles:
+            await context.abort(grpc.StatusCode.NOT_FOUND, "no bundle")
+        return control_pb2.GetBundleResponse(bundle=self.bundles[request.digest])
+
+
+async def serve_fakes() -> tuple[grpc.aio.Server, int, FakeDispatcher, FakeControl]:
+    """Both fakes on one server at a free loopback port."""
+    server = grpc.aio.server()
+    dispatcher, control = FakeDispatcher(), FakeControl()
+    dispatcher_pb2_grpc.add_DispatchServiceServicer_to_server(dispatcher, server)
+    control_pb2_grpc.add_ControlServiceServicer_to_server(control, server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    return server, port, dispatcher, control
