@@ -21,6 +21,11 @@ def _fmt(v: Any, digits: int = 1) -> str:
     return str(v)
 
 
+def _esc(text: str) -> str:
+    """Safe inside a Markdown table cell."""
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
 def _params(c: Cell) -> str:
     return ", ".join(f"{k}={v}" for k, v in c.params.items())
 
@@ -39,7 +44,7 @@ def cell_table(cells: list[Cell]) -> list[str]:
            "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for c in cells:
         lat = c.latency_ms or {}
-        rate = f"{_fmt(c.rate)} {c.unit}" if c.ok else f"FAILED: {c.error[:80]}"
+        rate = f"{_fmt(c.rate)} {c.unit}" if c.ok else f"FAILED: {_esc(c.error[:160])}"
         out.append(f"| {c.system} | {c.workload} | {_params(c)} | {rate} | {_fmt(lat.get('p50'), 2)} | "
                    f"{_fmt(lat.get('p99'), 2)} | {_fmt(lat.get('p999'), 2)} | {c.n} | "
                    f"{_fmt(c.commits_per_task, 2)} | {_fmt(c.write_xacts_per_task, 2)} | "
