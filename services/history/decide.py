@@ -30,6 +30,10 @@ SCHEDULE_TO_START_ERROR = ErrorInfo(ErrorClass.SCHEDULE_TO_START,
 CANCEL_GRACE_ERROR = ErrorInfo(ErrorClass.CANCELED,
                                "the task was cancelled and the handler did not return within the grace period")
 
+CANCELED_ERROR = ErrorInfo(ErrorClass.CANCELED, "the handler stopped after the task was cancelled")
+_DEFAULT_ERRORS = {AttemptOutcome.CRASHED: CRASH_ERROR, AttemptOutcome.CANCELED: CANCELED_ERROR,
+                   AttemptOutcome.LEASE_EXPIRED: LEASE_EXPIRED_ERROR}
+
 
 def end_attempt(task: TaskView, outcome: AttemptOutcome, error: ErrorInfo | None, *, fatal: bool = False,
                 retry_after_s: float | None = None, charged: bool = True, rand: Rand = random.random,
@@ -41,14 +45,14 @@ def end_attempt(task: TaskView, outcome: AttemptOutcome, error: ErrorInfo | None
     RETRY_WAIT and FAILED. `charged=False` leaves this attempt out of the
     max_attempts count (only used when a test disables that guard).
     """
+    err = error or _DEFAULT_ERRORS.get(outcome) or ErrorInfo("Error", "the attempt failed without an error")
     base = dict(task_id=task.task_id, from_state=TaskState.LEASED, lease_epoch=task.lease_epoch,
-                attempt_outcome=outcome, attempt_error=error)
+                attempt_outcome=outcome, attempt_error=err)
     if task.cancel_reason == CancelReason.USER:
         return Transition(to_state=TaskState.CANCELED, reason="canceled by user", **base)
     if task.cancel_reason == CancelReason.SCHEDULE_TO_CLOSE:
         return Transition(to_state=TaskState.FAILED, error=SCHEDULE_TO_CLOSE_ERROR,
                           reason="schedule_to_close passed", **base)
-    err = error or ErrorInfo("Error", "the attempt failed without an error")
     if fatal:
         return Transition(to_state=TaskState.FAILED, error=err, reason=f"fatal error {err.error_class}", **base)
     if err.error_class in task.non_retryable:

@@ -77,8 +77,8 @@ class Contention(HistoryError):
 
     code = grpc.StatusCode.ABORTED
 
-    def __init__(self, shard_id: int):
-        super().__init__(f"shard {shard_id} rolled the request back under contention; retry it")
+    def __init__(self, detail: str):
+        super().__init__(f"{detail}; the request was rolled back, retry it")
 
 
 # Errors that mean the database could not be reached (nothing was sent, or
@@ -96,7 +96,7 @@ def translate_db_error(shard_id: int, exc: BaseException) -> HistoryError | None
         return ShardTimeout(shard_id)
     if isinstance(exc, (asyncpg.DeadlockDetectedError, asyncpg.SerializationError,
                         asyncpg.LockNotAvailableError)):
-        return Contention(shard_id)
+        return Contention(f"shard {shard_id} hit a deadlock or serialization failure")
     if isinstance(exc, CONNECTION_ERRORS):
         return ShardUnavailable(shard_id, type(exc).__name__)
     return None

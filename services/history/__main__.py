@@ -1,0 +1,44 @@
+"""`python -m ratchet.services.history --config FILE`: migrate every shard,
+serve HistoryService (health SERVING once up), stop gracefully on SIGTERM."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+
+from ratchet.libs.config import ConfigError, describe
+from ratchet.libs.rpc.server import run_until_signal, setup_logging
+from ratchet.services.history import config as config_mod
+from ratchet.services.history.server import HistoryServer
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m ratchet.services.history",
+        description="Ratchet history service. Config fields (env prefix RATCHET_HISTORY_):\n"
+                    + describe(config_mod.HistoryConfig),
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--config", help="JSON config file")
+    args = parser.parse_args(argv)
+    try:
+        cfg = config_mod.load(args.config)
+    except ConfigError as e:
+        print(f"history: {e}", file=sys.stderr)
+        return 2
+    setup_logging("history", cfg.log_level)
+
+    async def serve(stop: asyncio.Event) -> None:
+        server = HistoryServer(cfg)
+        await server.start()
+        try:
+            await stop.wait()
+        finally:
+            await server.stop()
+
+    asyncio.run(run_until_signal(serve))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,208 @@
+"""Protos <-> history's values: request validation (INVALID_ARGUMENT with
+what to fix) and the public Task / LeasedTask shapes."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+
+from google.protobuf import json_format, struct_pb2, timestamp_pb2
+
+from ratchet.api.tasks.v1 import tasks_pb2
+from ratchet.internal.history.v1 import history_pb2
+from ratchet.libs import taskstate
+from ratchet.libs.shardmap import parse_task_id
+from ratchet.libs.taskstate import TaskState
+from ratchet.services.history import policy
+from ratchet.services.history.errors import InvalidArgument, PayloadTooLarge
+from ratchet.services.history.model import CompletionIn, ErrorInfo
+from ratchet.services.history.store import NewRow
+
+MAX_PAYLOAD_BYTES = 256 * 1024
+MAX_BATCH = 1000
+MAX_NAME = 200
+MAX_ERROR_TEXT = 64 * 1024
+
+_OUTCOMES = {
+    history_pb2.COMPLETION_OUTCOME_SUCCEEDED: "SUCCEEDED",
+    history_pb2.COMPLETION_OUTCOME_FAILED: "FAILED",
+    history_pb2.COMPLETION_OUTCOME_CANCELED: "CANCELED",
+    history_pb2.COMPLETION_OUTCOME_CRASHED: "CRASHED",
+}
+
+
+def task_id(value: str, where: str) -> str:
+    """The canonical task id, or INVALID_ARGUMENT naming the field."""
+    canonical = parse_task_id(value)
+    if canonical is None:
+        raise InvalidArgument(f"{where} must be a Ratchet task id (a UUID version 8), got {value!r}")
+    return canonical
+
+
+def _name(value: str, where: str, *, required: bool = True) -> str:
+    if required and not value:
+        raise InvalidArgument(f"{where} is required")
+    if len(value) > MAX_NAME:
+        raise InvalidArgument(f"{where} must be at most {MAX_NAME} characters")
+    return value
+
+
+def _payload(raw: bytes, where: str) -> bytes:
+    if len(raw) > MAX_PAYLOAD_BYTES:
+        raise PayloadTooLarge(f"{where} is {len(raw)} bytes; the inline limit is {MAX_PAYLOAD_BYTES} bytes")
+    if not raw:
+        raise InvalidArgument(f"{where} is required (canonical JSON; use null for no payload)")
+    try:
+        json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        raise InvalidArgument(f"{where} must be JSON") from None
+    return raw
+
+
+def _idempotency_key(key: str, where: str) -> str | None:
+    if not key:
+        return None
+    if len(key) > MAX_NAME or not all(32 <= ord(c) < 127 for c in key):
+        raise InvalidArgument(f"{where} must be 1..{MAX_NAME} printable ASCII characters")
+    return key
+
+
+def new_task(p: history_pb2.NewTask, i: int) -> tuple[NewRow, str, float | None, float | None]:
+    """Validate one NewTask: (row, fingerprint, schedule_to_start_s, schedule_to_close_s)."""
+    w = f"tasks[{i}]"
+    delay_s, run_at = None, None
+    if p.HasField("delay") and p.HasField("run_at"):
+        raise InvalidArgument(f"{w}: set delay or run_at, not both")
+    if p.HasField("delay"):
+        delay_s = policy.seconds(p.delay)
+        if delay_s < 0:
+            raise InvalidArgument(f"{w}.delay must not be negative")
+    if p.HasField("run_at"):
+        run_at = p.run_at.ToDatetime(tzinfo=dt.timezone.utc)
+    key = _idempotency_key(p.idempotency_key, f"{w}.idempotency_key")
+    if key is not None and not p.fingerprint:
+        raise InvalidArgument(f"{w}.fingerprint is required with an idempotency_key")
+    retry = policy.retry_from_proto(p.retry, f"{w}.retry")
+    timeouts = policy.timeouts_from_proto(p.timeouts, f"{w}.timeouts")
+    for j, name in enumerate(p.non_retryable):
+        _name(name, f"{w}.non_retryable[{j}]")
+    row = NewRow(
+        task_id=task_id(p.task_id, f"{w}.task_id"),
+        tenant_id=_name(p.tenant_id, f"{w}.tenant_id"),
+        app_id=_name(p.app_id, f"{w}.app_id"),
+        task_type=_name(p.task_type, f"{w}.task_type"),
+        queue=_name(p.queue, f"{w}.queue", required=False) or "default",
+        payload=_payload(p.payload_json, f"{w}.payload_json"),
+        delay_s=delay_s, run_at=run_at, idempotency_key=key,
+        max_attempts=retry.max_attempts, retry_policy=retry.to_json(), timeouts=timeouts.to_json(),
+        non_retryable=list(p.non_retryable))
+    return row, p.fingerprint, timeouts.schedule_to_start_s, timeouts.schedule_to_close_s
+
+
+def _error(p: tasks_pb2.TaskError) -> ErrorInfo | None:
+    if not p.error_class and not p.message:
+        return None
+    return ErrorInfo(p.error_class or "Error", p.message[:MAX_ERROR_TEXT], p.stack[:MAX_ERROR_TEXT])
+
+
+def completion(p: history_pb2.Completion, i: int, shard_id: int) -> CompletionIn:
+    """Validate one Completion."""
+    w = f"completions[{i}]"
+    if p.shard_id and p.shard_id != shard_id:
+        raise InvalidArgument(f"{w}.shard_id is {p.shard_id} but the request is for shard {shard_id}")
+    outcome = _OUTCOMES.get(p.outcome)
+    if outcome is None:
+        raise InvalidArgument(f"{w}.outcome must be SUCCEEDED, FAILED, CANCELED or CRASHED")
+    result = None
+    if outcome == "SUCCEEDED":
+        result = _payload(p.result_json or b"null", f"{w}.result_json")
+    retry_after = policy.seconds(p.retry_after) if p.HasField("retry_after") else None
+    if retry_after is not None and retry_after < 0:
+        raise InvalidArgument(f"{w}.retry_after must not be negative")
+    return CompletionIn(task_id=task_id(p.task_id, f"{w}.task_id"), lease_epoch=p.lease_epoch,
+                        outcome=outcome, result=result, error=_error(p.error), fatal=p.fatal,
+                        retry_after_s=retry_after)
+
+
+def lease_ref(p: history_pb2.LeaseRef, i: int, shard_id: int) -> tuple[str, int]:
+    """Validate one LeaseRef: (task_id, lease_epoch)."""
+    if p.shard_id and p.shard_id != shard_id:
+        raise InvalidArgument(f"leases[{i}].shard_id is {p.shard_id} but the request is for shard {shard_id}")
+    return task_id(p.task_id, f"leases[{i}].task_id"), p.lease_epoch
+
+
+def lease_seconds(d, default_s: float, where: str = "lease_duration") -> float:
+    """A requested lease length, or the default when unset."""
+    if d is None or (d.seconds == 0 and d.nanos == 0):
+        return default_s
+    value = policy.seconds(d)
+    if value <= 0 or value > 3600:
+        raise InvalidArgument(f"{where} must be between 0s and 1h, got {value}s")
+    return value
+
+
+def timestamp(value: dt.datetime | None) -> timestamp_pb2.Timestamp | None:
+    if value is None:
+        return None
+    out = timestamp_pb2.Timestamp()
+    out.FromDatetime(value)
+    return out
+
+
+def json_value(raw: bytes | None) -> struct_pb2.Value | None:
+    """Stored JSON bytes as a google.protobuf.Value."""
+    if raw is None:
+        return None
+    return json_format.Parse(bytes(raw).decode(), struct_pb2.Value())
+
+
+def _task_error(cls: str | None, msg: str | None, stack: str | None) -> tasks_pb2.TaskError | None:
+    if not cls:
+        return None
+    return tasks_pb2.TaskError(error_class=cls, message=msg or "", stack=stack or "")
+
+
+def attempt_to_proto(a) -> tasks_pb2.Attempt:
+    out = tasks_pb2.Attempt(attempt=a["attempt"], lease_epoch=a["lease_epoch"], worker_id=a["worker_id"],
+                            outcome=taskstate.outcome_to_proto(a["outcome"]),
+                            started_at=timestamp(a["started_at"]), finished_at=timestamp(a["finished_at"]))
+    err = _task_error(a["error_class"], a["error_message"], a["error_stack"])
+    if err is not None:
+        out.error.CopyFrom(err)
+    return out
+
+
+def task_to_proto(row, attempts) -> tasks_pb2.Task:
+    """A task row and its attempt rows in the public shape."""
+    state = TaskState(row["state"])
+    retry = policy.Retry.from_json(_json(row["retry_policy"]))
+    timeouts = policy.Timeouts.from_json(_json(row["timeouts"]))
+    out = tasks_pb2.Task(
+        task_id=str(row["task_id"]), task_type=row["task_type"], queue=row["queue"],
+        state=taskstate.to_proto(state), attempt=row["attempt"], max_attempts=row["max_attempts"],
+        version=row["version"], payload=json_value(row["payload"]), result=json_value(row["result"]),
+        idempotency_key=row["idempotency_key"] or "", cancel_requested=row["cancel_requested"],
+        created_at=timestamp(row["created_at"]), run_at=timestamp(row["run_at"]),
+        updated_at=timestamp(row["updated_at"]), started_at=timestamp(row["started_at"]),
+        finished_at=timestamp(row["finished_at"]), retry=policy.retry_to_proto(retry),
+        timeouts=policy.timeouts_to_proto(timeouts), attempts=[attempt_to_proto(a) for a in attempts])
+    if state in (TaskState.FAILED, TaskState.EXPIRED):
+        err = _task_error(row["error_class"], row["error_message"], row["error_stack"])
+        if err is not None:
+            out.error.CopyFrom(err)
+    return out
+
+
+def leased_to_proto(shard_id: int, r, lease_s: float) -> history_pb2.LeasedTask:
+    out = history_pb2.LeasedTask(
+        shard_id=shard_id, task_id=str(r["task_id"]), tenant_id=r["tenant_id"], app_id=r["app_id"],
+        task_type=r["task_type"], queue=r["queue"], payload_json=bytes(r["payload"]), attempt=r["attempt"],
+        max_attempts=r["max_attempts"], lease_epoch=r["lease_epoch"], lease_duration=policy.duration(lease_s),
+        scheduled_at=timestamp(r["run_at"]))
+    if r["start_to_close_s"] is not None:
+        out.start_to_close.CopyFrom(policy.duration(r["start_to_close_s"]))
+    return out
+
+
+def _json(value) -> dict:
+    return json.loads(value) if isinstance(value, (str, bytes)) else value

@@ -1,0 +1,144 @@
+"""CreateTasks: insert a batch of tasks in one transaction, honouring
+idempotency keys.
+
+Keys are claimed first (INSERT ... ON CONFLICT on the unique key), so 50
+concurrent creates with one key serialise on that index entry and exactly
+one of them inserts the task; the others read its id. A key reused with a
+different request (fingerprint) is a conflict and the whole request is
+rolled back. A task id that already exists (the gateway retried a create it
+never heard back from) is reported as deduplicated, so the RPC is safe to
+retry with the same ids.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Sequence
+
+import asyncpg
+
+from ratchet.services.history.errors import Contention, InvalidArgument
+from ratchet.services.history.store import Key, NewRow, Store
+
+
+@dataclasses.dataclass(frozen=True)
+class NewTaskIn:
+    """A validated item of a CreateTasks request."""
+
+    row: NewRow
+    fingerprint: str
+    schedule_to_start_s: float | None
+    schedule_to_close_s: float | None
+
+    @property
+    def key(self) -> Key | None:
+        if self.row.idempotency_key is None:
+            return None
+        return (self.row.tenant_id, self.row.app_id, self.row.idempotency_key)
+
+
+@dataclasses.dataclass
+class CreateOut:
+    """The outcome of one item, in request order."""
+
+    task_id: str
+    deduplicated: bool = False
+    conflict: bool = False
+
+
+class _RollBack(Exception):
+    """Raised inside the transaction to roll back a conflicting request."""
+
+
+def _representatives(items: Sequence[NewTaskIn]) -> dict[int, int]:
+    """Map each item index to the index of the first item with its key (itself if unkeyed)."""
+    first: dict[Key, int] = {}
+    rep: dict[int, int] = {}
+    seen_ids: dict[str, int] = {}
+    for i, it in enumerate(items):
+        key = it.key
+        if key is not None and key in first:
+            j = first[key]
+            if items[j].fingerprint != it.fingerprint:
+                raise InvalidArgument(f"tasks[{j}] and tasks[{i}] use idempotency_key {key[2]!r} for different "
+                                      "requests; send one of them")
+            rep[i] = j
+            continue
+        if it.row.task_id in seen_ids:
+            raise InvalidArgument(f"tasks[{seen_ids[it.row.task_id]}] and tasks[{i}] have the same task_id")
+        seen_ids[it.row.task_id] = i
+        if key is not None:
+            first[key] = i
+        rep[i] = i
+    return rep
+
+
+async def _resolve_keys(conn, store: Store, items: Sequence[NewTaskIn], reps: list[int], window_s: float,
+                        out: dict[int, CreateOut]) -> tuple[list[int], bool]:
+    """Claim keyed representatives; returns (indexes to insert, any conflict)."""
+    keyed = sorted((i for i in reps if items[i].key is not None), key=lambda i: items[i].key)
+    if not keyed:
+        return [], False
+    keys = [items[i].key for i in keyed]
+    claimed = await store.idempotency_key_claim_batch(
+        conn, keys, [items[i].row.task_id for i in keyed], [items[i].fingerprint for i in keyed], window_s)
+    taken = [i for i in keyed if items[i].key not in claimed]
+    owners = await store.idempotency_key_get_batch(conn, [items[i].key for i in taken]) if taken else {}
+    conflict = False
+    for i in taken:
+        owner = owners.get(items[i].key)
+        if owner is None:
+            raise Contention(f"idempotency key {items[i].key[2]!r} changed owner during the request")
+        owner_id, fingerprint = owner
+        if fingerprint == items[i].fingerprint:
+            out[i] = CreateOut(owner_id, deduplicated=True)
+        else:
+            out[i] = CreateOut(owner_id, conflict=True)
+            conflict = True
+    return [i for i in keyed if items[i].key in claimed], conflict
+
+
+async def create_tasks(conn: asyncpg.Connection, store: Store, items: Sequence[NewTaskIn],
+                       window_s: float) -> tuple[list[CreateOut], bool]:
+    """Insert the tasks atomically; returns (results in request order, any task due now)."""
+    rep = _representatives(items)
+    reps = sorted(set(rep.values()))
+    out: dict[int, CreateOut] = {}
+    any_due, conflict = False, False
+    try:
+        async with conn.transaction():
+            to_insert, conflict = await _resolve_keys(conn, store, items, reps, window_s, out)
+            if conflict:
+                raise _RollBack()
+            to_insert += [i for i in reps if items[i].key is None]
+            any_due = await _insert(conn, store, items, sorted(to_insert), out)
+    except _RollBack:
+        pass
+    results = []
+    for i in range(len(items)):
+        r = out.get(i) or CreateOut(items[i].row.task_id)
+        if rep[i] != i:
+            first = out.get(rep[i]) or CreateOut(items[rep[i]].row.task_id)
+            r = CreateOut(first.task_id, deduplicated=True, conflict=first.conflict)
+        results.append(r)
+    return results, any_due
+
+
+async def _insert(conn, store: Store, items: Sequence[NewTaskIn], idx: list[int],
+                  out: dict[int, CreateOut]) -> bool:
+    if not idx:
+        return False
+    inserted = await store.task_insert_batch(
+        conn, [items[i].row for i in idx], [items[i].schedule_to_start_s for i in idx],
+        [items[i].schedule_to_close_s for i in idx])
+    missing = [items[i].row.task_id for i in idx if items[i].row.task_id not in inserted]
+    existing = await store.task_existing_batch(conn, missing) if missing else {}
+    for i in idx:
+        tid = items[i].row.task_id
+        if tid in inserted:
+            out[i] = CreateOut(tid)
+        elif existing.get(tid) == items[i].row.tenant_id:
+            out[i] = CreateOut(tid, deduplicated=True)  # a retried create that had committed
+        else:
+            raise InvalidArgument(f"tasks[{i}].task_id {tid} is already taken; mint a new id")
+    return any(inserted.values())

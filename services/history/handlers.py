@@ -1,0 +1,166 @@
+"""The gRPC edge of HistoryService: validate, pick the shard, call the
+domain module, shape the response. No decisions here."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+
+from ratchet.internal.history.v1 import history_pb2, history_pb2_grpc
+from ratchet.libs import taskstate
+from ratchet.services.history import convert, dispatch, enqueue, lifecycle, policy, timerfire
+from ratchet.services.history.config import HistoryConfig
+from ratchet.services.history.errors import InvalidArgument, rpc, rpc_stream
+from ratchet.services.history.ready import ReadyHub
+from ratchet.services.history.shards import ShardSet
+from ratchet.services.history.store import Store
+
+log = logging.getLogger(__name__)
+
+MAX_LEASE_BATCH = 1000
+MAX_TIMER_BATCH = 5000
+DEFAULT_TIMER_BATCH = 500
+
+_ACTIONS = {
+    "CONTINUE": history_pb2.LEASE_ACTION_CONTINUE,
+    "CANCEL": history_pb2.LEASE_ACTION_CANCEL,
+    "LEASE_LOST": history_pb2.LEASE_ACTION_LEASE_LOST,
+}
+
+
+def _batch(items, what: str, limit: int = convert.MAX_BATCH) -> None:
+    if len(items) > limit:
+        raise InvalidArgument(f"{what} holds {len(items)} items; send at most {limit} per request")
+
+
+class HistoryServicer(history_pb2_grpc.HistoryServiceServicer):
+    """HistoryService over a set of shard databases."""
+
+    def __init__(self, cfg: HistoryConfig, shards: ShardSet, store: Store, hub: ReadyHub,
+                 rand: random.Random | None = None):
+        self.cfg = cfg
+        self.shards = shards
+        self.store = store
+        self.hub = hub
+        self.rand = (rand or random.Random()).random
+
+    @rpc
+    async def CreateTasks(self, request, context):
+        shard = self.shards.get(request.shard_id)
+        _batch(request.tasks, "tasks")
+        items = [enqueue.NewTaskIn(*convert.new_task(t, i)) for i, t in enumerate(request.tasks)]
+        if not items:
+            return history_pb2.CreateTasksResponse()
+        async with shard.conn() as conn:
+            results, due = await enqueue.create_tasks(conn, self.store, items, self.cfg.idempotency_window_s)
+        if due:
+            self.hub.publish(shard.id)  # after commit, outside the transaction: never a NOTIFY
+        return history_pb2.CreateTasksResponse(results=[
+            history_pb2.CreateResult(task_id=r.task_id, deduplicated=r.deduplicated, conflict=r.conflict)
+            for r in results])
+
+    @rpc
+    async def GetTask(self, request, context):
+        shard = self.shards.get(request.shard_id)
+        task_id = convert.task_id(request.task_id, "task_id")
+        if not request.tenant_id:
+            raise InvalidArgument("tenant_id is required")
+        async with shard.conn() as conn:
+            row, attempts = await lifecycle.get_task(conn, self.store, task_id, request.tenant_id)
+        return history_pb2.GetTaskResponse(task=convert.task_to_proto(row, attempts))
+
+    @rpc
+    async def CancelTask(self, request, context):
+        shard = self.shards.get(request.shard_id)
+        task_id = convert.task_id(request.task_id, "task_id")
+        if not request.tenant_id:
+            raise InvalidArgument("tenant_id is required")
+        async with shard.conn() as conn:
+            state, requested = await lifecycle.cancel_task(conn, self.store, task_id, request.tenant_id,
+                                                           self.cfg.cancel_grace_s)
+        return history_pb2.CancelTaskResponse(state=taskstate.to_proto(state), cancel_requested=requested)
+
+    @rpc
+    async def LeaseTasks(self, request, context):
+        shard = self.shards.get(request.shard_id)
+        if not request.worker_id:
+            raise InvalidArgument("worker_id is required")
+        if not 1 <= request.max_tasks <= MAX_LEASE_BATCH:
+            raise InvalidArgument(f"max_tasks must be 1..{MAX_LEASE_BATCH}, got {request.max_tasks}")
+        lease_s = convert.lease_seconds(request.lease_duration if request.HasField("lease_duration") else None,
+                                        self.cfg.lease_duration_s)
+        async with shard.conn() as conn:
+            out = await dispatch.lease_tasks(conn, self.store, worker_id=request.worker_id,
+                                             max_tasks=request.max_tasks, app_ids=list(request.app_ids),
+                                             cursor=request.tenant_cursor, lease_s=lease_s)
+        return history_pb2.LeaseTasksResponse(
+            tasks=[convert.leased_to_proto(shard.id, r, lease_s) for r in out.rows],
+            next_tenant_cursor=out.next_cursor, more=out.more)
+
+    @rpc
+    async def RecordHeartbeats(self, request, context):
+        shard = self.shards.get(request.shard_id)
+        _batch(request.leases, "leases")
+        leases = [convert.lease_ref(p, i, shard.id) for i, p in enumerate(request.leases)]
+        lease_s = convert.lease_seconds(request.lease_duration if request.HasField("lease_duration") else None,
+                                        self.cfg.lease_duration_s)
+        if not leases:
+            return history_pb2.RecordHeartbeatsResponse()
+        async with shard.conn() as conn:
+            results = await lifecycle.record_heartbeats(conn, self.store, leases, lease_s, self.cfg.cancel_grace_s)
+        out = history_pb2.RecordHeartbeatsResponse()
+        for r in results:
+            item = out.results.add(task_id=r.task_id, lease_epoch=r.lease_epoch, action=_ACTIONS[r.action],
+                                   reason=r.reason)
+            if r.kill_after_s is not None:
+                item.kill_after.CopyFrom(policy.duration(r.kill_after_s))
+        return out
+
+    @rpc
+    async def CompleteTasks(self, request, context):
+        shard = self.shards.get(request.shard_id)
+        _batch(request.completions, "completions")
+        items = [convert.completion(p, i, shard.id) for i, p in enumerate(request.completions)]
+        if not items:
+            return history_pb2.CompleteTasksResponse()
+        async with shard.conn() as conn:
+            results = await lifecycle.complete_tasks(conn, self.store, items, self.cfg.guards, self.rand)
+        return history_pb2.CompleteTasksResponse(results=[
+            history_pb2.CompletionResult(task_id=r.task_id, accepted=r.accepted, reason=r.reason,
+                                         state=taskstate.to_proto(r.state) if r.state else 0)
+            for r in results])
+
+    @rpc
+    async def FireTimers(self, request, context):
+        shard = self.shards.get(request.shard_id)
+        limit = request.max_timers or DEFAULT_TIMER_BATCH
+        if not 1 <= limit <= MAX_TIMER_BATCH:
+            raise InvalidArgument(f"max_timers must be 1..{MAX_TIMER_BATCH}, got {request.max_timers}")
+        async with shard.conn() as conn:
+            out = await timerfire.fire_timers(conn, self.store, max_timers=limit, guards=self.cfg.guards,
+                                              grace_s=self.cfg.cancel_grace_s, rand=self.rand)
+        if out.ready:
+            self.hub.publish(shard.id)
+        resp = history_pb2.FireTimersResponse(fired=out.fired, ready=out.ready)
+        if out.next_in_s is not None:
+            resp.next_in.CopyFrom(policy.duration(max(0.0, out.next_in_s)))
+        return resp
+
+    @rpc_stream
+    async def WatchReady(self, request, context):
+        shard_ids = list(request.shard_ids) or self.shards.ids
+        for sid in shard_ids:
+            self.shards.get(sid)  # unknown shards are refused up front
+        watcher = self.hub.watch(shard_ids)
+        try:
+            while True:
+                events = await watcher.next()
+                if not events:
+                    return
+                for sid in events:
+                    yield history_pb2.WatchReadyResponse(shard_id=sid)
+        except asyncio.CancelledError:
+            raise
+        finally:
+            self.hub.unwatch(watcher)

@@ -1,0 +1,139 @@
+"""Heartbeats, completions, cancels and reads: everything that happens to a
+task between its lease and its terminal state (timers are in timerfire.py).
+
+Every change is a compare-and-set on (task_id, state, lease_epoch); a
+request that lost the race gets an answer saying so and changes nothing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+from typing import Sequence
+
+import asyncpg
+
+from ratchet.libs.taskstate import CancelReason, TaskState
+from ratchet.services.history.config import Guards
+from ratchet.services.history.decide import Rand, on_completion
+from ratchet.services.history.errors import NotFound
+from ratchet.services.history.model import CompletionIn, TaskView, Transition
+from ratchet.services.history.store import Store
+
+
+@dataclasses.dataclass(frozen=True)
+class HeartbeatOut:
+    """The answer to one lease: CONTINUE, CANCEL or LEASE_LOST."""
+
+    task_id: str
+    lease_epoch: int
+    action: str
+    reason: str = ""
+    kill_after_s: float | None = None
+
+
+async def record_heartbeats(conn: asyncpg.Connection, store: Store, leases: Sequence[tuple[str, int]],
+                            lease_s: float, grace_s: float) -> list[HeartbeatOut]:
+    """Extend the leases still held; one statement for the whole batch."""
+    rows = await store.task_heartbeat_batch(conn, [t for t, _ in leases], [e for _, e in leases],
+                                            lease_s, grace_s)
+    held = {(str(r["task_id"]), r["lease_epoch"]): r for r in rows}
+    out = []
+    for task_id, epoch in leases:
+        r = held.get((task_id, epoch))
+        if r is None:
+            out.append(HeartbeatOut(task_id, epoch, "LEASE_LOST",
+                                    "the lease is no longer held (expired, revoked, completed or a stale epoch)"))
+        elif r["cancel_requested"]:
+            out.append(HeartbeatOut(task_id, epoch, "CANCEL", _cancel_text(r["cancel_reason"]),
+                                    max(0.0, r["kill_after_s"] or 0.0)))
+        else:
+            out.append(HeartbeatOut(task_id, epoch, "CONTINUE"))
+    return out
+
+
+def _cancel_text(reason: str | None) -> str:
+    return {
+        CancelReason.USER.value: "the task was cancelled",
+        CancelReason.START_TO_CLOSE.value: "the attempt passed its start_to_close timeout",
+        CancelReason.SCHEDULE_TO_CLOSE.value: "the task passed its schedule_to_close timeout",
+    }.get(reason or "", "stop requested")
+
+
+@dataclasses.dataclass(frozen=True)
+class CompletionOut:
+    """The outcome of one completion."""
+
+    task_id: str
+    accepted: bool
+    state: TaskState | None
+    reason: str = ""
+
+
+async def complete_tasks(conn: asyncpg.Connection, store: Store, items: Sequence[CompletionIn], guards: Guards,
+                         rand: Rand = random.random) -> list[CompletionOut]:
+    """Apply completions whose lease is current; reject the rest without effect."""
+    first: dict[str, int] = {}
+    for i, c in enumerate(items):
+        first.setdefault(c.task_id, i)
+    uniq = [items[i] for i in sorted(first.values())]
+    async with conn.transaction():
+        locked = await store.task_complete_lock(conn, [c.task_id for c in uniq], [c.lease_epoch for c in uniq],
+                                                fenced=guards.epoch_check_on_complete)
+        views = {str(r["task_id"]): TaskView.from_row(r) for r in locked}
+        decided: list[Transition] = [on_completion(views[c.task_id], c, rand=rand)
+                                     for c in uniq if c.task_id in views]
+        applied = await store.task_transition_apply(conn, decided) if decided else {}
+        others = [c.task_id for c in uniq if c.task_id not in applied]
+        states = await store.task_state_batch(conn, others) if others else {}
+    out = []
+    for i, c in enumerate(items):
+        if first[c.task_id] != i:
+            out.append(CompletionOut(c.task_id, False, _state(states, applied, c.task_id),
+                                     "duplicate completion in one request; the first one counted"))
+        elif c.task_id in applied:
+            out.append(CompletionOut(c.task_id, True, TaskState(applied[c.task_id][0])))
+        elif c.task_id in states:
+            out.append(CompletionOut(c.task_id, False, TaskState(states[c.task_id]),
+                                     "stale lease: the task is no longer leased under this epoch"))
+        else:
+            out.append(CompletionOut(c.task_id, False, None, "unknown task"))
+    return out
+
+
+def _state(states: dict, applied: dict, task_id: str) -> TaskState | None:
+    if task_id in applied:
+        return TaskState(applied[task_id][0])
+    return TaskState(states[task_id]) if task_id in states else None
+
+
+async def cancel_task(conn: asyncpg.Connection, store: Store, task_id: str, tenant_id: str,
+                      grace_s: float) -> tuple[TaskState, bool]:
+    """Cancel one task; returns (state after, cancel_requested)."""
+    async with conn.transaction():
+        row = await store.task_lock(conn, task_id)
+        if row is None or row["tenant_id"] != tenant_id:
+            raise NotFound(task_id)
+        state = TaskState(row["state"])
+        if state in (TaskState.ENQUEUED, TaskState.RETRY_WAIT):
+            t = Transition(task_id=task_id, from_state=state, to_state=TaskState.CANCELED,
+                           lease_epoch=row["lease_epoch"], reason="canceled by user")
+            await store.task_transition_apply(conn, [t])
+            return TaskState.CANCELED, False
+        if state == TaskState.LEASED:
+            await store.task_cancel_request_batch(conn, [task_id], [row["lease_epoch"]], [CancelReason.USER.value],
+                                                  grace_s)
+            # The lease timer must now fire by the kill time, not only at lease expiry.
+            await store.timer_lease_reschedule_batch(conn, [task_id], [row["lease_epoch"]])
+            return TaskState.LEASED, True
+        return state, row["cancel_requested"]
+
+
+async def get_task(conn: asyncpg.Connection, store: Store, task_id: str, tenant_id: str):
+    """(task row, attempt rows) read from one snapshot; NotFound for unknown and foreign ids alike."""
+    async with conn.transaction(isolation="repeatable_read", readonly=True):
+        row = await store.task_get(conn, task_id)
+        if row is None or row["tenant_id"] != tenant_id:
+            raise NotFound(task_id)
+        attempts = await store.attempt_list(conn, task_id)
+    return row, attempts

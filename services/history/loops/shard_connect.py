@@ -1,0 +1,41 @@
+"""Background loop: keep retrying shards that were unreachable (connect,
+migrate, open the pool), so a shard that comes up late starts serving
+without a restart."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from ratchet.services.history.shards import ShardSet
+
+log = logging.getLogger(__name__)
+
+
+class ShardConnectLoop:
+    """Retries unavailable shards every `interval_s` seconds."""
+
+    def __init__(self, shards: ShardSet, interval_s: float = 1.0):
+        self._shards = shards
+        self._interval_s = interval_s
+        self._task: asyncio.Task | None = None
+
+    def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.create_task(self._run(), name="history-shard-connect")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+            self._task = None
+
+    async def _run(self) -> None:
+        while True:
+            await asyncio.sleep(self._interval_s)
+            for shard in self._shards.unavailable():
+                if await shard.connect():
+                    log.info("shard %s is available again", shard.id)

@@ -1,0 +1,66 @@
+"""WatchReady fan-out: after an enqueue commits (or timers make work ready)
+history tells every watcher of that shard, coalesced to at most one pending
+event per shard per watcher, so a burst of enqueues is one wake-up."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Iterable
+
+
+class Watcher:
+    """One WatchReady stream's pending shards."""
+
+    def __init__(self, shard_ids: Iterable[int]):
+        self.shard_ids = frozenset(shard_ids)
+        self._pending: dict[int, None] = {}  # an ordered set: one entry per shard at most
+        self._event = asyncio.Event()
+        self.closed = False
+
+    def notify(self, shard_id: int) -> None:
+        if shard_id in self.shard_ids:
+            self._pending[shard_id] = None
+            self._event.set()
+
+    def close(self) -> None:
+        self.closed = True
+        self._event.set()
+
+    async def next(self) -> list[int]:
+        """Wait for the next events; [] once the watcher is closed."""
+        await self._event.wait()
+        self._event.clear()
+        if self.closed:
+            return []
+        out = list(self._pending)
+        self._pending.clear()
+        return out
+
+
+class ReadyHub:
+    """The set of live watchers of this process."""
+
+    def __init__(self) -> None:
+        self._watchers: set[Watcher] = set()
+
+    def watch(self, shard_ids: Iterable[int]) -> Watcher:
+        w = Watcher(shard_ids)
+        self._watchers.add(w)
+        return w
+
+    def unwatch(self, w: Watcher) -> None:
+        self._watchers.discard(w)
+
+    def publish(self, shard_id: int) -> None:
+        """Mark shard_id ready for every watcher of it (never blocks)."""
+        for w in self._watchers:
+            w.notify(shard_id)
+
+    def close(self) -> None:
+        """End every stream (server shutdown)."""
+        for w in list(self._watchers):
+            w.close()
+
+    @property
+    def watcher_count(self) -> int:
+        return len(self._watchers)

@@ -1,0 +1,57 @@
+"""Wiring of the history service: shards, store, ready hub, gRPC server
+(with health and reflection), and the shard reconnect loop."""
+
+from __future__ import annotations
+
+import logging
+import random
+
+from ratchet.internal.history.v1 import history_pb2, history_pb2_grpc
+from ratchet.libs.rpc.server import Server
+from ratchet.services.history.config import HistoryConfig
+from ratchet.services.history.handlers import HistoryServicer
+from ratchet.services.history.loops.shard_connect import ShardConnectLoop
+from ratchet.services.history.ready import ReadyHub
+from ratchet.services.history.shards import ShardSet
+from ratchet.services.history.store import Store
+
+log = logging.getLogger(__name__)
+
+SERVICE_NAME = history_pb2.DESCRIPTOR.services_by_name["HistoryService"].full_name
+
+
+class HistoryServer:
+    """A running history service. `await start()`, then `port`; `await stop()`."""
+
+    def __init__(self, cfg: HistoryConfig, *, rand: random.Random | None = None, reconnect_interval_s: float = 1.0):
+        self.cfg = cfg
+        self.shards = ShardSet(cfg)
+        self.store = Store()
+        self.hub = ReadyHub()
+        self.servicer = HistoryServicer(cfg, self.shards, self.store, self.hub, rand)
+        self.rpc = Server([(history_pb2_grpc.add_HistoryServiceServicer_to_server, self.servicer)],
+                          [SERVICE_NAME], host=cfg.host, port=cfg.grpc_port)
+        self.reconnect = ShardConnectLoop(self.shards, reconnect_interval_s)
+
+    @property
+    def port(self) -> int:
+        return self.rpc.port
+
+    @property
+    def address(self) -> str:
+        return f"{self.cfg.host}:{self.port}"
+
+    async def start(self) -> None:
+        """Migrate and connect every reachable shard, then serve; unreachable shards keep retrying."""
+        await self.shards.connect_all()
+        self.reconnect.start()
+        await self.rpc.start()
+        await self.rpc.set_serving(True)
+        log.info("history serving on %s for shards %s", self.address, self.shards.ids)
+
+    async def stop(self, grace: float = 5.0) -> None:
+        """Stop serving: end WatchReady streams, drain RPCs, close pools."""
+        self.hub.close()
+        await self.rpc.stop(grace)
+        await self.reconnect.stop()
+        await self.shards.close()

@@ -1,0 +1,126 @@
+"""The shard databases history serves: one pool per shard, migrated at
+start-up. A shard that cannot be reached is marked unavailable (its calls
+fail with UNAVAILABLE naming it) and retried in the background; it never
+stops the other shards from serving."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import pathlib
+from typing import AsyncIterator
+
+import asyncpg
+
+from ratchet.libs.pg import migrate
+from ratchet.libs.pg.pool import create_pool
+from ratchet.services.history.config import HistoryConfig
+from ratchet.services.history.errors import HistoryError, ShardUnavailable, UnknownShard, translate_db_error
+
+log = logging.getLogger(__name__)
+
+MIGRATIONS = pathlib.Path(__file__).parent / "migrations"
+SERVICE = "history"
+CONNECT_TIMEOUT_S = 15.0
+ACQUIRE_TIMEOUT_S = 5.0
+
+
+class Shard:
+    """One shard database: its pool once connected, else why not."""
+
+    def __init__(self, shard_id: int, dsn: str, cfg: HistoryConfig):
+        self.id = shard_id
+        self.dsn = dsn
+        self._cfg = cfg
+        self.pool: asyncpg.Pool | None = None
+        self.last_error = "not connected yet"
+        self._lock = asyncio.Lock()
+
+    @property
+    def available(self) -> bool:
+        return self.pool is not None
+
+    async def connect(self) -> bool:
+        """Apply migrations and open the pool; False (with last_error set) if unreachable."""
+        async with self._lock:
+            if self.pool is not None:
+                return True
+            try:
+                await asyncio.wait_for(migrate.apply(self.dsn, SERVICE, MIGRATIONS), CONNECT_TIMEOUT_S)
+                self.pool = await asyncio.wait_for(
+                    create_pool(self.dsn, min_size=1, max_size=self._cfg.pool_max_size,
+                                statement_timeout_ms=self._cfg.statement_timeout_ms,
+                                command_timeout=self._cfg.statement_timeout_ms / 1000 + 5),
+                    CONNECT_TIMEOUT_S)
+            except (asyncio.TimeoutError, OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as e:
+                self.last_error = f"{type(e).__name__}: {e}"[:300]
+                return False
+            log.info("shard %s connected and migrated", self.id)
+            return True
+
+    @contextlib.asynccontextmanager
+    async def conn(self) -> AsyncIterator[asyncpg.Connection]:
+        """A connection of this shard; database failures become domain errors naming the shard."""
+        pool = self.pool
+        if pool is None:
+            raise ShardUnavailable(self.id, self.last_error)
+        try:
+            conn = await pool.acquire(timeout=ACQUIRE_TIMEOUT_S)
+        except HistoryError:
+            raise
+        except Exception as e:  # nothing was sent: always safe to report as unavailable
+            raise ShardUnavailable(self.id, type(e).__name__) from e
+        try:
+            yield conn
+        except HistoryError:
+            raise
+        except Exception as e:
+            mapped = translate_db_error(self.id, e)
+            if mapped is None:
+                raise
+            raise mapped from e
+        finally:
+            await pool.release(conn)
+
+    async def close(self) -> None:
+        if self.pool is not None:
+            pool, self.pool = self.pool, None
+            try:
+                await asyncio.wait_for(pool.close(), 5)
+            except (asyncio.TimeoutError, OSError, asyncpg.PostgresError, asyncpg.InterfaceError):
+                pool.terminate()
+
+
+class ShardSet:
+    """All shards of this history service, by id."""
+
+    def __init__(self, cfg: HistoryConfig):
+        self._shards = {sid: Shard(sid, dsn, cfg) for sid, dsn in sorted(cfg.shard_dsns.items())}
+
+    @property
+    def ids(self) -> list[int]:
+        return list(self._shards)
+
+    def __iter__(self):
+        return iter(self._shards.values())
+
+    def get(self, shard_id: int) -> Shard:
+        """The shard, or UnknownShard (INVALID_ARGUMENT) naming the known ones."""
+        try:
+            return self._shards[shard_id]
+        except KeyError:
+            raise UnknownShard(shard_id, self.ids) from None
+
+    def unavailable(self) -> list[Shard]:
+        return [s for s in self._shards.values() if not s.available]
+
+    async def connect_all(self) -> None:
+        """Connect every shard at once; failures are logged and left to the reconnect loop."""
+        results = await asyncio.gather(*(s.connect() for s in self._shards.values()))
+        for shard, ok in zip(self._shards.values(), results):
+            if not ok:
+                log.warning("shard %s unavailable at start-up: %s", shard.id, shard.last_error)
+
+    async def close(self) -> None:
+        await asyncio.gather(*(s.close() for s in self._shards.values()))

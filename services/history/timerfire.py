@@ -1,0 +1,65 @@
+"""FireTimers: claim due timers and apply them, in one transaction.
+
+A task's due timers are folded oldest first into one plan (decide.py), so
+two timers of one task that fire together (a lease and a schedule_to_close,
+say) combine into the right outcome. Transitions go in rounds: round k
+holds each task's k-th transition, so a task can move twice in one call
+(RETRY_WAIT -> ENQUEUED -> EXPIRED) with every step logged.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+from collections import OrderedDict
+
+import asyncpg
+
+from ratchet.services.history.config import Guards
+from ratchet.services.history.decide import Rand, TimerPlan, plan_timers
+from ratchet.services.history.model import TaskView, TimerDue
+from ratchet.services.history.store import Store
+
+
+@dataclasses.dataclass(frozen=True)
+class FireOut:
+    """What one FireTimers call did."""
+
+    fired: int
+    ready: bool
+    next_in_s: float | None
+
+
+def _plans(rows: list[asyncpg.Record], guards: Guards, rand: Rand) -> dict[str, tuple[TaskView, TimerPlan]]:
+    by_task: OrderedDict[str, list[asyncpg.Record]] = OrderedDict()
+    for r in rows:
+        by_task.setdefault(str(r["task_id"]), []).append(r)
+    out = {}
+    for task_id, rs in by_task.items():
+        view = TaskView.from_row(rs[0])
+        dues = [TimerDue(task_id=task_id, kind=r["kind"], timer_epoch=r["timer_epoch"], due_now=r["due_now"],
+                         lease_expired=r["lease_expired"], deadline_passed=r["deadline_passed"],
+                         kill_passed=r["kill_passed"]) for r in rs]
+        out[task_id] = (view, plan_timers(view, dues, charge=guards.charge_attempt_at_lease, rand=rand))
+    return out
+
+
+async def fire_timers(conn: asyncpg.Connection, store: Store, *, max_timers: int, guards: Guards,
+                      grace_s: float, rand: Rand = random.random) -> FireOut:
+    """Claim up to max_timers due timers and apply them."""
+    async with conn.transaction():
+        rows = await store.timer_claim_due(conn, max_timers, locked=guards.timer_skip_locked)
+        plans = _plans(rows, guards, rand)
+        rounds = max((len(p.transitions) for _, p in plans.values()), default=0)
+        for k in range(rounds):
+            await store.task_transition_apply(
+                conn, [p.transitions[k] for _, p in plans.values() if len(p.transitions) > k])
+        cancels = [(tid, v.lease_epoch, p.cancel_reason.value) for tid, (v, p) in plans.items() if p.cancel_reason]
+        if cancels:
+            await store.task_cancel_request_batch(conn, [c[0] for c in cancels], [c[1] for c in cancels],
+                                                  [c[2] for c in cancels], grace_s)
+        lease = [(tid, v.lease_epoch) for tid, (v, p) in plans.items() if p.reschedule_lease]
+        if lease:
+            await store.timer_lease_reschedule_batch(conn, [t for t, _ in lease], [e for _, e in lease])
+        next_in = await store.timer_next_in(conn)
+    return FireOut(len(rows), any(p.ready for _, p in plans.values()), next_in)
