@@ -69,6 +69,7 @@ class Registry:
     def __init__(self) -> None:
         self._cleanups: list[tuple[str, Callable[[], None]]] = []
         self._old_handlers: dict[int, object] = {}
+        self._interrupted = False
 
     def add(self, label: str, fn: Callable[[], None]) -> None:
         """Register fn to run at cleanup; label names it in the log."""
@@ -109,22 +110,33 @@ class Registry:
                 print(f"[cleanup] {label} failed: {e!r}", file=sys.stderr)
 
     def install_signal_handlers(self) -> None:
-        """SIGTERM/SIGHUP become SystemExit so `finally` blocks run (Ctrl-C already does)."""
-        def _raise(signum, _frame):
-            raise SystemExit(128 + signum)
-        for sig in (signal.SIGTERM, signal.SIGHUP):
-            self._old_handlers[sig] = signal.signal(sig, _raise)
+        """On SIGINT/SIGTERM/SIGHUP stop every child first, then unwind.
+
+        Stopping first matters: the event loop's shutdown waits for worker
+        threads blocked on a child (pgbench, a service starting), which only
+        return once that child is gone. Installing our own SIGINT handler also
+        makes the run interruptible when it was started with SIGINT ignored
+        (a background job of a script), and keeps asyncio from adding its own.
+        """
+        def _stop(signum, _frame):
+            if self._interrupted:
+                return  # a second signal while we are already stopping
+            self._interrupted = True
+            print(f"\n[bench] signal {signum}: stopping everything this run started", file=sys.stderr)
+            self.cleanup()
+            raise KeyboardInterrupt
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            self._old_handlers[sig] = signal.signal(sig, _stop)
 
     def __enter__(self) -> "Registry":
         self.install_signal_handlers()
         return self
 
     def __exit__(self, *exc) -> None:
-        # A second Ctrl-C during cleanup must not leave children behind.
-        old_int = signal.signal(signal.SIGINT, signal.SIG_IGN)
+        # A signal during this cleanup finds _interrupted set and returns.
+        self._interrupted = True
         try:
             self.cleanup()
         finally:
-            signal.signal(signal.SIGINT, old_int)
             for sig, handler in self._old_handlers.items():
                 signal.signal(sig, handler)
