@@ -1,0 +1,137 @@
+-- The history shard schema as it stands after every migration in
+-- services/history/migrations/ (currently 0001). Read this to know the
+-- schema; change it only together with a new migration.
+-- tests/integration/history/test_schema.py migrates one database, loads this
+-- file into another, and requires their catalogs to match.
+CREATE TABLE tasks (
+    task_id          uuid        PRIMARY KEY,
+    tenant_id        text        COLLATE "C" NOT NULL,
+    app_id           text        NOT NULL,
+    queue            text        NOT NULL,
+    task_type        text        NOT NULL,
+    state            text        NOT NULL,
+    version          bigint      NOT NULL DEFAULT 1,
+    attempt          integer     NOT NULL DEFAULT 0,
+    max_attempts     integer     NOT NULL,
+    lease_epoch      bigint      NOT NULL DEFAULT 0,
+    lease_expires_at timestamptz,
+    attempt_deadline timestamptz,
+    worker_id        text,
+    cancel_requested boolean     NOT NULL DEFAULT false,
+    cancel_reason    text,
+    kill_at          timestamptz,
+    payload          bytea       NOT NULL,
+    result           bytea,
+    error_class      text,
+    error_message    text,
+    error_stack      text,
+    retry_policy     jsonb       NOT NULL,
+    timeouts         jsonb       NOT NULL,
+    non_retryable    text[]      NOT NULL DEFAULT '{}',
+    idempotency_key  text,
+    run_at           timestamptz NOT NULL,
+    created_at       timestamptz NOT NULL,
+    updated_at       timestamptz NOT NULL,
+    started_at       timestamptz,
+    finished_at      timestamptz,
+    CONSTRAINT tasks_state_known CHECK (state IN
+        ('ENQUEUED', 'LEASED', 'RETRY_WAIT', 'SUCCEEDED', 'FAILED', 'CANCELED', 'EXPIRED')),
+    CONSTRAINT tasks_terminal_iff_finished CHECK (
+        (state IN ('SUCCEEDED', 'FAILED', 'CANCELED', 'EXPIRED')) = (finished_at IS NOT NULL)),
+    CONSTRAINT tasks_leased_has_lease CHECK (
+        state <> 'LEASED' OR (lease_expires_at IS NOT NULL AND worker_id IS NOT NULL)),
+    CONSTRAINT tasks_cancel_reason_known CHECK (
+        cancel_reason IS NULL OR cancel_reason IN ('user', 'start_to_close', 'schedule_to_close')),
+    CONSTRAINT tasks_kill_needs_cancel CHECK (kill_at IS NULL OR cancel_requested),
+    CONSTRAINT tasks_counters_valid CHECK (
+        version >= 1 AND attempt >= 0 AND max_attempts >= 1 AND lease_epoch >= 0)
+) WITH (
+    -- Room on each page so heartbeats (which touch no indexed column) are HOT updates.
+    fillfactor = 85,
+    -- Every dispatch leaves a dead tuple in the partial index; vacuum early
+    -- because claim latency grows with dead index entries.
+    autovacuum_vacuum_scale_factor = 0.02,
+    autovacuum_vacuum_threshold = 500,
+    autovacuum_vacuum_insert_scale_factor = 0.05,
+    autovacuum_analyze_scale_factor = 0.02,
+    autovacuum_vacuum_cost_delay = 1
+);
+
+-- Dispatch: ready work per tenant. Partial, so finished and running tasks
+-- cost it nothing, and ordered (tenant_id, run_at) so the tenant skip scan
+-- and each tenant's oldest-first claim are both index range reads.
+CREATE INDEX tasks_dispatch ON tasks (tenant_id, run_at) WHERE state = 'ENQUEUED';
+
+CREATE TABLE task_attempts (
+    task_id       uuid        NOT NULL,
+    attempt       integer     NOT NULL,
+    lease_epoch   bigint      NOT NULL,
+    worker_id     text        NOT NULL,
+    started_at    timestamptz NOT NULL,
+    finished_at   timestamptz,
+    outcome       text        NOT NULL,
+    error_class   text,
+    error_message text,
+    error_stack   text,
+    PRIMARY KEY (task_id, attempt),
+    CONSTRAINT task_attempts_outcome_known CHECK (outcome IN
+        ('RUNNING', 'SUCCEEDED', 'FAILED', 'LEASE_EXPIRED', 'TIMED_OUT', 'CRASHED', 'CANCELED')),
+    CONSTRAINT task_attempts_running_iff_open CHECK ((outcome = 'RUNNING') = (finished_at IS NULL))
+) WITH (
+    autovacuum_vacuum_scale_factor = 0.05,
+    autovacuum_analyze_scale_factor = 0.05
+);
+
+-- The transition log: one row per state change, written in the same
+-- transaction. version is consecutive from 1 per task; from_state is NULL
+-- only for the create row.
+CREATE TABLE task_transitions (
+    task_id     uuid        NOT NULL,
+    version     bigint      NOT NULL,
+    from_state  text,
+    to_state    text        NOT NULL,
+    lease_epoch bigint      NOT NULL,
+    at          timestamptz NOT NULL,
+    reason      text        NOT NULL,
+    PRIMARY KEY (task_id, version),
+    CONSTRAINT task_transitions_create_first CHECK ((from_state IS NULL) = (version = 1))
+) WITH (
+    -- Insert-only: vacuum for the visibility map, not for dead tuples.
+    autovacuum_vacuum_insert_scale_factor = 0.1
+);
+
+-- One timer mechanism for delays, retry backoff, lease expiry and timeouts.
+-- At most one timer of each kind per task; lease_epoch fences a timer to the
+-- lease (or retry wait) it was set for.
+CREATE TABLE timers (
+    task_id     uuid        NOT NULL,
+    kind        text        NOT NULL,
+    fire_at     timestamptz NOT NULL,
+    lease_epoch bigint      NOT NULL DEFAULT 0,
+    PRIMARY KEY (task_id, kind),
+    CONSTRAINT timers_kind_known CHECK (kind IN
+        ('delay', 'retry', 'lease', 'schedule_to_start', 'schedule_to_close'))
+) WITH (
+    fillfactor = 90,
+    -- The smallest, hottest table: rows churn on every lease.
+    autovacuum_vacuum_scale_factor = 0.01,
+    autovacuum_vacuum_threshold = 200,
+    autovacuum_vacuum_cost_delay = 0
+);
+
+CREATE INDEX timers_fire_at ON timers (fire_at);
+
+-- Enqueue idempotency: unique per (tenant, app, key). A key is honoured
+-- until expires_at; after that the same key may name a new task.
+CREATE TABLE idempotency_keys (
+    tenant_id   text        NOT NULL,
+    app_id      text        NOT NULL,
+    key         text        NOT NULL,
+    task_id     uuid        NOT NULL,
+    fingerprint text        NOT NULL,
+    created_at  timestamptz NOT NULL,
+    expires_at  timestamptz NOT NULL,
+    PRIMARY KEY (tenant_id, app_id, key)
+) WITH (
+    autovacuum_vacuum_scale_factor = 0.05
+);

@@ -1,0 +1,184 @@
+"""The state machine is declared once (libs/taskstate) and everything else
+is held to it: the diagram in docs/state-machine.md and the guards of every
+state-changing SQL statement of the history service."""
+
+from __future__ import annotations
+
+import pathlib
+import re
+
+import pytest
+
+from ratchet.api.tasks.v1 import tasks_pb2
+from ratchet.libs import taskstate
+from ratchet.libs.taskstate import ALLOWED, CREATE, TERMINAL, AttemptOutcome, IllegalTransition, TaskState
+from ratchet.services.history.model import Transition
+from ratchet.services.history.store import QUERIES
+
+ROOT = pathlib.Path(__file__).resolve().parents[3]
+S = TaskState
+
+
+def test_allowed_is_exactly_the_decided_machine():
+    assert ALLOWED == {
+        (CREATE, S.ENQUEUED),
+        (S.ENQUEUED, S.LEASED), (S.ENQUEUED, S.CANCELED), (S.ENQUEUED, S.EXPIRED),
+        (S.LEASED, S.SUCCEEDED), (S.LEASED, S.RETRY_WAIT), (S.LEASED, S.FAILED), (S.LEASED, S.CANCELED),
+        (S.RETRY_WAIT, S.ENQUEUED), (S.RETRY_WAIT, S.CANCELED), (S.RETRY_WAIT, S.EXPIRED),
+    }
+    assert TERMINAL == {S.SUCCEEDED, S.FAILED, S.CANCELED, S.EXPIRED}
+
+
+def test_terminal_states_have_no_way_out_and_nothing_returns_to_create():
+    for state in TERMINAL:
+        assert taskstate.successors(state) == frozenset()
+    assert all(to is not None for _, to in ALLOWED)
+    assert taskstate.successors(CREATE) == {S.ENQUEUED}
+
+
+def test_check_accepts_allowed_and_rejects_everything_else():
+    for frm in [CREATE, *S]:
+        for to in S:
+            if (frm, to) in ALLOWED:
+                taskstate.check(frm, to)
+                taskstate.check(frm.value if frm else None, to.value)
+            else:
+                with pytest.raises(IllegalTransition):
+                    taskstate.check(frm, to)
+
+
+def test_check_rejects_unknown_names():
+    with pytest.raises(ValueError):
+        taskstate.check("ENQUEUED", "RUNNING")
+
+
+def test_proto_mapping_round_trips_and_matches_enum_names():
+    for s in S:
+        value = taskstate.to_proto(s)
+        assert tasks_pb2.TaskState.Name(value) == f"TASK_STATE_{s.value}"
+        assert taskstate.from_proto(value) is s
+    with pytest.raises(ValueError):
+        taskstate.from_proto(tasks_pb2.TASK_STATE_UNSPECIFIED)
+    for o in AttemptOutcome:
+        assert taskstate.outcome_from_proto(taskstate.outcome_to_proto(o)) is o
+    assert len(AttemptOutcome) == len(tasks_pb2.AttemptOutcome.values()) - 1
+
+
+def test_a_transition_value_cannot_be_built_for_an_illegal_edge():
+    with pytest.raises(IllegalTransition):
+        Transition(task_id="t", from_state=S.SUCCEEDED, to_state=S.ENQUEUED, lease_epoch=1, reason="x")
+    with pytest.raises(IllegalTransition):
+        Transition(task_id="t", from_state=S.ENQUEUED, to_state=S.SUCCEEDED, lease_epoch=1, reason="x")
+
+
+# -- the diagram ------------------------------------------------------------------
+
+def _diagram_edges() -> tuple[set, set]:
+    text = (ROOT / "docs" / "state-machine.md").read_text()
+    block = re.search(r"```mermaid\n(.*?)```", text, re.S)
+    assert block, "docs/state-machine.md must hold a mermaid diagram"
+    edges, ends = set(), set()
+    for line in block.group(1).splitlines():
+        m = re.match(r"\s*(\[\*\]|[A-Z_]+)\s*-->\s*(\[\*\]|[A-Z_]+)", line)
+        if not m:
+            continue
+        frm, to = m.groups()
+        if to == "[*]":
+            ends.add(S(frm))
+        else:
+            edges.add((None if frm == "[*]" else S(frm), S(to)))
+    return edges, ends
+
+
+def test_diagram_edges_equal_allowed():
+    edges, ends = _diagram_edges()
+    assert edges == set(ALLOWED)
+    assert ends == set(TERMINAL)
+
+
+# -- the SQL guards ---------------------------------------------------------------
+
+_EDGE = re.compile(r"(\(create\)|[A-Z_]+)\s*->\s*([A-Z_]+)")
+
+
+def _annotated_edges(sql: str) -> set | None:
+    m = re.search(r"^--\s*transitions:\s*(.+)$", sql, re.M)
+    if not m:
+        return None
+    return {(None if a == "(create)" else S(a), S(b)) for a, b in _EDGE.findall(m.group(1))}
+
+
+def _code(sql: str) -> str:
+    return "\n".join(line.split("--", 1)[0] for line in sql.splitlines())
+
+
+def _task_updates(sql: str) -> list[tuple[str, str]]:
+    """(SET part, WHERE part) of every UPDATE tasks in a query."""
+    out = []
+    for m in re.finditer(r"UPDATE\s+tasks\b(.*?)(?=RETURNING|\)\s*,\s*\n\w+\s+AS\s*\(|\Z)", _code(sql), re.S):
+        body = m.group(1)
+        set_part, _, where_part = body.partition("WHERE")
+        out.append((set_part, where_part))
+    return out
+
+
+def _sets_state(set_part: str) -> bool:
+    return re.search(r"(?<![\w.])state\s*=", set_part) is not None
+
+
+def _state_changing_queries():
+    found = {}
+    for name, sql in QUERIES.items():
+        code = _code(sql)
+        updates = [u for u in _task_updates(sql) if _sets_state(u[0])]
+        inserts = re.search(r"INSERT\s+INTO\s+tasks\b", code) is not None
+        if updates or inserts:
+            found[name] = (sql, updates, inserts)
+    return found
+
+
+def test_every_state_changing_query_is_annotated_with_allowed_transitions():
+    found = _state_changing_queries()
+    assert {"task_insert_batch", "task_lease_batch", "task_transition_apply"} <= set(found)
+    for name, (sql, _, _) in found.items():
+        edges = _annotated_edges(sql)
+        assert edges, f"query {name} changes task state but has no '-- transitions:' comment"
+        assert edges <= ALLOWED, f"query {name} declares transitions outside ALLOWED: {edges - ALLOWED}"
+    for name, sql in QUERIES.items():
+        if _annotated_edges(sql) is not None:
+            assert name in found, f"query {name} is annotated with transitions but changes no state"
+
+
+def test_every_state_update_guards_on_the_expected_states():
+    for name, (sql, updates, inserts) in _state_changing_queries().items():
+        edges = _annotated_edges(sql)
+        if inserts:
+            assert edges == {(CREATE, S.ENQUEUED)}, f"{name}: an insert may only create ENQUEUED tasks"
+            assert "'ENQUEUED'" in _code(sql)
+        for set_part, where_part in updates:
+            sources = {frm for frm, _ in edges}
+            targets = {to for _, to in edges}
+            literal = set(re.findall(r"\bstate\s*=\s*'([A-Z_]+)'", where_part))
+            param = re.search(r"\bstate\s*=\s*i\.from_state\b", where_part)
+            assert literal or param, f"{name}: UPDATE tasks sets state without a state guard"
+            if literal:
+                assert {S(x) for x in literal} == sources, f"{name}: guard {literal} != declared sources {sources}"
+            else:
+                # Parameterised guard: every edge is checked by Transition (taskstate.check) before
+                # it is sent, and the lease epoch must be part of the compare-and-set.
+                assert CREATE not in sources
+                assert re.search(r"\blease_epoch\s*=\s*i\.lease_epoch\b", where_part), name
+            set_to = re.search(r"(?<![\w.])state\s*=\s*'([A-Z_]+)'", set_part)
+            if set_to:
+                assert {S(set_to.group(1))} == targets, f"{name}: sets {set_to.group(1)}, declares {targets}"
+            else:
+                assert re.search(r"(?<![\w.])state\s*=\s*i\.to_state\b", set_part), name
+
+
+def test_every_other_task_update_is_fenced_on_state_and_epoch():
+    for name, sql in QUERIES.items():
+        for set_part, where_part in _task_updates(sql):
+            if _sets_state(set_part):
+                continue
+            assert re.search(r"\bstate\s*=\s*'LEASED'", where_part), f"{name}: unguarded UPDATE tasks"
+            assert re.search(r"\blease_epoch\s*=", where_part), f"{name}: UPDATE tasks without an epoch fence"
