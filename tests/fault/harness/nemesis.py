@@ -36,6 +36,34 @@ def _signal(pid: int | None, sig: int) -> bool:
         return False
 
 
+def pid_alive(pid: int | None) -> bool:
+    """True if the process runs; a zombie (exited, not yet reaped) counts as dead."""
+    if not pid:
+        return False
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            state = f.read().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return False
+    return state not in ("Z", "X")
+
+
+def restart_postgres(cluster, timeout: float = 60.0) -> None:
+    """Start a crashed cluster. On this machine PID 1 does not reap orphans, so a
+    killed postmaster stays a zombie that still answers kill(pid, 0): Postgres
+    then refuses its stale postmaster.pid (and socket lock). They are removed only once the
+    postmaster is really dead and none of its backends is left."""
+    pid = cluster.postmaster_pid()
+    if pid and not pid_alive(pid):
+        deadline = time.monotonic() + 30
+        while cluster._children_alive() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        for stale in ("postmaster.pid", f".s.PGSQL.{cluster.port}.lock", f".s.PGSQL.{cluster.port}"):
+            (cluster.data_dir / stale).unlink(missing_ok=True)
+    if not pid_alive(cluster.postmaster_pid()):
+        cluster.start(timeout=timeout)
+
+
 class Nemesis:
     """One kind of fault. `inject` returns what it did (logged); `heal` undoes it."""
 
@@ -125,10 +153,13 @@ class CrashPostgres(Nemesis):
         cluster = env.platform.cluster
         pid = cluster.postmaster_pid()
         cluster.kill()
-        return {"target": "postgres", "pid": pid}
+        deadline = time.monotonic() + 10
+        while pid_alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        return {"target": "postgres", "pid": pid, "dead": not pid_alive(pid)}
 
     def heal(self, env, injected):
-        env.platform.cluster.start(timeout=60)
+        restart_postgres(env.platform.cluster)
         return {"target": "postgres", "pid": env.platform.cluster.postmaster_pid()}
 
 
@@ -277,6 +308,11 @@ class NemesisRunner:
         except Exception as e:
             self.errors.append(f"heal_everything: {e}")
         self.env.recorder.nemesis("heal", "all")
+
+    def wait(self, timeout: float) -> bool:
+        """Wait for the schedule to run out; True when it did."""
+        self._thread.join(timeout)
+        return not self._thread.is_alive()
 
     def stop(self, timeout: float = 120.0) -> None:
         self._stop.set()

@@ -20,6 +20,8 @@ import signal
 from ratchet.cli.platform import SERVICES, LocalPlatform
 from ratchet.libs.faultproxy import ProxyThread
 
+from .nemesis import restart_postgres
+
 FAKETIME_GLOBS = ("/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1",
                   "/usr/lib/*/faketime/libfaketimeMT.so.1", "/usr/lib/faketime/libfaketimeMT.so.1")
 LINKS = ("history-pg", "dispatcher-history", "gateway-history", "hostagent-dispatcher")
@@ -86,7 +88,7 @@ class FaultPlatform(LocalPlatform):
         return None
 
     def skew(self, service: str, offset_s: float) -> None:
-        """Set the service's wall-clock offset; it takes effect within a second, no restart."""
+        """Set the service's wall-clock offset; it takes effect at once, no restart."""
         path = self.skew_dir / f"{service}.rc"
         tmp = path.with_suffix(".tmp")
         tmp.write_text(f"{offset_s:+.3f}s\n")
@@ -95,8 +97,10 @@ class FaultPlatform(LocalPlatform):
     def _service_env(self, name: str) -> dict[str, str]:
         if name not in self.skew_services or self._faketime is None:
             return {}
+        site = str(pathlib.Path(__file__).resolve().parent / "faketime_site")
+        path = os.pathsep.join(p for p in (site, self.env.get("PYTHONPATH", "")) if p)
         return {"LD_PRELOAD": self._faketime, "FAKETIME_TIMESTAMP_FILE": str(self.skew_dir / f"{name}.rc"),
-                "FAKETIME_CACHE_DURATION": "1", "FAKETIME_DONT_FAKE_MONOTONIC": "1"}
+                "FAKETIME_NO_CACHE": "1", "FAKETIME_DONT_FAKE_MONOTONIC": "1", "PYTHONPATH": path}
 
     def _spawn(self, name: str):
         base = self.env
@@ -164,8 +168,8 @@ class FaultPlatform(LocalPlatform):
             link.heal()
         for name in self.skew_services:
             self.skew(name, 0)
-        if self.cluster is not None and not self.cluster.running():
-            self.cluster.start(timeout=60)
+        if self.cluster is not None:
+            restart_postgres(self.cluster)
         for name in SERVICES:
             self.ensure_serving(name)
 

@@ -1,0 +1,146 @@
+"""One fault scenario end to end: start the platform, deploy the test app, run
+the workload under a seeded nemesis schedule, heal, let it settle, dump the
+shards, check, and write the run folder:
+
+    RUN_DIR/history.jsonl  ledger.jsonl  dump.json  run.json  verdict.json  summary.txt
+    RUN_DIR/platform/logs/<service>.log
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import pathlib
+import time
+from typing import Callable
+
+from tests.fault.checker import check_dir
+from tests.fault.checker.__main__ import summary
+
+from .dump import dump_shards, platform_shard_dsns
+from .nemesis import Nemesis, NemesisRunner, describe, make_schedule
+from .platform import FaultPlatform
+from .recorder import Recorder
+from .workload import Workload, WorkloadConfig
+
+APP_DIR = pathlib.Path(__file__).resolve().parents[1] / "app"
+APP = "default"
+
+# Small timeouts so faults resolve in seconds, not minutes.
+FAST_OVERRIDES = {
+    "history": {"lease_duration_s": 3, "cancel_grace_s": 2},
+    "dispatcher": {"lease_duration_s": 3, "rpc_timeout_s": 3, "poll_max_wait_s": 2},
+    "hostagent": {"heartbeat_interval_s": 1, "rpc_timeout_s": 3, "poll_max_wait_s": 2, "deployment_cache_s": 1,
+                  "completion_retry_s": 15, "capacity": 6},
+}
+
+
+@dataclasses.dataclass
+class Scenario:
+    """What to break, for how long, and what the verdict must be."""
+
+    name: str
+    nemeses: Callable[[], list[Nemesis]]
+    duration_s: float = 20.0  # the fault window
+    gap_s: tuple[float, float] = (1.0, 3.0)
+    hold_s: tuple[float, float] = (1.0, 4.0)
+    after_heal_s: float = 3.0  # the workload keeps running this long after the final heal
+    settle_timeout_s: float = 60.0
+    shards: int = 2
+    links: tuple[str, ...] = ()
+    skew_services: tuple[str, ...] = ()
+    guards: dict | None = None  # history's test-only guard switches (mutation runs)
+    workload: WorkloadConfig = dataclasses.field(default_factory=WorkloadConfig)
+    must_fail: tuple[str, ...] = ()  # mutation runs: invariants that must catch the broken guard
+    test: str = "tests/fault"
+
+    def overrides(self) -> dict:
+        out = {k: dict(v) for k, v in FAST_OVERRIDES.items()}
+        if self.guards:
+            out["history"]["guards"] = dict(self.guards)
+        return out
+
+
+def deploy_app(platform: FaultPlatform, app_dir: pathlib.Path = APP_DIR, app: str = APP) -> str:
+    """Package and deploy the test app (what `ratchet deploy` does); returns its digest."""
+    from ratchet.cli import bundle
+    from ratchet.cli.commands import handler_messages
+
+    data = bundle.package(app_dir)
+    description = bundle.describe(data, None)
+    with platform.client(timeout=60.0) as client:
+        client.create_deployment(app, data, bundle.digest(data), description.get("module") or "app",
+                                 handler_messages(description))
+    return bundle.digest(data)
+
+
+def run_scenario(sc: Scenario, seed: int, root: str | os.PathLike) -> dict:
+    """Run one scenario; returns the checker's verdict plus a `harness` section."""
+    run_dir = pathlib.Path(root) / f"{sc.name}-{seed}"
+    run_dir.mkdir(parents=True, exist_ok=True)
+    os.chmod(run_dir, 0o777)
+    ledger = run_dir / "ledger.jsonl"
+    ledger.touch()
+    os.chmod(ledger, 0o666)
+    rec = Recorder(run_dir / "history.jsonl")
+    platform = FaultPlatform(run_dir / "platform", shards=sc.shards, overrides=sc.overrides(), links=sc.links,
+                             skew_services=sc.skew_services, log_level="INFO")
+    env = _Env(platform, rec)
+    harness: dict = {"errors": [], "skipped_nemeses": {}}
+    started = time.monotonic()
+    try:
+        platform.start()
+        deploy_app(platform)
+        nemeses, harness["skipped_nemeses"] = describe(sc.nemeses(), env)
+        for name, why in harness["skipped_nemeses"].items():
+            rec.nemesis("skipped", {"nemesis": name, "why": why})
+        schedule = make_schedule(seed, [n.name for n in nemeses], sc.duration_s, sc.gap_s, sc.hold_s)
+        _write_meta(run_dir, sc, seed, schedule, harness)
+        workload = Workload(lambda timeout: platform.client(timeout=timeout, max_retries=0), rec, seed,
+                            str(ledger), sc.workload).start()
+        runner = NemesisRunner(env, nemeses, schedule, seed).start()
+        _wait_schedule(runner, sc)
+        runner.stop()
+        harness["errors"] += runner.errors
+        harness["faults_injected"] = runner.injected
+        time.sleep(sc.after_heal_s)  # the workload runs on against the healed platform
+        workload.stop()
+        workload.finish_clients()
+        harness["not_settled"] = workload.settle(sc.settle_timeout_s)
+        harness["errors"] += workload.errors
+        workload.close()
+        dump_shards(platform_shard_dsns(platform), run_dir / "dump.json")
+    except Exception as e:
+        harness["errors"].append(f"{type(e).__name__}: {e}")
+        raise
+    finally:
+        rec.close()
+        harness["seconds"] = round(time.monotonic() - started, 1)
+        try:
+            platform.stop()
+        except Exception as e:
+            harness["errors"].append(f"platform stop: {e}")
+        _write_meta(run_dir, sc, seed, locals().get("schedule", []), harness)
+    verdict = check_dir(run_dir)
+    verdict["harness"] = harness
+    (run_dir / "verdict.json").write_text(json.dumps(verdict, indent=1, default=str))
+    (run_dir / "summary.txt").write_text(summary(verdict) + "\n")
+    return verdict
+
+
+class _Env:
+    def __init__(self, platform, recorder):
+        self.platform, self.recorder = platform, recorder
+
+
+def _wait_schedule(runner: NemesisRunner, sc: Scenario) -> None:
+    runner.wait(sc.duration_s + sc.hold_s[1] + 90)
+
+
+def _write_meta(run_dir: pathlib.Path, sc: Scenario, seed: int, schedule, harness: dict) -> None:
+    meta = {"scenario": sc.name, "seed": seed, "test": sc.test, "run_dir": str(run_dir),
+            "duration_s": sc.duration_s, "guards": sc.guards, "links": list(sc.links),
+            "skew_services": list(sc.skew_services),
+            "schedule": [dataclasses.asdict(s) for s in schedule], "harness": harness}
+    (run_dir / "run.json").write_text(json.dumps(meta, indent=1, default=str))
