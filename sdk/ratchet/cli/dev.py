@@ -92,6 +92,8 @@ def serve(state_dir: pathlib.Path, shards: int, options: dict, announce: bool) -
         _record(state_dir, "stopping")
         platform.stop()
         _record(state_dir, "stopped")
+        if announce:
+            print("Stopped.", flush=True)
     return 0
 
 

@@ -84,8 +84,13 @@ def terminate(pid: int | None, started: int | None, grace: float = 10.0) -> None
 
 
 def port_free(port: int) -> bool:
-    """True when 127.0.0.1:port can be bound right now."""
+    """True when 127.0.0.1:port can be bound right now by a server.
+
+    SO_REUSEADDR as the servers set it: connections of a previous run lingering
+    in TIME_WAIT do not make the port busy, a live listener does.
+    """
     with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind(("127.0.0.1", port))
             return True
