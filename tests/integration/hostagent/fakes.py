@@ -59,6 +59,14 @@ def sleepy(ctx, payload):
 
 
 @task
+def hog(ctx, payload):
+    import re
+
+    # The regex engine never releases the GIL: the stub's main thread is frozen too.
+    return bool(re.match(r"(a|aa)+$", "a" * 200 + "b"))
+
+
+@task
 def env(ctx, payload):
     return {"env": dict(os.environ), "cwd": os.getcwd()}
 '''
@@ -95,6 +103,8 @@ class FakeDispatcher(dispatcher_pb2_grpc.DispatchServiceServicer):
         self.actions: dict[str, history_pb2.HeartbeatResult] = {}
         self.unauthorized: list = []
         self.changed = asyncio.Event()
+        self.complete_failures = 0  # answer this many Complete calls UNAVAILABLE first
+        self.complete_calls = 0
         self._epochs = itertools.count(1)
 
     def enqueue(self, task_type: str, payload: str = "null", app_id: str = "app-1", **fields) -> history_pb2.LeasedTask:
@@ -140,6 +150,10 @@ class FakeDispatcher(dispatcher_pb2_grpc.DispatchServiceServicer):
     async def Complete(self, request, context):
         if not _authorized(context, self.unauthorized):
             await context.abort(grpc.StatusCode.UNAUTHENTICATED, "bad token")
+        self.complete_calls += 1
+        if self.complete_failures > 0:
+            self.complete_failures -= 1
+            await context.abort(grpc.StatusCode.UNAVAILABLE, "dispatcher restarting")
         self.completions.extend(request.completions)
         self.changed.set()
         return dispatcher_pb2.CompleteResponse(results=[
@@ -155,10 +169,6 @@ class FakeDispatcher(dispatcher_pb2_grpc.DispatchServiceServicer):
                 self.changed.clear()
                 await self.changed.wait()
         return await asyncio.wait_for(found(), timeout)
-
-    def held(self, task_id: str) -> bool:
-        """Whether the last heartbeat still carried task_id."""
-        return bool(self.heartbeats) and any(r.task_id == task_id for r in self.heartbeats[-1].leases)
 
 
 class FakeControl(control_pb2_grpc.ControlServiceServicer):

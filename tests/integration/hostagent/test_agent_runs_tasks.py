@@ -48,6 +48,16 @@ async def test_a_new_version_gets_new_sandboxes_and_old_idle_ones_stop(agent, fa
     await _until(lambda: first not in [s.pid for s in agent.pool.sandboxes()])
 
 
+async def test_completions_are_retried_while_the_dispatcher_is_unavailable(agent, fakes):
+    _, dispatcher, _ = fakes
+    dispatcher.complete_failures = 3
+    task = dispatcher.enqueue("echo")
+    c = await dispatcher.completion_for(task.task_id)
+    assert OUTCOME.Name(c.outcome) == "COMPLETION_OUTCOME_SUCCEEDED" and dispatcher.complete_calls == 4
+    # The lease stayed held (heartbeated) until the completion was answered, then it was let go.
+    await _until(lambda: not any(r.task_id == task.task_id for r in agent.agent.lease_refs()))
+
+
 async def test_raising_handlers_fail_with_class_message_and_stack(agent, fakes):
     _, dispatcher, _ = fakes
     boom, fatal = dispatcher.enqueue("boom", '"x"'), dispatcher.enqueue("fatal")
