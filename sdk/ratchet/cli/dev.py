@@ -130,8 +130,9 @@ def _detach(state_dir: pathlib.Path, shards: int, options_file: str | None) -> i
             print(summary(_endpoints(state_dir)))
             return 0
         if child.poll() is not None:
-            raise CLIError(f"the platform did not start: {rec.get('error') or 'supervisor exited'}\n"
-                           f"last lines of {log_path}:\n{procs.tail(log_path)}")
+            if rec.get("pid") == child.pid and rec.get("error"):
+                raise CLIError(f"the platform did not start: {rec['error']}")
+            raise CLIError(f"the platform did not start; last lines of {log_path}:\n{procs.tail(log_path)}")
         time.sleep(0.2)
     child.terminate()
     raise CLIError(f"the platform was not ready within {DETACH_TIMEOUT_S:g}s; stopped it.\n"
