@@ -1,0 +1,189 @@
+"""Helpers for the history integration tests: a client wrapper over real
+gRPC, direct SQL for assertions, waits with deadlines, and the transition
+log checker."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+from typing import Awaitable, Callable
+
+import asyncpg
+import grpc
+
+from ratchet.api.tasks.v1 import tasks_pb2
+from ratchet.internal.history.v1 import history_pb2 as h
+from ratchet.internal.history.v1 import history_pb2_grpc as hg
+from ratchet.libs import taskstate
+from ratchet.libs.shardmap import new_task_id
+from ratchet.services.history.policy import duration
+from ratchet.services.history.server import HistoryServer
+
+RPC_TIMEOUT = 10.0
+_names = itertools.count()
+
+
+def unique(prefix: str) -> str:
+    """A name no other test uses (tenants and apps isolate tests sharing a server)."""
+    return f"{prefix}-{next(_names)}-{time.monotonic_ns() % 1_000_000}"
+
+
+async def eventually(check: Callable[[], Awaitable[bool]], timeout: float = 5.0, every: float = 0.05) -> None:
+    """Poll `check` until it is true; fail after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        if await check():
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not met within {timeout}s")
+        await asyncio.sleep(every)
+
+
+class Hist:
+    """A running history server and a client for it."""
+
+    def __init__(self, server: HistoryServer, dsns: dict[int, str]):
+        self.server = server
+        self.dsns = dsns
+        self.channel = grpc.aio.insecure_channel(server.address)
+        self.stub = hg.HistoryServiceStub(self.channel)
+
+    async def close(self) -> None:
+        await self.channel.close()
+
+    # -- building requests ------------------------------------------------------
+    @staticmethod
+    def task(tenant: str, app: str = "app", *, payload: bytes = b'{"n":1}', max_attempts: int | None = None,
+             base_s: float | None = None, **kw) -> h.NewTask:
+        t = h.NewTask(task_id=new_task_id(), tenant_id=tenant, app_id=app, task_type="work",
+                      payload_json=payload, **kw)
+        if max_attempts is not None:
+            t.retry.max_attempts = max_attempts
+        if base_s is not None:
+            t.retry.base.CopyFrom(duration(base_s))
+        return t
+
+    # -- RPCs ---------------------------------------------------------------------
+    async def create(self, *tasks: h.NewTask, shard: int = 1) -> h.CreateTasksResponse:
+        return await self.stub.CreateTasks(h.CreateTasksRequest(shard_id=shard, tasks=tasks), timeout=RPC_TIMEOUT)
+
+    async def create_one(self, tenant: str, app: str = "app", shard: int = 1, **kw) -> str:
+        r = await self.create(self.task(tenant, app, **kw), shard=shard)
+        return r.results[0].task_id
+
+    async def lease(self, app: str | None = None, *, shard: int = 1, max_tasks: int = 10, cursor: str = "",
+                    worker: str = "w1", lease_s: float | None = None) -> h.LeaseTasksResponse:
+        req = h.LeaseTasksRequest(shard_id=shard, worker_id=worker, max_tasks=max_tasks,
+                                  app_ids=[app] if app else [], tenant_cursor=cursor)
+        if lease_s is not None:
+            req.lease_duration.CopyFrom(duration(lease_s))
+        return await self.stub.LeaseTasks(req, timeout=RPC_TIMEOUT)
+
+    async def lease_one(self, app: str, **kw) -> h.LeasedTask:
+        r = await self.lease(app, max_tasks=1, **kw)
+        assert len(r.tasks) == 1, r
+        return r.tasks[0]
+
+    async def heartbeat(self, *leases: tuple[str, int], shard: int = 1,
+                        lease_s: float | None = None) -> list[h.HeartbeatResult]:
+        req = h.RecordHeartbeatsRequest(shard_id=shard, leases=[h.LeaseRef(shard_id=shard, task_id=t, lease_epoch=e)
+                                                                 for t, e in leases])
+        if lease_s is not None:
+            req.lease_duration.CopyFrom(duration(lease_s))
+        return list((await self.stub.RecordHeartbeats(req, timeout=RPC_TIMEOUT)).results)
+
+    async def complete(self, *completions: h.Completion, shard: int = 1) -> list[h.CompletionResult]:
+        r = await self.stub.CompleteTasks(h.CompleteTasksRequest(shard_id=shard, completions=completions),
+                                          timeout=RPC_TIMEOUT)
+        return list(r.results)
+
+    async def complete_one(self, leased: h.LeasedTask, outcome: str = "SUCCEEDED", *, epoch: int | None = None,
+                           **kw) -> h.CompletionResult:
+        c = h.Completion(shard_id=leased.shard_id, task_id=leased.task_id,
+                         lease_epoch=leased.lease_epoch if epoch is None else epoch,
+                         outcome=h.CompletionOutcome.Value(f"COMPLETION_OUTCOME_{outcome}"), **kw)
+        (r,) = await self.complete(c, shard=leased.shard_id)
+        return r
+
+    async def get(self, task_id: str, tenant: str, shard: int = 1) -> tasks_pb2.Task:
+        r = await self.stub.GetTask(h.GetTaskRequest(shard_id=shard, task_id=task_id, tenant_id=tenant),
+                                    timeout=RPC_TIMEOUT)
+        return r.task
+
+    async def state(self, task_id: str, tenant: str, shard: int = 1) -> str:
+        return tasks_pb2.TaskState.Name((await self.get(task_id, tenant, shard)).state).removeprefix("TASK_STATE_")
+
+    async def cancel(self, task_id: str, tenant: str, shard: int = 1) -> h.CancelTaskResponse:
+        return await self.stub.CancelTask(h.CancelTaskRequest(shard_id=shard, task_id=task_id, tenant_id=tenant),
+                                          timeout=RPC_TIMEOUT)
+
+    async def fire(self, shard: int = 1, max_timers: int = 500) -> h.FireTimersResponse:
+        return await self.stub.FireTimers(h.FireTimersRequest(shard_id=shard, max_timers=max_timers),
+                                          timeout=RPC_TIMEOUT)
+
+    async def fire_until_state(self, task_id: str, tenant: str, want: str, shard: int = 1,
+                               timeout: float = 5.0) -> tasks_pb2.Task:
+        """Drive timers (as the dispatcher would) until the task reaches `want`."""
+        async def reached() -> bool:
+            await self.fire(shard)
+            return await self.state(task_id, tenant, shard) == want
+        await eventually(reached, timeout)
+        return await self.get(task_id, tenant, shard)
+
+    # -- direct SQL -------------------------------------------------------------
+    async def sql(self, shard: int, query: str, *args) -> list[asyncpg.Record]:
+        conn = await asyncpg.connect(self.dsns[shard], timeout=10)
+        try:
+            return await conn.fetch(query, *args, timeout=10)
+        finally:
+            await conn.close()
+
+    async def snapshot(self, task_id: str, shard: int = 1) -> tuple:
+        """Everything one task owns in the database, to prove an operation changed nothing."""
+        q = {
+            "task": "SELECT * FROM tasks WHERE task_id = $1::uuid",
+            "attempts": "SELECT * FROM task_attempts WHERE task_id = $1::uuid ORDER BY attempt",
+            "log": "SELECT * FROM task_transitions WHERE task_id = $1::uuid ORDER BY version",
+            "timers": "SELECT * FROM timers WHERE task_id = $1::uuid ORDER BY kind",
+        }
+        out = []
+        for sql in q.values():
+            out.append([tuple(r.items()) for r in await self.sql(shard, sql, task_id)])
+        return tuple(out)
+
+    async def log(self, task_id: str, shard: int = 1) -> list[tuple]:
+        rows = await self.sql(shard, "SELECT version, from_state, to_state, lease_epoch FROM task_transitions "
+                                     "WHERE task_id = $1::uuid ORDER BY version", task_id)
+        return [tuple(r) for r in rows]
+
+    async def timers(self, task_id: str, shard: int = 1) -> dict[str, asyncpg.Record]:
+        rows = await self.sql(shard, "SELECT * FROM timers WHERE task_id = $1::uuid", task_id)
+        return {r["kind"]: r for r in rows}
+
+
+async def check_transition_logs(dsn: str) -> int:
+    """Every task's log follows the state machine: versions 1..n with no gap
+    or fork, created first, each step allowed and chained, ending at the
+    task's state and version, epochs never decreasing. Returns tasks checked."""
+    conn = await asyncpg.connect(dsn, timeout=10)
+    try:
+        tasks = {r["task_id"]: r for r in await conn.fetch("SELECT task_id, state, version, lease_epoch FROM tasks")}
+        logs: dict = {}
+        for r in await conn.fetch("SELECT * FROM task_transitions ORDER BY task_id, version"):
+            logs.setdefault(r["task_id"], []).append(r)
+    finally:
+        await conn.close()
+    assert set(logs) == set(tasks), "every task has a log and every log a task"
+    for task_id, rows in logs.items():
+        t = tasks[task_id]
+        assert [r["version"] for r in rows] == list(range(1, len(rows) + 1)), task_id
+        assert rows[0]["from_state"] is None
+        prev, epoch = None, 0
+        for r in rows:
+            assert r["from_state"] == prev, (task_id, [tuple(x) for x in rows])
+            taskstate.check(r["from_state"], r["to_state"])
+            assert r["lease_epoch"] >= epoch
+            prev, epoch = r["to_state"], r["lease_epoch"]
+        assert prev == t["state"] and len(rows) == t["version"] and epoch <= t["lease_epoch"], task_id
+    return len(logs)

@@ -1,0 +1,115 @@
+"""LeaseTasks: charging, fencing, round-robin fairness, SKIP LOCKED."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+
+import grpc
+import pytest
+
+from ratchet.api.tasks.v1 import tasks_pb2
+from ratchet.services.history.policy import duration
+
+from .helpers import unique
+
+
+async def test_a_lease_charges_an_attempt_bumps_the_epoch_and_sets_one_lease_timer(hist):
+    tenant, app = unique("t"), unique("app")
+    task_id = await hist.create_one(tenant, app, timeouts=tasks_pb2.Timeouts(start_to_close=duration(120)))
+    leased = await hist.lease_one(app, worker="agent-7", lease_s=20)
+    assert (leased.task_id, leased.attempt, leased.lease_epoch, leased.max_attempts) == (task_id, 1, 1, 5)
+    assert leased.tenant_id == tenant and leased.app_id == app and leased.payload_json == b'{"n":1}'
+    assert leased.lease_duration.seconds == 20 and leased.start_to_close.seconds == 120
+    got = await hist.get(task_id, tenant)
+    assert got.state == tasks_pb2.TASK_STATE_LEASED and got.version == 2 and got.HasField("started_at")
+    (att,) = got.attempts
+    assert (att.attempt, att.lease_epoch, att.worker_id, att.outcome) == (1, 1, "agent-7",
+                                                                            tasks_pb2.ATTEMPT_OUTCOME_RUNNING)
+    assert not att.HasField("finished_at")
+    timers = await hist.timers(task_id)
+    assert set(timers) == {"lease"} and timers["lease"]["lease_epoch"] == 1
+    (row,) = await hist.sql(1, "SELECT lease_expires_at FROM tasks WHERE task_id = $1::uuid", task_id)
+    assert timers["lease"]["fire_at"] == row["lease_expires_at"]  # expiry (20 s) before the deadline (120 s)
+    assert await hist.log(task_id) == [(1, None, "ENQUEUED", 0), (2, "ENQUEUED", "LEASED", 1)]
+
+
+async def test_a_leased_task_is_not_leased_again(hist):
+    tenant, app = unique("t"), unique("app")
+    await hist.create_one(tenant, app)
+    assert len((await hist.lease(app)).tasks) == 1
+    again = await hist.lease(app)
+    assert list(again.tasks) == [] and not again.more
+
+
+async def test_app_filter_and_empty_shard(hist):
+    tenant, mine, other = unique("t"), unique("app"), unique("app")
+    await hist.create(hist.task(tenant, mine), hist.task(tenant, other))
+    got = await hist.lease(mine, max_tasks=10)
+    assert {t.app_id for t in got.tasks} == {mine}
+
+
+async def test_concurrent_leases_take_disjoint_tasks(hist):
+    tenant, app = unique("t"), unique("app")
+    await hist.create(*[hist.task(tenant, app) for _ in range(40)])
+    batches = await asyncio.gather(*(hist.lease(app, max_tasks=10, worker=f"w{i}") for i in range(6)))
+    ids = [t.task_id for b in batches for t in b.tasks]
+    assert len(ids) == 40 and len(set(ids)) == 40
+
+
+async def test_one_tenants_100k_backlog_does_not_delay_another_tenants_single_task(make_hist):
+    hist = await make_hist()
+    # Bulk-load the backlog with SQL: the point is the lease, not 100 enqueue calls.
+    await hist.sql(1, """
+        INSERT INTO tasks (task_id, tenant_id, app_id, queue, task_type, state, max_attempts, payload,
+                           retry_policy, timeouts, run_at, created_at, updated_at)
+        SELECT gen_random_uuid(), 'big', 'app', 'default', 'work', 'ENQUEUED', 5, '1'::bytea,
+               '{"max_attempts": 5}', '{"start_to_close_s": 600}', clock_timestamp() - interval '1 hour',
+               clock_timestamp(), clock_timestamp()
+          FROM generate_series(1, 100000)""")
+    await hist.sql(1, """
+        INSERT INTO task_transitions (task_id, version, from_state, to_state, lease_epoch, at, reason)
+        SELECT task_id, 1, NULL, 'ENQUEUED', 0, created_at, 'bulk' FROM tasks WHERE tenant_id = 'big'""")
+    await hist.sql(1, "ANALYZE tasks")
+    small = await hist.create_one("small", "app")
+    started = time.monotonic()
+    got = await hist.lease("app", max_tasks=10)
+    elapsed = time.monotonic() - started
+    assert small in [t.task_id for t in got.tasks]
+    assert len(got.tasks) == 10 and got.more
+    assert sum(t.tenant_id == "big" for t in got.tasks) == 9  # the leftover share goes to the big tenant
+    assert elapsed < 1.0, f"leasing from a 100k backlog took {elapsed:.2f}s"
+    plan = await hist.sql(1, "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + _ready_tenants_sql(), "", None, [], 10)
+    root = json.loads(plan[0][0])[0]["Plan"]
+    touched = root["Shared Hit Blocks"] + root["Shared Read Blocks"]
+    assert touched < 100, f"the tenant scan touched {touched} blocks: it must not read the backlog"
+
+
+def _ready_tenants_sql() -> str:
+    from ratchet.services.history.store import QUERIES
+    return QUERIES["task_ready_tenants"]
+
+
+async def test_round_robin_rotates_over_tenants_and_wraps(make_hist):
+    hist = await make_hist()
+    for tenant in ("a", "b", "c"):
+        await hist.create(*[hist.task(tenant, "app") for _ in range(4)])
+    first = await hist.lease("app", max_tasks=2)
+    assert [t.tenant_id for t in first.tasks] == ["a", "b"] and first.next_tenant_cursor == "b" and first.more
+    second = await hist.lease("app", max_tasks=2, cursor=first.next_tenant_cursor)
+    assert [t.tenant_id for t in second.tasks] == ["c", "a"] and second.next_tenant_cursor == "a"
+    third = await hist.lease("app", max_tasks=3, cursor=second.next_tenant_cursor)
+    assert [t.tenant_id for t in third.tasks] == ["b", "c", "a"]
+    # Equal shares when every tenant can fill one; the rest goes to those with more.
+    rest = await hist.lease("app", max_tasks=7, cursor=third.next_tenant_cursor)
+    assert sorted(t.tenant_id for t in rest.tasks) == ["a", "b", "b", "c", "c"] and not rest.more
+    assert (await hist.lease("app", max_tasks=5)).tasks == []
+
+
+async def test_bad_lease_requests_are_refused(hist):
+    for kw, needle in (({"max_tasks": 0}, "max_tasks"), ({"worker": ""}, "worker_id"),
+                       ({"lease_s": 7200}, "lease_duration")):
+        with pytest.raises(grpc.aio.AioRpcError) as e:
+            await hist.lease(unique("app"), **kw)
+        assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT and needle in e.value.details()
