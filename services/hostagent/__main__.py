@@ -17,6 +17,16 @@ from ratchet.services.hostagent.config import ENV_PREFIX, HostAgentConfig, load
 from ratchet.services.hostagent.server import HostAgent
 
 
+def _hide_from_sandboxes() -> None:
+    # Sandboxes share the agent's uid in this slice: a non-dumpable agent keeps
+    # /proc/<agent>/environ and /proc/<agent>/mem (where the host token lives)
+    # unreadable to them.
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE = 4
+
+
 async def _serve(config: HostAgentConfig, stop: asyncio.Event) -> None:
     agent = HostAgent(config)
     await agent.start()
@@ -38,6 +48,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"hostagent: {e}", file=sys.stderr)
         return 2
     setup_logging("hostagent", config.log_level)
+    _hide_from_sandboxes()
     asyncio.run(run_until_signal(lambda stop: _serve(config, stop)))
     return 0
 

@@ -42,7 +42,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"ratchet: cannot load the app: {e}", file=sys.stderr)
         return 2
     if args.command == "describe":
-        print(json.dumps({"module": module, "handlers": [s.describe() for s in specs]}, indent=2))
+        # One line: callers may scan stdout line by line for the description.
+        print(json.dumps({"module": module, "handlers": [s.describe() for s in specs]}))
         return 0
     from ratchet.sandbox.runner import serve
 

@@ -109,18 +109,41 @@ async def test_capacity_bounds_busy_sandboxes(agent, fakes):
     await dispatcher.completion_for(waiting.task_id)
 
 
-async def test_a_killed_agent_takes_its_sandboxes_with_it(fakes, work_dir):
-    port, dispatcher, _ = fakes
-    agent_port = _free_port()
+def spawn_agent(port: int, work_dir: str, agent_port: int) -> subprocess.Popen:
+    """The host agent as its own process, as `ratchet dev up` runs it."""
     config = {"dispatcher_target": f"127.0.0.1:{port}", "control_target": f"127.0.0.1:{port}",
               "host_token": TOKEN, "work_dir": work_dir, "grpc_port": agent_port, "heartbeat_interval_s": 0.2,
-              "poll_max_wait_s": 1.0}
+              "poll_max_wait_s": 1.0, "shutdown_grace_s": 10.0}
     path = os.path.join(work_dir, "agent.json")
     with open(path, "w") as f:
         json.dump(config, f)
-    pids: list[int] = []
-    proc = subprocess.Popen([sys.executable, "-m", "ratchet.services.hostagent", "--config", path],
+    return subprocess.Popen([sys.executable, "-m", "ratchet.services.hostagent", "--config", path],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+async def test_sigterm_lets_running_handlers_finish_and_report(fakes, work_dir):
+    port, dispatcher, _ = fakes
+    proc = spawn_agent(port, work_dir, _free_port())
+    try:
+        task = dispatcher.enqueue("sleepy", "1")
+        await until(lambda: dispatcher.heartbeats and dispatcher.heartbeats[-1].leases, timeout=20,
+                    what="task leased")
+        proc.send_signal(signal.SIGTERM)
+        c = await dispatcher.completion_for(task.task_id, timeout=10)
+        assert OUTCOME.Name(c.outcome) == "COMPLETION_OUTCOME_SUCCEEDED"
+        await until(lambda: proc.poll() is not None, timeout=10, what="agent exited")
+        assert proc.returncode == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+async def test_a_killed_agent_takes_its_sandboxes_with_it(fakes, work_dir):
+    port, dispatcher, _ = fakes
+    agent_port = _free_port()
+    pids: list[int] = []
+    proc = spawn_agent(port, work_dir, agent_port)
     try:
         tasks = [dispatcher.enqueue("sleepy", "60"), dispatcher.enqueue("hog")]
         async with grpc.aio.insecure_channel(f"127.0.0.1:{agent_port}") as channel:

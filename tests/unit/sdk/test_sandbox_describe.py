@@ -41,6 +41,7 @@ def test_describe_prints_handlers_and_policies(tmp_path):
     """})
     out = describe(app)
     assert out.returncode == 0, out.stderr
+    assert len(out.stdout.strip().splitlines()) == 1 and "imported" in out.stderr
     assert json.loads(out.stdout) == {"module": "app", "handlers": [
         {"name": "reports.build",
          "retry": {"max_attempts": 5, "base_s": 1.0, "factor": 2.0, "cap_s": 3600.0, "jitter": True},
