@@ -177,13 +177,16 @@ class Agent:
         if lease.lost:
             return
         lease.lost = True
+        if not lease.running:  # its completion is already on its way; history decides
+            log.debug("task %s epoch %d: %s while its completion is in flight", lease.task.task_id,
+                      lease.task.lease_epoch, reason)
+            return
         log.warning("task %s epoch %d: %s; discarding its outcome", lease.task.task_id, lease.task.lease_epoch,
                     reason)
         if lease.sandbox is not None:
             lease.sandbox.kill()
-        if lease.running:
-            lease.running = False
-            self._slot_freed.set()
+        lease.running = False
+        self._slot_freed.set()
 
     async def drain(self, timeout_s: float) -> None:
         """Wait up to timeout_s for running tasks to end (used on shutdown)."""
