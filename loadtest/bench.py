@@ -41,6 +41,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--drain-tasks", type=int, default=None,
                    help="tasks preloaded for the drain cell (default 10000 quick, 50000 full)")
     p.add_argument("--no-profile", action="store_true", help="skip the py-spy profile of the drain")
+    p.add_argument("--native", action="store_true",
+                   help="py-spy --native: show time inside C extensions (grpc, asyncpg, protobuf)")
     p.add_argument("--publish", action="store_true",
                    help="also write docs/benchmarks/latest.md and latest.jsonl")
     p.add_argument("--keep-pg", action="store_true", help="keep the Postgres data folder for inspection")
@@ -61,6 +63,7 @@ class Run:
         self.machine: dict[str, str] = {}
         self.notes: list[str] = []
         self.profile_md: list[str] = []
+        self.statements_md: list[str] = []
         self.t0 = time.monotonic()
 
     def say(self, msg: str) -> None:
@@ -91,6 +94,16 @@ async def run_physical(run: Run) -> None:
             run.record(await phys.phys_batched(w, 100, rows))
 
 
+async def run_physical_again(run: Run) -> None:
+    """PHYS_job once more after the platform stopped (A B A): drift on a shared machine shows,
+    and the bar divides by the best PHYS_job of either pass."""
+    async with Physical(run.pg, run.registry, seconds=run.seconds) as phys:
+        for c in (8, 32):
+            cell = await phys.phys_job(c)
+            cell.params["pass"] = 2
+            run.record(cell)
+
+
 async def run_ratchet(run: Run) -> None:
     """Ratchet's cells, when the platform is importable and starts."""
     try:
@@ -108,8 +121,9 @@ async def main_async(run: Run) -> int:
     run.say("machine: " + ", ".join(f"{k}={v}" for k, v in run.machine.items()))
     print(run.pg.describe(), flush=True)
     failed = False
-    for part, fn in (("phys", run_physical), ("ratchet", run_ratchet)):
-        if run.args.only not in ("all", part):
+    parts = (("phys", run_physical), ("ratchet", run_ratchet), ("phys_again", run_physical_again))
+    for part, fn in parts:
+        if run.args.only not in ("all", part) or (part == "phys_again" and run.args.only != "all"):
             continue
         try:
             await fn(run)
@@ -130,6 +144,7 @@ def write_report(run: Run) -> pathlib.Path:
     bars = verdicts.issue2_bar(cells)
     md = report.render(title="Ratchet benchmark", machine=run.machine, pg_settings=run.pg.settings,
                        cells=cells, ratios=ratios, verdicts=bars, profile_md=run.profile_md,
+                       statements_md=run.statements_md,
                        notes=run.notes + verdicts.METHOD_NOTES, mode="quick" if run.quick else "full")
     path = run.log.path.with_suffix(".md")
     path.write_text(md)

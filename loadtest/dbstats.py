@@ -23,10 +23,16 @@ transaction-id and WAL counters are exact and immediate.
 from __future__ import annotations
 
 import asyncio
+import collections
 import dataclasses
+import pathlib
 import time
 
 import asyncpg
+
+from ratchet.libs.pg.queries import load_queries
+
+Q = load_queries(pathlib.Path(__file__).parent / "sql" / "pg_introspect.sql")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -70,11 +76,10 @@ class Delta:
 
 async def snapshot(conn: asyncpg.Connection) -> Snapshot:
     """Read every counter in one round of queries on an admin connection."""
-    rows = await conn.fetch(
-        "SELECT datname, xact_commit FROM pg_stat_database WHERE datname IS NOT NULL", timeout=10)
-    lsn = await conn.fetchval("SELECT (pg_current_wal_lsn() - '0/0'::pg_lsn)::bigint", timeout=10)
-    xid = await conn.fetchval("SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint", timeout=10)
-    wal = await conn.fetchrow("SELECT wal_sync, wal_records, wal_fpi FROM pg_stat_wal", timeout=10)
+    rows = await conn.fetch(Q["db_commits_list"], timeout=10)
+    lsn = await conn.fetchval(Q["wal_lsn_bytes"], timeout=10)
+    xid = await conn.fetchval(Q["xid_next"], timeout=10)
+    wal = await conn.fetchrow(Q["wal_stats_get"], timeout=10)
     return Snapshot(at=time.monotonic(), xact_commit={r["datname"]: int(r["xact_commit"]) for r in rows},
                     wal_lsn=int(lsn), next_xid=int(xid), wal_sync=int(wal["wal_sync"]),
                     wal_records=int(wal["wal_records"]), wal_fpi=int(wal["wal_fpi"]))
@@ -124,3 +129,47 @@ def percentiles(samples_ms: list[float]) -> dict[str, float | None]:
         return round(s[idx], 3)
     return {"p50": rank(0.50), "p90": rank(0.90), "p99": rank(0.99), "p999": rank(0.999),
             "max": round(s[-1], 3), "mean": round(sum(s) / len(s), 3), "n": len(s)}
+
+
+# -- pg_stat_statements: which SQL the platform's Postgres time goes to -------
+async def statements_reset(conn: asyncpg.Connection) -> None:
+    """Zero pg_stat_statements (the bench cluster preloads it)."""
+    await conn.execute(Q["statements_extension_create"], timeout=30)
+    await conn.fetchval(Q["statements_reset"], timeout=30)
+
+
+async def statements_top(conn: asyncpg.Connection, dbs: list[str], tasks: int, limit: int = 12) -> list[dict]:
+    """The costliest statements over `dbs`, the same text on every shard folded into one row."""
+    rows = await conn.fetch(Q["statements_top"], dbs, 400, timeout=30)
+    folded: dict[str, collections.Counter] = {}
+    for r in rows:
+        key = r["query"][:400]
+        c = folded.setdefault(key, collections.Counter())
+        for k in ("calls", "total_exec_time", "rows", "shared_blks_hit", "shared_blks_read", "wal_bytes"):
+            c[k] += float(r[k] or 0)
+    total = sum(c["total_exec_time"] for c in folded.values()) or 1.0
+    out = []
+    for q, c in sorted(folded.items(), key=lambda kv: -kv[1]["total_exec_time"])[:limit]:
+        out.append({"query": q, "calls": int(c["calls"]), "total_ms": round(c["total_exec_time"], 1),
+                    "share_pct": round(100.0 * c["total_exec_time"] / total, 1),
+                    "mean_ms": round(c["total_exec_time"] / c["calls"], 3) if c["calls"] else None,
+                    "calls_per_task": round(c["calls"] / tasks, 3) if tasks else None,
+                    "rows_per_call": round(c["rows"] / c["calls"], 1) if c["calls"] else None,
+                    "wal_bytes_per_task": round(c["wal_bytes"] / tasks, 1) if tasks else None})
+    return out
+
+
+def statements_markdown(top: list[dict], tasks: int, wall_s: float) -> list[str]:
+    """A table of the statements where the shards' execution time went."""
+    total = sum(t["total_ms"] for t in top)
+    lines = [f"pg_stat_statements over the shard databases during the drain ({tasks} tasks, {wall_s:.1f} s); "
+             f"the top statements hold {total / 1000:.1f} s of execution time "
+             f"({total / tasks:.3f} ms per task). Execution time only: parse, commit and fsync waits are not in it.",
+             "", "| share | total ms | calls/task | mean ms | rows/call | WAL B/task | statement |",
+             "|---|---|---|---|---|---|---|"]
+    for t in top:
+        q = t["query"].replace("|", "\\|")
+        q = q if len(q) <= 220 else q[:217] + "..."
+        lines.append(f"| {t['share_pct']} % | {t['total_ms']:,.0f} | {t['calls_per_task']} | {t['mean_ms']} | "
+                     f"{t['rows_per_call']} | {t['wal_bytes_per_task']} | `{q}` |")
+    return lines

@@ -40,7 +40,7 @@ class PlatformUnderTest:
         from ratchet.cli.platform import LocalPlatform
         self.platform = LocalPlatform(self.pg.platform_dir, shards=self.shards, overrides=self.overrides,
                                       ready_timeout=90.0, log_level="WARNING")
-        self.registry.add("platform services", self._stop_all)
+        self.registry.add("platform services", self.stop)
         await asyncio.to_thread(self.platform.start)
         self._remember()
         if self.platform.cluster is not None and self.platform.cluster.port != self.pg.port:
@@ -54,7 +54,8 @@ class PlatformUnderTest:
             for p in cpu._tree(pid, procs):  # noqa: SLF001 - same package helper
                 self.seen.setdefault(p.pid, p.start)
 
-    def _stop_all(self) -> None:
+    def stop(self) -> None:
+        """Stop every service (Postgres stays: it is the bench's), then any straggler by PID."""
         if self.platform is not None:
             try:
                 self._remember()

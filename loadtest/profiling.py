@@ -29,10 +29,20 @@ _AREAS = (
     ("services/gateway/", "ratchet.gateway"), ("services/history/", "ratchet.history"),
     ("services/dispatcher/", "ratchet.dispatcher"), ("services/hostagent/", "ratchet.hostagent"),
     ("libs/", "ratchet.libs"), ("ratchet/sandbox", "ratchet.sandbox"), ("ratchet/", "ratchet sdk/gen"),
-    ("grpc", "grpc"), ("asyncpg", "asyncpg"), ("google/protobuf", "protobuf"), ("asyncio/", "asyncio"),
-    ("json/", "json"), ("logging/", "logging"), ("selectors", "selectors (idle wait)"),
-    ("subprocess", "subprocess"), ("socket", "socket"), ("uuid", "uuid"),
+    ("grpc", "grpc"), ("asyncpg", "asyncpg"), ("google/protobuf", "protobuf"), ("_upb", "protobuf"),
+    ("asyncio/", "asyncio"), ("json/", "json"), ("logging/", "logging"), ("importlib", "imports"),
+    ("threading", "threading"), ("subprocess", "subprocess"), ("socket", "socket"), ("uuid", "uuid"),
+    ("libc.so", "libc"), ("libpython", "CPython"), ("python3", "CPython"),
 )
+# Leaf frames that mean "waiting", not working. py-spy's idle filter misses
+# an event loop in epoll_wait with a short timeout, so we drop these too.
+_IDLE_LEAVES = re.compile(r"^(EpollSelector\.select|select|poll|epoll_wait|Condition\.wait|Event\.wait|"
+                          r"_recv_exact|recv_into|sleep|__futex\w*|pthread_cond_\w*|futex\w*|_wait_for_tstate_lock|"
+                          r"Lock\.acquire|read|accept)$")
+# Frames that only say "this is a Python program with an event loop".
+_ENTRY = ("<frozen runpy>", "asyncio/runners.py", "asyncio/base_events.py", "__main__.py", "threading.py",
+          "asyncio/events.py")
+_OURS = ("services/", "libs/", "ratchet/")
 
 
 def py_spy_path() -> str | None:
@@ -48,40 +58,50 @@ def area(filename: str) -> str:
     return filename.split("/", 1)[0] if "/" in filename else filename
 
 
+def _split(frame: str) -> tuple[str, str]:
+    m = _FRAME.match(frame)
+    return (m.group(1), m.group(2)) if m else (frame, "?")
+
+
 @dataclasses.dataclass
 class Profile:
     """Folded samples of one process (or a group, like all sandboxes)."""
 
     name: str
     samples: int = 0
+    idle: int = 0
     self_by_func: collections.Counter = dataclasses.field(default_factory=collections.Counter)
-    incl_by_func: collections.Counter = dataclasses.field(default_factory=collections.Counter)
+    ours_incl: collections.Counter = dataclasses.field(default_factory=collections.Counter)
     self_by_area: collections.Counter = dataclasses.field(default_factory=collections.Counter)
+
+    @property
+    def busy(self) -> int:
+        return self.samples - self.idle
 
     def add(self, frames: list[str], count: int) -> None:
         self.samples += count
+        if not frames:
+            return
+        func, fname = _split(frames[-1])
+        if _IDLE_LEAVES.match(func):
+            self.idle += count
+            return
+        self.self_by_func[f"{func} ({fname})"] += count
+        self.self_by_area[area(fname)] += count
         seen = set()
         for fr in frames:
-            m = _FRAME.match(fr)
-            func, fname = (m.group(1), m.group(2)) if m else (fr, "?")
-            key = f"{func} ({fname})"
-            if key not in seen:
-                self.incl_by_func[key] += count
+            f, fn = _split(fr)
+            key = f"{f} ({fn})"
+            if any(o in fn for o in _OURS) and not any(e in fn for e in _ENTRY) and key not in seen:
+                self.ours_incl[key] += count
                 seen.add(key)
-        if frames:
-            m = _FRAME.match(frames[-1])
-            func, fname = (m.group(1), m.group(2)) if m else (frames[-1], "?")
-            self.self_by_func[f"{func} ({fname})"] += count
-            self.self_by_area[area(fname)] += count
 
-    def summary(self, top: int = 8) -> dict:
+    def summary(self, top: int = 10) -> dict:
         def pct(c: collections.Counter) -> list[tuple[str, float]]:
-            return [(k, round(100.0 * v / self.samples, 1)) for k, v in c.most_common(top)] if self.samples else []
-        # Inclusive lists are dominated by the event loop's entry frames; skip
-        # frames present in almost every sample, they say nothing.
-        incl = collections.Counter({k: v for k, v in self.incl_by_func.items() if v < 0.9 * self.samples})
-        return {"process": self.name, "samples": self.samples, "self_by_area": pct(self.self_by_area),
-                "self_by_function": pct(self.self_by_func), "inclusive_by_function": pct(incl)}
+            return [(k, round(100.0 * v / self.busy, 1)) for k, v in c.most_common(top)] if self.busy else []
+        return {"process": self.name, "samples": self.samples, "idle_samples": self.idle,
+                "self_by_area": pct(self.self_by_area), "self_by_function": pct(self.self_by_func),
+                "ratchet_inclusive": pct(self.ours_incl)}
 
 
 def fold(raw: str, name: str, root_pid: int | None = None, children_name: str = "sandboxes") -> list[Profile]:
@@ -102,7 +122,8 @@ def fold(raw: str, name: str, root_pid: int | None = None, children_name: str = 
 class Recorder:
     """Run one py-spy per service for a fixed duration, then fold the output."""
 
-    def __init__(self, registry: Registry, out_dir: pathlib.Path, rate: int = 50):
+    def __init__(self, registry: Registry, out_dir: pathlib.Path, rate: int = 50, native: bool = False):
+        self.native = native
         self.registry = registry
         self.out_dir = out_dir
         self.rate = rate
@@ -119,6 +140,8 @@ class Recorder:
                     "--rate", str(self.rate), "--format", "raw", "--nonblocking", "-o", str(out)]
             if name in subprocesses:
                 args.append("--subprocesses")
+            if self.native:
+                args.append("--native")
             proc = self.registry.popen(f"py-spy {name}", args, stdout=subprocess.DEVNULL,
                                        stderr=subprocess.PIPE, text=True)
             self.running.append((name, pid, out, proc))
@@ -140,22 +163,27 @@ class Recorder:
         return profiles, errors
 
 
-def markdown(profiles: list[Profile], seconds: float, rate: int) -> list[str]:
-    """Per-process tables: where the busy samples went, by area and by function."""
-    lines = [f"py-spy {rate} Hz for {seconds:.0f} s per process, idle threads excluded; "
-             "busy share ≈ samples / (seconds × rate). Self = the sampled frame itself; "
-             "inclusive = anywhere on the stack (frames on ≥90 % of stacks omitted).", ""]
-    for p in sorted(profiles, key=lambda p: -p.samples):
+def markdown(profiles: list[Profile], seconds: float, rate: int, native: bool = False) -> list[str]:
+    """Per-process tables: where the busy samples went, by area, by function, by our code."""
+    mode = " with native frames" if native else ""
+    lines = [f"py-spy {rate} Hz{mode} for {seconds:.0f} s per process, starting once the drain was 2 % done "
+             "(sandboxes already started). Samples whose leaf is a wait "
+             "(epoll, condition, socket read) are counted as idle and left out; percentages are of the "
+             "busy samples. busy ≈ busy samples / (seconds × rate) of one core. Self = the sampled frame; "
+             "time inside C extensions (grpc's Cython core, asyncpg's protocol, protobuf's upb) shows as "
+             "the Python frame that called it (often `Handle._run` or `Thread.run`) unless --native is on. "
+             "`ratchet code (inclusive)` = share of busy samples with that function of ours on the stack.", ""]
+    for p in sorted(profiles, key=lambda p: -p.busy):
         s = p.summary()
-        busy = 100.0 * p.samples / (seconds * rate) if seconds else 0
-        lines.append(f"### {p.name}: {p.samples} samples (≈{busy:.0f} % of one core)")
+        busy = 100.0 * p.busy / (seconds * rate) if seconds else 0
+        lines.append(f"### {p.name}: {p.busy} busy samples of {p.samples} (busy ≈ {busy:.0f} % of one core)")
         lines.append("")
-        lines.append("| self by area | % | self by function | % | inclusive by function | % |")
+        lines.append("| self by area | % | self by function | % | ratchet code (inclusive) | % |")
         lines.append("|---|---|---|---|---|---|")
-        rows = max(len(s["self_by_area"]), len(s["self_by_function"]), len(s["inclusive_by_function"]))
-        for i in range(rows):
+        keys = ("self_by_area", "self_by_function", "ratchet_inclusive")
+        for i in range(max(len(s[k]) for k in keys)):
             cells = []
-            for key in ("self_by_area", "self_by_function", "inclusive_by_function"):
+            for key in keys:
                 item = s[key][i] if i < len(s[key]) else ("", "")
                 cells += [f"`{item[0]}`" if item[0] else "", str(item[1])]
             lines.append("| " + " | ".join(cells) + " |")

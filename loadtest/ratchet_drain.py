@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import time
 
-from loadtest import loadgen, profiling
+from loadtest import dbstats, loadgen, profiling
 from loadtest.ratchet_cells import Q, Bench
 
 
@@ -58,6 +58,7 @@ async def cell_drain(b: Bench, min_tasks: int, limit_s: float) -> float:
     b.run.say(f"drain: {backlog} tasks waiting; starting the host agent")
 
     async def go():
+        await dbstats.statements_reset(b.admin)
         t0 = time.monotonic()
         await b.pt.start_hostagent()
         serving = time.monotonic() - t0
@@ -65,35 +66,47 @@ async def cell_drain(b: Bench, min_tasks: int, limit_s: float) -> float:
         return serving, left
     (serving, left), d, cpu_ms, wall = await b.measure(go)
     s = await _summary(b, since)
+    top = await dbstats.statements_top(b.admin, b.dbs, s["succeeded"])
+    b.run.statements_md = dbstats.statements_markdown(top, s["succeeded"], s["span_s"])
     capacity = b.pt.overrides.get("hostagent", {}).get("capacity", 8)
     c = b.cell("drain", {"backlog": backlog, "hostagent_capacity": capacity}, rate=s["rate"], unit="tasks/s",
                n=s["succeeded"], wall=s["span_s"], d=d, cpu_ms=cpu_ms,
                notes="rate = succeeded / (last finished_at - first started_at) from the shards")
     c.extra.update({"wall_s_from_hostagent_start": round(wall, 2), "hostagent_serving_after_s": round(serving, 2),
                     "wall_rate": round(s["succeeded"] / wall, 1) if wall else None, "left_unfinished": left,
-                    "not_succeeded": s["other"], "attempts": s["attempts"], "succeeded_per_shard": s["per_shard"]})
+                    "not_succeeded": s["other"], "attempts": s["attempts"], "succeeded_per_shard": s["per_shard"],
+                    "top_statements": top})
     if left:
         c.notes += f"; {left} tasks still unfinished after {limit_s:g}s (rate covers those that finished)"
     b.run.record(c)
     return s["rate"]
 
 
-async def cell_profiled_drain(b: Bench, drain_rate: float, seconds: float) -> None:
-    """A second backlog sized to last ~seconds+4 s, drained while py-spy records every service."""
+async def _wait_started(b: Bench, backlog: int, limit_s: float) -> None:
+    """Wait until the drain is in its stride (2 % done), so the profile skips sandbox start-up."""
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline and await b.unfinished() > backlog * 0.98:
+        await asyncio.sleep(0.2)
+
+
+async def cell_profiled_drain(b: Bench, drain_rate: float, seconds: float, native: bool = False) -> None:
+    """A second backlog sized to outlast the profile, drained while py-spy records every service."""
     await b.pt.stop_hostagent()
-    want = int(min(40_000, max(2_000, drain_rate * (seconds + 4))))
+    want = int(min(40_000, max(2_000, drain_rate * (seconds + 8))))
     backlog = await _top_up(b, want)
     since = await b.shard_clock()
     out_dir = b.run.log.path.parent / f"{b.run.log.run_id}-pyspy"
-    rec = profiling.Recorder(b.run.registry, out_dir, rate=50)
+    rec = profiling.Recorder(b.run.registry, out_dir, rate=50, native=native)
     t0 = time.monotonic()
     await b.pt.start_hostagent()
+    await _wait_started(b, backlog, 15.0)
     rec.start(b.pt.service_pids(), seconds)
     left = await _wait_drained(b, seconds * 4 + 30)
     wall = time.monotonic() - t0
     profiles, errors = await asyncio.to_thread(rec.finish, seconds + 30)
     s = await _summary(b, since)
-    b.run.profile_md = profiling.markdown(profiles, seconds, rec.rate) + [f"- py-spy error: {e}" for e in errors]
+    b.run.profile_md = profiling.markdown(profiles, seconds, rec.rate, native) + [
+        f"- py-spy error: {e}" for e in errors]
     c = b.cell("drain_profiled", {"backlog": backlog}, rate=s["rate"], unit="tasks/s", n=s["succeeded"],
                wall=s["span_s"], notes=f"drained while py-spy sampled every service for {seconds:g}s "
                                        "(not used for the bar; shows the profiler's overhead)")

@@ -9,7 +9,7 @@ from loadtest.results import Cell
 # is what this Postgres does for an unbatched one-commit-per-state-change
 # queue when given as much concurrency as it can use, and Ratchet is free to
 # use as much concurrency (or batching) as it likes to get there.
-DRAIN_REFERENCE = "max over PHYS_job at 1/8/32 clients"
+DRAIN_REFERENCE = "max over PHYS_job at 1/8/32 clients, before and after the Ratchet cells"
 
 METHOD_NOTES = [
     "Every ratio divides numbers measured in this run on this cluster; absolute numbers on a shared "
@@ -27,8 +27,9 @@ METHOD_NOTES = [
 ]
 
 
-def _best(cells: list[Cell], system: str, workload: str) -> Cell | None:
-    found = [c for c in cells if c.ok and c.system == system and c.workload == workload and c.rate]
+def _best(cells: list[Cell], system: str, workload: str, **params) -> Cell | None:
+    found = [c for c in cells if c.ok and c.system == system and c.workload == workload and c.rate
+             and all(c.params.get(k) == v for k, v in params.items())]
     return max(found, key=lambda c: c.rate) if found else None
 
 
@@ -43,7 +44,7 @@ def ratios(cells: list[Cell]) -> list[dict]:
     out = []
     drain = _one(cells, "ratchet", "drain")
     ref = _best(cells, "postgres", "PHYS_job")
-    ref8 = _one(cells, "postgres", "PHYS_job", clients=8)
+    ref8 = _best(cells, "postgres", "PHYS_job", clients=8)
     batched = _best(cells, "postgres", "PHYS_batched")
     if drain and ref:
         out.append({"name": "drain / PHYS_job (best)", "value": f"{drain.rate / ref.rate:.2f}",
