@@ -142,8 +142,8 @@ def rerun_command(meta: dict) -> str:
     if not scenario:
         return ""
     test = meta.get("test", "tests/fault")
-    return (f".venv/bin/python -m pytest {shlex.quote(test)} -k {shlex.quote(scenario)} "
-            f"--fault-seed={meta.get('seed')} -p no:cacheprovider")
+    return (f"RATCHET_FAULT_SEED={meta.get('seed')} .venv/bin/python -m pytest {shlex.quote(test)} "
+            f"-k {shlex.quote(scenario)} -m '' -p no:cacheprovider")
 
 
 def stats(run: Run) -> dict:

@@ -181,7 +181,7 @@ class TerminateBackends(Nemesis):
 class ProxyFault(Nemesis):
     """A network fault on one proxied link: delay, drop-up, drop-down, blackhole, reset or refuse."""
 
-    MODES = ("delay", "drop-up", "drop-down", "blackhole", "reset", "refuse")
+    MODES = ("delay", "delay-up", "delay-down", "drop-up", "drop-down", "blackhole", "reset", "refuse")
 
     def __init__(self, link: str, mode: str, delay_s: float = 0.5):
         if mode not in self.MODES:
@@ -195,8 +195,8 @@ class ProxyFault(Nemesis):
     def inject(self, env, rng):
         link = env.platform.links[self.link]
         out = {"target": self.link, "mode": self.mode}
-        if self.mode == "delay":
-            link.delay(self.delay_s)
+        if self.mode.startswith("delay"):
+            link.delay(self.delay_s, self.mode.split("-")[1] if "-" in self.mode else "both")
             out["delay_s"] = self.delay_s
         elif self.mode.startswith("drop-"):
             link.drop(self.mode.split("-")[1])

@@ -133,16 +133,16 @@ class FaultPlatform(LocalPlatform):
 
     def backend_pids(self) -> list[int]:
         """Postgres client backends serving the platform's databases."""
-        out = self.cluster.psql("SELECT pid FROM pg_stat_activity WHERE datname LIKE 'ratchet_%' "
-                                "AND backend_type = 'client backend' AND pid <> pg_backend_pid() ORDER BY pid")
-        return [int(x) for x in out.split()]
+        rows = _pg(self.cluster, "SELECT pid FROM pg_stat_activity WHERE datname LIKE 'ratchet_%' "
+                                 "AND backend_type = 'client backend' AND pid <> pg_backend_pid() ORDER BY pid")
+        return [r[0] for r in rows]
 
     def terminate_backends(self, pids: list[int]) -> int:
         if not pids:
             return 0
-        out = self.cluster.psql("SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM unnest("
-                                f"ARRAY[{','.join(str(int(p)) for p in pids)}]::int[]) AS pid")
-        return int(out.strip() or 0)
+        rows = _pg(self.cluster, "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) "
+                                 "FROM unnest($1::int[]) AS pid", [int(p) for p in pids])
+        return int(rows[0][0])
 
     def ensure_serving(self, name: str, timeout: float = 60.0) -> None:
         """After a kill: the supervisor restarts it (with backoff); wait for SERVING."""
@@ -191,3 +191,19 @@ class FaultPlatform(LocalPlatform):
     @property
     def state_path(self) -> pathlib.Path:
         return self.dir
+
+
+def _pg(cluster, sql: str, *args) -> list:
+    """One query on the cluster's `postgres` database over asyncpg. (Not psql: forking
+    from a process full of gRPC threads has killed the child with SIGBUS here.)"""
+    import asyncio
+
+    import asyncpg
+
+    async def run():
+        conn = await asyncpg.connect(cluster.dsn("postgres"), timeout=5)
+        try:
+            return [tuple(r) for r in await conn.fetch(sql, *args, timeout=5)]
+        finally:
+            await conn.close(timeout=5)
+    return asyncio.run(run())

@@ -50,7 +50,7 @@ def test_clean_run_passes_every_invariant():
     dup = inv["duplicates_explained"]["counts"]
     assert dup["duplicate_side_effects"] == 1 and dup["why"] == {"lease_expired": 1}
     assert dup["leases_never_started"] == 1
-    assert verdict["seed"] == 7 and "--fault-seed=7" in verdict["rerun"]
+    assert verdict["seed"] == 7 and "RATCHET_FAULT_SEED=7" in verdict["rerun"]
     assert [e["f"] for e in verdict["schedule"]] == ["kill", "heal"]
     json.dumps(verdict)  # the verdict is plain JSON
 

@@ -15,7 +15,13 @@ from ..model import Run
 _EXPLAINED = {"LEASE_EXPIRED": "lease_expired", "CRASHED": "sandbox_crashed", "TIMED_OUT": "timed_out",
               "FAILED": "handler_failed_retry"}
 _EXPLAINED_CLASSES = {"LeaseExpired": "lease_expired", "SandboxCrashed": "sandbox_crashed",
-                      "StartToCloseTimeout": "timed_out"}
+                      "StartToCloseTimeout": "timed_out", "SandboxStartFailed": "sandbox_start_failed"}
+# Attempts that ended for a platform reason, not because of the handler's code.
+PLATFORM_OUTCOMES = {"CRASHED", "LEASE_EXPIRED", "TIMED_OUT"}
+
+
+def platform_fault(attempt) -> bool:
+    return attempt.outcome in PLATFORM_OUTCOMES or (attempt.error_class or "") in _EXPLAINED_CLASSES
 
 
 def _starts(run: Run, task_id: str) -> list[dict]:
@@ -125,7 +131,7 @@ def _explain_reruns(run: Run, res: Result, task_id: str, epochs: list[int], atte
         att = attempts.get(prev)
         why = None
         if att is not None:
-            why = _EXPLAINED.get(att.outcome or "") or _EXPLAINED_CLASSES.get(att.error_class or "")
+            why = _EXPLAINED_CLASSES.get(att.error_class or "") or _EXPLAINED.get(att.outcome or "")
         if att is None and exit_ is not None and exit_.to_state == "RETRY_WAIT":
             why = _EXPLAINED_CLASSES.get(exit_.reason or "", f"retry:{exit_.reason}")
         if why is None or (exit_ is not None and sm.is_terminal(exit_.to_state)):
@@ -154,7 +160,7 @@ def handler_outcomes(run: Run, res: Result) -> None:
             _check_attempts_spent(res, item, task, run)
             continue
         attempts = run.dump.attempts.get(item.task_id, [])
-        faults = [a for a in attempts if a.outcome in ("CRASHED", "LEASE_EXPIRED", "TIMED_OUT")]
+        faults = [a for a in attempts if platform_fault(a)]
         if task.state == "FAILED" and faults and task.attempt == task.max_attempts:
             res.count("failed_by_faults")
             continue
