@@ -27,13 +27,13 @@ HISTORY_MAIN = pathlib.Path(__file__).resolve().parents[3] / "services" / "histo
 SHARDS = [0, 1]
 
 
-def _wait_serving(port: int, proc: subprocess.Popen, timeout: float = 30) -> None:
+def _wait_serving(port: int, proc: subprocess.Popen, log: pathlib.Path, timeout: float = 30) -> None:
     deadline = time.monotonic() + timeout
     with grpc.insecure_channel(f"127.0.0.1:{port}") as ch:
         stub = health_pb2_grpc.HealthStub(ch)
         while time.monotonic() < deadline:
             if proc.poll() is not None:
-                raise RuntimeError(f"history exited with {proc.returncode}: {proc.stdout.read()}")
+                raise RuntimeError(f"history exited with {proc.returncode}: {log.read_text()[-3000:]}")
             try:
                 if stub.Check(health_pb2.HealthCheckRequest(), timeout=1).status == health_pb2.HealthCheckResponse.SERVING:
                     return
@@ -57,11 +57,13 @@ async def real(pg_cluster, tmp_path_factory):
     hport = free_port()
     cfg = tmp / "history.json"
     cfg.write_text(json.dumps({"shards": shards, "grpc_port": hport}))
+    # A log file, not a pipe: an unread pipe that fills up stalls the process.
+    log = open(tmp / "history.log", "w")
     proc = subprocess.Popen([sys.executable, "-m", "ratchet.services.history", "--config", str(cfg)],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                            stdout=log, stderr=subprocess.STDOUT, text=True)
     gw = None
     try:
-        await asyncio.to_thread(_wait_serving, hport, proc)
+        await asyncio.to_thread(_wait_serving, hport, proc, tmp / "history.log")
         gw = await start_gateway(pg_cluster.dsn(f"gwh_control_{tag}"), hport, str(tmp / "blobs"), shard_ids=SHARDS)
         channel = grpc.aio.insecure_channel(f"127.0.0.1:{gw.grpc_port}")
         http = httpx.AsyncClient(base_url=f"http://127.0.0.1:{gw.rest_port}", timeout=30)
@@ -82,6 +84,7 @@ async def real(pg_cluster, tmp_path_factory):
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(timeout=10)
+        log.close()
 
 
 async def test_enqueue_get_cancel_round_trip(real):
