@@ -90,8 +90,12 @@ CONNECTION_ERRORS = (OSError, asyncpg.PostgresConnectionError, asyncpg.Interface
 
 def translate_db_error(shard_id: int, exc: BaseException) -> HistoryError | None:
     """The domain error for a database exception, or None when it is a bug."""
-    if isinstance(exc, (asyncpg.exceptions._base.DataError, asyncpg.exceptions._base.InternalClientError)):
-        return None  # asyncpg refused our values or state: a bug here, not the shard's
+    if isinstance(exc, asyncpg.exceptions._base.DataError):
+        return None  # asyncpg refused our values: a bug here, not the shard's
+    if isinstance(exc, asyncpg.exceptions._base.InternalClientError):
+        # What asyncpg raises on a connection whose backend was terminated while
+        # idle: the query was never sent, and the connection is unusable.
+        return ShardUnavailable(shard_id, "connection lost")
     if isinstance(exc, (asyncpg.QueryCanceledError, asyncio.TimeoutError, TimeoutError)):
         return ShardTimeout(shard_id)
     if isinstance(exc, (asyncpg.DeadlockDetectedError, asyncpg.SerializationError,

@@ -77,6 +77,8 @@ class Shard:
             raise
         except Exception as e:
             mapped = translate_db_error(self.id, e)
+            if isinstance(mapped, ShardUnavailable):
+                conn.terminate()  # never hand a broken connection to the next request
             if mapped is None:
                 raise
             raise mapped from e

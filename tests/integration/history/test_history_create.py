@@ -213,3 +213,27 @@ async def test_watchers_hear_once_per_shard_after_enqueues_commit(hist):
 
 async def _true(value: bool) -> bool:
     return value
+
+
+async def test_timers_that_make_work_ready_wake_watchers(make_hist):
+    hist = await make_hist()
+    stream = hist.stub.WatchReady(h.WatchReadyRequest(shard_ids=[1]), timeout=30)
+    got: list[int] = []
+
+    async def read():
+        async for msg in stream:
+            got.append(msg.shard_id)
+
+    reader = asyncio.create_task(read())
+    await eventually(lambda: _true(hist.server.hub.watcher_count >= 1), 5)
+    await hist.create(hist.task("t", delay=duration(0.3)), shard=1)
+    await asyncio.sleep(0.1)
+    assert got == []  # a delayed enqueue is not ready work
+
+    async def fired_ready() -> bool:
+        return (await hist.fire(1)).ready
+    await eventually(fired_ready, 5)
+    await eventually(lambda: _true(got == [1]), 5)
+    stream.cancel()
+    reader.cancel()
+    await asyncio.gather(reader, return_exceptions=True)

@@ -1,0 +1,134 @@
+"""One shard down never breaks the others; a shard that comes up late
+starts serving; bad shard ids and guard switches; the process entry point."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import subprocess
+import sys
+import time
+
+import asyncpg
+import grpc
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from ratchet.api.tasks.v1 import tasks_pb2
+from ratchet.internal.history.v1 import history_pb2 as h
+from ratchet.libs.pg.cluster import free_port
+
+from .helpers import eventually, unique
+
+
+async def test_an_unreachable_shard_is_unavailable_by_name_and_the_others_serve(make_hist):
+    dead = f"postgresql://ratchet@127.0.0.1:{free_port()}/nowhere"
+    hist = await make_hist(extra_shards={"7": dead})
+    with pytest.raises(grpc.aio.AioRpcError) as e:
+        await hist.create(hist.task("t"), shard=7)
+    assert e.value.code() == grpc.StatusCode.UNAVAILABLE and "shard 7" in e.value.details()
+    task_id = await hist.create_one("t", shard=1)
+    assert await hist.state(task_id, "t") == "ENQUEUED"
+    health = health_pb2_grpc.HealthStub(hist.channel)
+    status = await health.Check(health_pb2.HealthCheckRequest(service="ratchet.internal.history.v1.HistoryService"),
+                                timeout=5)
+    assert status.status == health_pb2.HealthCheckResponse.SERVING
+
+
+async def test_an_unknown_shard_id_is_invalid_argument(hist):
+    with pytest.raises(grpc.aio.AioRpcError) as e:
+        await hist.stub.FireTimers(h.FireTimersRequest(shard_id=99), timeout=5)
+    assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "known shards: [1, 2]" in e.value.details()
+
+
+async def test_a_shard_that_appears_later_is_migrated_and_served(make_hist, pg_cluster):
+    name = f"hist_late_{free_port()}"
+    hist = await make_hist(extra_shards={"5": pg_cluster.dsn(name)})
+    with pytest.raises(grpc.aio.AioRpcError) as e:
+        await hist.create(hist.task("t"), shard=5)
+    assert e.value.code() == grpc.StatusCode.UNAVAILABLE
+    pg_cluster.create_database(name)
+
+    async def served() -> bool:
+        try:
+            await hist.create(hist.task("t"), shard=5)
+            return True
+        except grpc.aio.AioRpcError as err:
+            assert err.code() == grpc.StatusCode.UNAVAILABLE
+            return False
+    await eventually(served, 10, every=0.2)
+
+
+async def test_killed_database_connections_fail_cleanly_and_recover(hist):
+    tenant = unique("t")
+    await hist.create_one(tenant)
+    conn = await asyncpg.connect(hist.dsns[1], timeout=10)
+    try:
+        await conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                           "WHERE datname = current_database() AND pid <> pg_backend_pid()")
+    finally:
+        await conn.close()
+    outcomes = []
+    for _ in range(6):
+        try:
+            await hist.create_one(tenant)
+            outcomes.append("ok")
+        except grpc.aio.AioRpcError as e:
+            assert e.code() == grpc.StatusCode.UNAVAILABLE and "shard 1" in e.details(), e.details()
+            outcomes.append("unavailable")
+    assert outcomes[-1] == "ok"
+
+
+async def test_disabled_epoch_guard_lets_a_stale_completion_through(make_hist):
+    """The test-only hook works: with the guard off the stale completion lands."""
+    hist = await make_hist(guards={"epoch_check_on_complete": False})
+    task_id = await hist.create_one("t", "app")
+    leased = await hist.lease_one("app")
+    r = await hist.complete_one(leased, "SUCCEEDED", epoch=leased.lease_epoch + 5)
+    assert r.accepted and r.state == tasks_pb2.TASK_STATE_SUCCEEDED
+    assert await hist.state(task_id, "t") == "SUCCEEDED"
+
+
+async def test_disabled_charge_guard_never_exhausts_on_lease_expiry(make_hist):
+    hist = await make_hist(guards={"charge_attempt_at_lease": False, "timer_skip_locked": False})
+    task_id = await hist.create_one("t", "app", max_attempts=1, base_s=0.01)
+    await hist.lease_one("app", lease_s=0.1)
+    await hist.fire_until_state(task_id, "t", "ENQUEUED")  # with the guard on this would be FAILED
+
+
+def _healthy(port: int) -> bool:
+    with grpc.insecure_channel(f"127.0.0.1:{port}") as ch:
+        try:
+            r = health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(), timeout=1)
+            return r.status == health_pb2.HealthCheckResponse.SERVING
+        except grpc.RpcError:
+            return False
+
+
+async def test_the_process_serves_and_stops_on_sigterm(fresh_db, tmp_path):
+    port = free_port()
+    cfg = tmp_path / "history.json"
+    cfg.write_text(json.dumps({"shards": {"0": fresh_db("hist_proc")}, "grpc_port": port}))
+    proc = subprocess.Popen([sys.executable, "-m", "ratchet.services.history", "--config", str(cfg)],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 30
+        while not await asyncio.to_thread(_healthy, port):
+            assert proc.poll() is None, proc.stdout.read()
+            assert time.monotonic() < deadline, "history did not report SERVING"
+            await asyncio.sleep(0.1)
+        proc.send_signal(signal.SIGTERM)
+        assert await asyncio.to_thread(proc.wait, 20) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+
+
+def test_a_bad_config_exits_2_naming_the_field(tmp_path):
+    cfg = tmp_path / "bad.json"
+    cfg.write_text(json.dumps({"shards": {}}))
+    r = subprocess.run([sys.executable, "-m", "ratchet.services.history", "--config", str(cfg)],
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode == 2 and "shards" in r.stderr
