@@ -214,6 +214,52 @@ class ProxyFault(Nemesis):
         return {"target": self.link}
 
 
+class RivalTimerScanner(Nemesis):
+    """A second timer scanner (a standby dispatcher during a takeover): threads
+    calling history's FireTimers on every shard in a tight loop, racing the
+    dispatcher's own timer loop, for the hold time."""
+
+    name = "rival-timer-scanner"
+
+    def __init__(self, threads: int = 2):
+        self.threads = threads
+
+    def inject(self, env, rng):
+        stop = threading.Event()
+        fired = {"calls": 0, "fired": 0, "errors": 0}
+        workers = [threading.Thread(target=_fire_loop, args=(env.platform, stop, fired), daemon=True)
+                   for _ in range(self.threads)]
+        for w in workers:
+            w.start()
+        return {"target": "history", "threads": self.threads, "_stop": stop, "_workers": workers, "_fired": fired}
+
+    def heal(self, env, injected):
+        injected["_stop"].set()
+        for w in injected["_workers"]:
+            w.join(10)
+        return {"target": "history", **injected["_fired"]}
+
+
+def _fire_loop(platform, stop: threading.Event, counts: dict) -> None:
+    from ratchet.internal.history.v1 import history_pb2, history_pb2_grpc
+    from ratchet.libs.rpc.client import sync_channel
+
+    channel = sync_channel(platform.grpc_address("history"))
+    stub = history_pb2_grpc.HistoryServiceStub(channel)
+    try:
+        while not stop.is_set():
+            for shard in range(platform.shards):
+                try:
+                    resp = stub.FireTimers(history_pb2.FireTimersRequest(shard_id=shard, max_timers=100), timeout=3)
+                    counts["calls"] += 1
+                    counts["fired"] += resp.fired
+                except Exception:  # the race itself may make calls fail: count, go on
+                    counts["errors"] += 1
+            stop.wait(0.01)
+    finally:
+        channel.close()
+
+
 class ClockSkew(Nemesis):
     """Skew the wall clock of one service process (libfaketime); Postgres keeps the true clock."""
 
@@ -289,7 +335,7 @@ class NemesisRunner:
         info = nem.inject(self.env, random.Random(f"{self.seed}:{i}"))
         self.injected += 1
         self._active.append((nem, info))
-        rec.nemesis(nem.name, {"step": i, "injected": info})
+        rec.nemesis(nem.name, {"step": i, "injected": _public(info)})
         self._stop.wait(step.hold_s)
         self._active.remove((nem, info))
         healed = nem.heal(self.env, info)
@@ -319,6 +365,10 @@ class NemesisRunner:
         self._thread.join(timeout)
         if self._thread.is_alive():
             self.errors.append("the nemesis thread did not stop in time")
+
+
+def _public(info: dict) -> dict:
+    return {k: v for k, v in info.items() if not k.startswith("_")}
 
 
 def describe(nemeses: list[Nemesis], env) -> tuple[list[Nemesis], dict[str, str]]:

@@ -82,7 +82,7 @@ class ClientProcess:
     def enqueue(self, req: dict) -> None:
         kind, res = self.call("enqueue", _public(req), lambda: {"op": req["op"], "task_id": self.client.enqueue(
             req["task_type"], req["payload"], idempotency_key=req["key"], delay=req.get("delay"),
-            retry=req.get("retry"))})
+            retry=req.get("retry"), timeouts=req.get("timeouts"))})
         if kind == "ok":
             self.acked.append(res["task_id"])
             self.keyed.append({**req, "task_id": res["task_id"]})
@@ -95,7 +95,8 @@ class ClientProcess:
         reqs = [self.new_request() for _ in range(self.rng.randint(2, 4))]
         items = [{"task_type": r["task_type"], "payload": r["payload"], "idempotency_key": r["key"],
                   **({"delay": r["delay"]} if r.get("delay") else {}),
-                  **({"retry": r["retry"]} if r.get("retry") else {})} for r in reqs]
+                  **({"retry": r["retry"]} if r.get("retry") else {}),
+                  **({"timeouts": r["timeouts"]} if r.get("timeouts") else {})} for r in reqs]
         kind, res = self.call("enqueue_batch", {"items": [_public(r) for r in reqs]},
                               lambda: {"task_ids": self.client.enqueue_batch(items)})
         if kind == "ok":

@@ -1,0 +1,131 @@
+"""The long fault tier (`make chaos`): every nemesis against the mixed workload,
+a run mixing all of them, and the mutation runs in which one of history's
+guards is switched off and the checker must report it. Each run writes its
+folder; the session writes report.json and report.md beside them."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+
+import pytest
+
+from tests.fault.conftest import fault_seed
+from tests.fault.harness import nemesis as n
+from tests.fault.harness.assertions import assert_caught, assert_valid
+from tests.fault.harness.report import write_report
+from tests.fault.harness.scenario import Scenario, run_scenario
+from tests.fault.harness.workload import MIX, WorkloadConfig
+
+pytestmark = pytest.mark.chaos
+TEST = "tests/fault/test_chaos.py"
+SERVICES = ("history", "gateway", "dispatcher", "hostagent")
+ALL_LINKS = ("history-pg", "dispatcher-history", "gateway-history", "hostagent-dispatcher")
+
+
+def _sc(name: str, nemeses, **kw) -> Scenario:
+    kw.setdefault("duration_s", 20)
+    return Scenario(name, nemeses, test=TEST, **kw)
+
+
+def _matrix() -> dict[str, Scenario]:
+    out = {}
+    for svc in SERVICES:
+        out[f"kill_{svc}"] = _sc(f"kill_{svc}", lambda s=svc: [n.KillService(s)], gap_s=(2, 4), hold_s=(1, 2))
+        out[f"pause_{svc}"] = _sc(f"pause_{svc}", lambda s=svc: [n.PauseService(s)], gap_s=(1, 3), hold_s=(1, 5))
+        out[f"skew_{svc}"] = _sc(f"skew_{svc}", lambda s=svc: [n.ClockSkew(s, 90), n.ClockSkew(s, -90)],
+                                 skew_services=(svc,), gap_s=(1, 2), hold_s=(2, 5))
+    out["kill_sandbox"] = _sc("kill_sandbox", lambda: [n.KillSandbox()], gap_s=(0.3, 1), hold_s=(0.2, 0.5))
+    out["pause_sandbox"] = _sc("pause_sandbox", lambda: [n.PauseSandbox()], gap_s=(0.5, 1.5), hold_s=(1, 5))
+    out["crash_postgres"] = _sc("crash_postgres", lambda: [n.CrashPostgres()], gap_s=(3, 5), hold_s=(1, 3))
+    out["terminate_backends"] = _sc("terminate_backends", lambda: [n.TerminateBackends(5)], gap_s=(0.3, 1),
+                                    hold_s=(0.2, 0.5))
+    for mode in ("delay", "drop-down", "drop-up", "blackhole", "reset", "refuse"):
+        key = f"net_history_pg_{mode.replace('-', '_')}"
+        out[key] = _sc(key, lambda m=mode: [n.ProxyFault("history-pg", m, delay_s=0.3)], links=("history-pg",),
+                       gap_s=(1, 3), hold_s=(1, 4))
+    for link, mode in (("gateway-history", "drop-down"), ("gateway-history", "blackhole"),
+                       ("dispatcher-history", "blackhole"), ("dispatcher-history", "reset"),
+                       ("hostagent-dispatcher", "blackhole"), ("hostagent-dispatcher", "delay-up")):
+        key = f"net_{link.replace('-', '_')}_{mode.replace('-', '_')}"
+        out[key] = _sc(key, lambda lk=link, m=mode: [n.ProxyFault(lk, m, delay_s=4.5)], links=(link,),
+                       gap_s=(1, 3), hold_s=(2, 6))
+    out["rival_timer_scanner"] = _sc("rival_timer_scanner", lambda: [n.RivalTimerScanner()], gap_s=(0.5, 1),
+                                     hold_s=(4, 8))
+    out["mixed"] = _sc("mixed", _everything, duration_s=60, links=ALL_LINKS, skew_services=("history", "dispatcher"),
+                       gap_s=(0.5, 2), hold_s=(0.5, 4), settle_timeout_s=120)
+    return out
+
+
+def _everything() -> list[n.Nemesis]:
+    out: list[n.Nemesis] = [n.KillSandbox(), n.PauseSandbox(), n.CrashPostgres(), n.TerminateBackends(4),
+                            n.RivalTimerScanner(), n.ClockSkew("history", 60), n.ClockSkew("dispatcher", -60)]
+    for svc in SERVICES:
+        out += [n.KillService(svc), n.PauseService(svc)]
+    out += [n.ProxyFault("history-pg", m, delay_s=0.3) for m in ("delay", "drop-down", "blackhole", "reset")]
+    out += [n.ProxyFault("hostagent-dispatcher", "delay-up", delay_s=4.5),
+            n.ProxyFault("gateway-history", "drop-down")]
+    return out
+
+
+# -- mutation runs: one guard off, the checker must notice ---------------------------
+SLOW_MIX = {"slow": (1, {"mode": "ok", "sleep": 1.5}, ("SUCCEEDED",), {})}
+HANG_MIX = {"hang": (1, {"mode": "hang", "sleep": 30}, ("FAILED",),
+                     {"timeouts": {"start_to_close": "1s"}, "retry": {"max_attempts": 2, "base": "100ms",
+                                                                      "cap": "200ms"}}),
+            "immediate": MIX["immediate"]}
+
+MUTATIONS = {
+    # Heartbeats and completions from the host agent arrive 4.5 s late (the lease is 3 s): the task
+    # is leased again, and the first lease's completion arrives while the second runs.
+    "mut_epoch_check": (_sc("mut_epoch_check", lambda: [n.ProxyFault("hostagent-dispatcher", "delay-up", 4.5)],
+                            links=("hostagent-dispatcher",), gap_s=(0.5, 1), hold_s=(5, 7),
+                            guards={"epoch_check_on_complete": False},
+                            workload=WorkloadConfig(clients=2, mix=SLOW_MIX)),
+                        ("single_completion",)),
+    # Handlers that never return: every attempt is revoked after start_to_close + grace. Uncharged
+    # attempts never run out, so the task never reaches FAILED.
+    "mut_charge_at_lease": (_sc("mut_charge_at_lease", lambda: [], duration_s=8, settle_timeout_s=25,
+                                guards={"charge_attempt_at_lease": False},
+                                workload=WorkloadConfig(clients=2, mix=HANG_MIX)),
+                            ("acked_terminal", "attempt_accounting", "handler_outcomes")),
+    # A rival timer scanner races the dispatcher's: without SKIP LOCKED both fire the same timers.
+    "mut_timer_skip_locked": (_sc("mut_timer_skip_locked", lambda: [n.RivalTimerScanner(3)], gap_s=(0.3, 0.6),
+                                  hold_s=(5, 8), guards={"timer_skip_locked": False}),
+                              ("transition_log", "lease_epochs", "single_completion", "duplicates_explained",
+                               "attempt_accounting")),
+}
+
+MATRIX = _matrix()
+_VERDICTS: list[dict] = []
+
+
+@pytest.fixture(scope="module", autouse=True)
+def chaos_report(fault_root):
+    yield
+    if _VERDICTS:
+        write_report(_VERDICTS, pathlib.Path(fault_root))
+
+
+@pytest.mark.timeout(400)
+@pytest.mark.parametrize("name", list(MATRIX))
+def test_chaos(name, fault_root):
+    verdict = run_scenario(MATRIX[name], fault_seed(11), fault_root)
+    _VERDICTS.append(verdict)
+    assert_valid(verdict)
+
+
+@pytest.mark.timeout(400)
+@pytest.mark.parametrize("name", list(MUTATIONS))
+def test_mutation_is_caught(name, fault_root):
+    scenario, must_fail = MUTATIONS[name]
+    verdict = run_scenario(scenario, fault_seed(5), fault_root)
+    verdict["mutation"] = {"guards": scenario.guards, "must_fail": list(must_fail)}
+    _VERDICTS.append(verdict)
+    assert_caught(verdict, must_fail)
+
+
+def test_matrix_covers_every_nemesis_kind():
+    kinds = {type(x).__name__ for sc in MATRIX.values() for x in sc.nemeses()}
+    assert kinds >= {"KillService", "PauseService", "KillSandbox", "PauseSandbox", "CrashPostgres",
+                     "TerminateBackends", "ProxyFault", "ClockSkew", "RivalTimerScanner"}, json.dumps(sorted(kinds))
