@@ -34,6 +34,19 @@ class AttemptOutcome(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     ATTEMPT_OUTCOME_TIMED_OUT: _ClassVar[AttemptOutcome]
     ATTEMPT_OUTCOME_CRASHED: _ClassVar[AttemptOutcome]
     ATTEMPT_OUTCOME_CANCELED: _ClassVar[AttemptOutcome]
+
+class BulkOperationKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    BULK_OPERATION_KIND_UNSPECIFIED: _ClassVar[BulkOperationKind]
+    BULK_OPERATION_KIND_RETRY: _ClassVar[BulkOperationKind]
+    BULK_OPERATION_KIND_CANCEL: _ClassVar[BulkOperationKind]
+
+class BulkOperationState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    BULK_OPERATION_STATE_UNSPECIFIED: _ClassVar[BulkOperationState]
+    BULK_OPERATION_STATE_RUNNING: _ClassVar[BulkOperationState]
+    BULK_OPERATION_STATE_SUCCEEDED: _ClassVar[BulkOperationState]
+    BULK_OPERATION_STATE_CANCELED: _ClassVar[BulkOperationState]
 TASK_STATE_UNSPECIFIED: TaskState
 TASK_STATE_ENQUEUED: TaskState
 TASK_STATE_LEASED: TaskState
@@ -50,20 +63,54 @@ ATTEMPT_OUTCOME_LEASE_EXPIRED: AttemptOutcome
 ATTEMPT_OUTCOME_TIMED_OUT: AttemptOutcome
 ATTEMPT_OUTCOME_CRASHED: AttemptOutcome
 ATTEMPT_OUTCOME_CANCELED: AttemptOutcome
+BULK_OPERATION_KIND_UNSPECIFIED: BulkOperationKind
+BULK_OPERATION_KIND_RETRY: BulkOperationKind
+BULK_OPERATION_KIND_CANCEL: BulkOperationKind
+BULK_OPERATION_STATE_UNSPECIFIED: BulkOperationState
+BULK_OPERATION_STATE_RUNNING: BulkOperationState
+BULK_OPERATION_STATE_SUCCEEDED: BulkOperationState
+BULK_OPERATION_STATE_CANCELED: BulkOperationState
 
 class RetryPolicy(_message.Message):
-    __slots__ = ("max_attempts", "base", "factor", "cap", "jitter")
+    __slots__ = ("max_attempts", "base", "factor", "cap", "jitter", "non_retryable", "rules")
+    class RulesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: ErrorRule
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[_Union[ErrorRule, _Mapping]] = ...) -> None: ...
     MAX_ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
     BASE_FIELD_NUMBER: _ClassVar[int]
     FACTOR_FIELD_NUMBER: _ClassVar[int]
     CAP_FIELD_NUMBER: _ClassVar[int]
     JITTER_FIELD_NUMBER: _ClassVar[int]
+    NON_RETRYABLE_FIELD_NUMBER: _ClassVar[int]
+    RULES_FIELD_NUMBER: _ClassVar[int]
     max_attempts: int
     base: _duration_pb2.Duration
     factor: float
     cap: _duration_pb2.Duration
     jitter: bool
-    def __init__(self, max_attempts: _Optional[int] = ..., base: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., factor: _Optional[float] = ..., cap: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., jitter: _Optional[bool] = ...) -> None: ...
+    non_retryable: _containers.RepeatedScalarFieldContainer[str]
+    rules: _containers.MessageMap[str, ErrorRule]
+    def __init__(self, max_attempts: _Optional[int] = ..., base: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., factor: _Optional[float] = ..., cap: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., jitter: _Optional[bool] = ..., non_retryable: _Optional[_Iterable[str]] = ..., rules: _Optional[_Mapping[str, ErrorRule]] = ...) -> None: ...
+
+class ErrorRule(_message.Message):
+    __slots__ = ("non_retryable", "max_attempts", "base", "factor", "cap", "jitter")
+    NON_RETRYABLE_FIELD_NUMBER: _ClassVar[int]
+    MAX_ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
+    BASE_FIELD_NUMBER: _ClassVar[int]
+    FACTOR_FIELD_NUMBER: _ClassVar[int]
+    CAP_FIELD_NUMBER: _ClassVar[int]
+    JITTER_FIELD_NUMBER: _ClassVar[int]
+    non_retryable: bool
+    max_attempts: int
+    base: _duration_pb2.Duration
+    factor: float
+    cap: _duration_pb2.Duration
+    jitter: bool
+    def __init__(self, non_retryable: _Optional[bool] = ..., max_attempts: _Optional[int] = ..., base: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., factor: _Optional[float] = ..., cap: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., jitter: _Optional[bool] = ...) -> None: ...
 
 class Timeouts(_message.Message):
     __slots__ = ("schedule_to_start", "start_to_close", "schedule_to_close")
@@ -170,7 +217,7 @@ class Attempt(_message.Message):
     def __init__(self, attempt: _Optional[int] = ..., lease_epoch: _Optional[int] = ..., worker_id: _Optional[str] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finished_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., outcome: _Optional[_Union[AttemptOutcome, str]] = ..., error: _Optional[_Union[TaskError, _Mapping]] = ...) -> None: ...
 
 class Task(_message.Message):
-    __slots__ = ("task_id", "task_type", "queue", "state", "attempt", "max_attempts", "version", "payload", "result", "error", "idempotency_key", "cancel_requested", "created_at", "run_at", "updated_at", "started_at", "finished_at", "retry", "timeouts", "attempts")
+    __slots__ = ("task_id", "task_type", "queue", "state", "attempt", "max_attempts", "version", "payload", "result", "error", "idempotency_key", "cancel_requested", "created_at", "run_at", "updated_at", "started_at", "finished_at", "retry", "timeouts", "attempts", "schedule_id", "scheduled_time", "checkpoint", "retried_as", "retry_of")
     TASK_ID_FIELD_NUMBER: _ClassVar[int]
     TASK_TYPE_FIELD_NUMBER: _ClassVar[int]
     QUEUE_FIELD_NUMBER: _ClassVar[int]
@@ -191,6 +238,11 @@ class Task(_message.Message):
     RETRY_FIELD_NUMBER: _ClassVar[int]
     TIMEOUTS_FIELD_NUMBER: _ClassVar[int]
     ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
+    SCHEDULE_ID_FIELD_NUMBER: _ClassVar[int]
+    SCHEDULED_TIME_FIELD_NUMBER: _ClassVar[int]
+    CHECKPOINT_FIELD_NUMBER: _ClassVar[int]
+    RETRIED_AS_FIELD_NUMBER: _ClassVar[int]
+    RETRY_OF_FIELD_NUMBER: _ClassVar[int]
     task_id: str
     task_type: str
     queue: str
@@ -211,4 +263,149 @@ class Task(_message.Message):
     retry: RetryPolicy
     timeouts: Timeouts
     attempts: _containers.RepeatedCompositeFieldContainer[Attempt]
-    def __init__(self, task_id: _Optional[str] = ..., task_type: _Optional[str] = ..., queue: _Optional[str] = ..., state: _Optional[_Union[TaskState, str]] = ..., attempt: _Optional[int] = ..., max_attempts: _Optional[int] = ..., version: _Optional[int] = ..., payload: _Optional[_Union[_struct_pb2.Value, _Mapping]] = ..., result: _Optional[_Union[_struct_pb2.Value, _Mapping]] = ..., error: _Optional[_Union[TaskError, _Mapping]] = ..., idempotency_key: _Optional[str] = ..., cancel_requested: _Optional[bool] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., run_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., updated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finished_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., retry: _Optional[_Union[RetryPolicy, _Mapping]] = ..., timeouts: _Optional[_Union[Timeouts, _Mapping]] = ..., attempts: _Optional[_Iterable[_Union[Attempt, _Mapping]]] = ...) -> None: ...
+    schedule_id: str
+    scheduled_time: _timestamp_pb2.Timestamp
+    checkpoint: _struct_pb2.Value
+    retried_as: str
+    retry_of: str
+    def __init__(self, task_id: _Optional[str] = ..., task_type: _Optional[str] = ..., queue: _Optional[str] = ..., state: _Optional[_Union[TaskState, str]] = ..., attempt: _Optional[int] = ..., max_attempts: _Optional[int] = ..., version: _Optional[int] = ..., payload: _Optional[_Union[_struct_pb2.Value, _Mapping]] = ..., result: _Optional[_Union[_struct_pb2.Value, _Mapping]] = ..., error: _Optional[_Union[TaskError, _Mapping]] = ..., idempotency_key: _Optional[str] = ..., cancel_requested: _Optional[bool] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., run_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., updated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finished_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., retry: _Optional[_Union[RetryPolicy, _Mapping]] = ..., timeouts: _Optional[_Union[Timeouts, _Mapping]] = ..., attempts: _Optional[_Iterable[_Union[Attempt, _Mapping]]] = ..., schedule_id: _Optional[str] = ..., scheduled_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., checkpoint: _Optional[_Union[_struct_pb2.Value, _Mapping]] = ..., retried_as: _Optional[str] = ..., retry_of: _Optional[str] = ...) -> None: ...
+
+class TaskFilter(_message.Message):
+    __slots__ = ("states", "task_type", "queue", "error_class", "since", "until")
+    STATES_FIELD_NUMBER: _ClassVar[int]
+    TASK_TYPE_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_CLASS_FIELD_NUMBER: _ClassVar[int]
+    SINCE_FIELD_NUMBER: _ClassVar[int]
+    UNTIL_FIELD_NUMBER: _ClassVar[int]
+    states: _containers.RepeatedScalarFieldContainer[TaskState]
+    task_type: str
+    queue: str
+    error_class: str
+    since: _timestamp_pb2.Timestamp
+    until: _timestamp_pb2.Timestamp
+    def __init__(self, states: _Optional[_Iterable[_Union[TaskState, str]]] = ..., task_type: _Optional[str] = ..., queue: _Optional[str] = ..., error_class: _Optional[str] = ..., since: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., until: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
+class ListTasksRequest(_message.Message):
+    __slots__ = ("state", "task_type", "queue", "error_class", "since", "until", "page_size", "page_token")
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    TASK_TYPE_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_CLASS_FIELD_NUMBER: _ClassVar[int]
+    SINCE_FIELD_NUMBER: _ClassVar[int]
+    UNTIL_FIELD_NUMBER: _ClassVar[int]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    state: TaskState
+    task_type: str
+    queue: str
+    error_class: str
+    since: _timestamp_pb2.Timestamp
+    until: _timestamp_pb2.Timestamp
+    page_size: int
+    page_token: str
+    def __init__(self, state: _Optional[_Union[TaskState, str]] = ..., task_type: _Optional[str] = ..., queue: _Optional[str] = ..., error_class: _Optional[str] = ..., since: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., until: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+
+class ListTasksResponse(_message.Message):
+    __slots__ = ("tasks", "next_page_token")
+    TASKS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    tasks: _containers.RepeatedCompositeFieldContainer[Task]
+    next_page_token: str
+    def __init__(self, tasks: _Optional[_Iterable[_Union[Task, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
+
+class BulkItemFailure(_message.Message):
+    __slots__ = ("task_id", "reason")
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    task_id: str
+    reason: str
+    def __init__(self, task_id: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class BulkOperation(_message.Message):
+    __slots__ = ("operation_id", "kind", "state", "filter", "matched", "processed", "succeeded", "failed", "skipped", "failures", "created_at", "finished_at")
+    OPERATION_ID_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    FILTER_FIELD_NUMBER: _ClassVar[int]
+    MATCHED_FIELD_NUMBER: _ClassVar[int]
+    PROCESSED_FIELD_NUMBER: _ClassVar[int]
+    SUCCEEDED_FIELD_NUMBER: _ClassVar[int]
+    FAILED_FIELD_NUMBER: _ClassVar[int]
+    SKIPPED_FIELD_NUMBER: _ClassVar[int]
+    FAILURES_FIELD_NUMBER: _ClassVar[int]
+    CREATED_AT_FIELD_NUMBER: _ClassVar[int]
+    FINISHED_AT_FIELD_NUMBER: _ClassVar[int]
+    operation_id: str
+    kind: BulkOperationKind
+    state: BulkOperationState
+    filter: TaskFilter
+    matched: int
+    processed: int
+    succeeded: int
+    failed: int
+    skipped: int
+    failures: _containers.RepeatedCompositeFieldContainer[BulkItemFailure]
+    created_at: _timestamp_pb2.Timestamp
+    finished_at: _timestamp_pb2.Timestamp
+    def __init__(self, operation_id: _Optional[str] = ..., kind: _Optional[_Union[BulkOperationKind, str]] = ..., state: _Optional[_Union[BulkOperationState, str]] = ..., filter: _Optional[_Union[TaskFilter, _Mapping]] = ..., matched: _Optional[int] = ..., processed: _Optional[int] = ..., succeeded: _Optional[int] = ..., failed: _Optional[int] = ..., skipped: _Optional[int] = ..., failures: _Optional[_Iterable[_Union[BulkItemFailure, _Mapping]]] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finished_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
+class RetryTasksRequest(_message.Message):
+    __slots__ = ("filter", "dry_run", "request_id")
+    FILTER_FIELD_NUMBER: _ClassVar[int]
+    DRY_RUN_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    filter: TaskFilter
+    dry_run: bool
+    request_id: str
+    def __init__(self, filter: _Optional[_Union[TaskFilter, _Mapping]] = ..., dry_run: _Optional[bool] = ..., request_id: _Optional[str] = ...) -> None: ...
+
+class RetryTasksResponse(_message.Message):
+    __slots__ = ("matched", "operation")
+    MATCHED_FIELD_NUMBER: _ClassVar[int]
+    OPERATION_FIELD_NUMBER: _ClassVar[int]
+    matched: int
+    operation: BulkOperation
+    def __init__(self, matched: _Optional[int] = ..., operation: _Optional[_Union[BulkOperation, _Mapping]] = ...) -> None: ...
+
+class CancelTasksRequest(_message.Message):
+    __slots__ = ("filter", "dry_run", "request_id")
+    FILTER_FIELD_NUMBER: _ClassVar[int]
+    DRY_RUN_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    filter: TaskFilter
+    dry_run: bool
+    request_id: str
+    def __init__(self, filter: _Optional[_Union[TaskFilter, _Mapping]] = ..., dry_run: _Optional[bool] = ..., request_id: _Optional[str] = ...) -> None: ...
+
+class CancelTasksResponse(_message.Message):
+    __slots__ = ("matched", "operation")
+    MATCHED_FIELD_NUMBER: _ClassVar[int]
+    OPERATION_FIELD_NUMBER: _ClassVar[int]
+    matched: int
+    operation: BulkOperation
+    def __init__(self, matched: _Optional[int] = ..., operation: _Optional[_Union[BulkOperation, _Mapping]] = ...) -> None: ...
+
+class GetBulkOperationRequest(_message.Message):
+    __slots__ = ("operation_id",)
+    OPERATION_ID_FIELD_NUMBER: _ClassVar[int]
+    operation_id: str
+    def __init__(self, operation_id: _Optional[str] = ...) -> None: ...
+
+class GetBulkOperationResponse(_message.Message):
+    __slots__ = ("operation",)
+    OPERATION_FIELD_NUMBER: _ClassVar[int]
+    operation: BulkOperation
+    def __init__(self, operation: _Optional[_Union[BulkOperation, _Mapping]] = ...) -> None: ...
+
+class CancelBulkOperationRequest(_message.Message):
+    __slots__ = ("operation_id",)
+    OPERATION_ID_FIELD_NUMBER: _ClassVar[int]
+    operation_id: str
+    def __init__(self, operation_id: _Optional[str] = ...) -> None: ...
+
+class CancelBulkOperationResponse(_message.Message):
+    __slots__ = ("operation",)
+    OPERATION_FIELD_NUMBER: _ClassVar[int]
+    operation: BulkOperation
+    def __init__(self, operation: _Optional[_Union[BulkOperation, _Mapping]] = ...) -> None: ...

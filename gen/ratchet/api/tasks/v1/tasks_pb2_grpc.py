@@ -55,6 +55,31 @@ class TaskServiceStub:
                 request_serializer=ratchet_dot_api_dot_tasks_dot_v1_dot_tasks__pb2.CancelTaskRequest.SerializeToString,
                 response_deserializer=ratchet_dot_api_dot_tasks_dot_v1_dot_tasks__pb2.CancelTaskResponse.FromString,
                 _registered_method=True)
+        self.ListTasks = channel.unary_unary(
+                '/ratchet.api.tasks.v1.TaskService/ListTasks',
+                request_serializer=ratchet_dot_api_dot_tasks_dot_v1_dot_tasks__pb2.ListTasksRequest.SerializeToString,
+                response_deserializer=ratchet_dot_api_dot_tasks_dot_v1_dot_tasks__pb2.ListTasksResponse.FromString,
+                _registered_method=True)
+        self.RetryTasks = channel.unary_unary(
+                '/ratchet.api.tasks.v1.TaskService/RetryTasks',
+                request_serializer=ratchet_dot_api_dot_tasks_dot_v1_dot_tasks__pb2.RetryTasksRequest.SerializeToString,
+                response_deserializer=ratchet_dot_api_dot_tasks_dot_v1_dot_tasks__pb2.RetryTasksResponse.FromString,
+                _registered_method=True)
+        self.CancelTasks = channel.unary_unary(
+                '/ratchet.api.tasks.v1.TaskService/CancelTasks',
+                request_serializer=ratchet_dot_api_dot_tasks_dot_v1_dot_tasks__pb2.CancelTasksRequest.SerializeToString,
+                response_deserializer=ratchet_dot_api_dot_tasks_dot_v1_dot_tasks__pb2.CancelTasksResponse.FromString,
+                _registered_method=True)
+        self.GetBulkOperation = channel.unary_unary(
+                '/ratchet.api.tasks.v1.TaskService/GetBulkOperation',
+                request_serializer=ratchet_dot_api_dot_tasks_dot_v1_dot_tasks__pb2.GetBulkOperationRequest.SerializeToString,
+                response_deserializer=ratchet_dot_api_dot_tasks_dot_v1_dot_tasks__pb2.GetBulkOperationResponse.FromString,
+                _registered_method=True)
+        self.CancelBulkOperation = channel.unary_unary(
+                '/ratchet.api.tasks.v1.TaskService/CancelBulkOperation',
+                request_serializer=ratchet_dot_api_dot_tasks_dot_v1_dot_tasks__pb2.CancelBulkOperationRequest.SerializeToString,
+                response_deserializer=ratchet_dot_api_dot_tasks_dot_v1_dot_tasks__pb2.CancelBulkOperationResponse.FromString,
+                _registered_method=True)
 
 
 class TaskServiceServicer:
@@ -100,6 +125,50 @@ class TaskServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListTasks(self, request, context):
+        """Search the app's tasks, newest first (by finished_at for terminal
+        states, created_at otherwise). FAILED is the dead-letter state:
+        `GET /v1/tasks?state=FAILED&task_type=...&since=...`. Paged: pass
+        next_page_token back as page_token; the filter must stay the same.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RetryTasks(self, request, context):
+        """Retry every task matching the filter (terminal tasks only: FAILED,
+        CANCELED, EXPIRED). Each retried task becomes a NEW task with the same
+        type, payload and queue (retry_of points back; the original gets
+        retried_as), so no state ever moves backwards. With dry_run, only counts.
+        Otherwise starts a durable background operation and returns it at once.
+        Safe to retry with the same request_id.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CancelTasks(self, request, context):
+        """Cancel every non-terminal task matching the filter, as a durable
+        background operation (same shape as RetryTasks).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetBulkOperation(self, request, context):
+        """Read a bulk operation: state, progress and per-item failures.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CancelBulkOperation(self, request, context):
+        """Stop a running bulk operation. Items already processed stay processed.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_TaskServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -122,6 +191,31 @@ def add_TaskServiceServicer_to_server(servicer, server):
                     servicer.CancelTask,
                     request_deserializer=ratchet_dot_api_dot_tasks_dot_v1_dot_tasks__pb2.CancelTaskRequest.FromString,
                     response_serializer=ratchet_dot_api_dot_tasks_dot_v1_dot_tasks__pb2.CancelTaskResponse.SerializeToString,
+            ),
+            'ListTasks': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListTasks,
+                    request_deserializer=ratchet_dot_api_dot_tasks_dot_v1_dot_tasks__pb2.ListTasksRequest.FromString,
+                    response_serializer=ratchet_dot_api_dot_tasks_dot_v1_dot_tasks__pb2.ListTasksResponse.SerializeToString,
+            ),
+            'RetryTasks': grpc.unary_unary_rpc_method_handler(
+                    servicer.RetryTasks,
+                    request_deserializer=ratchet_dot_api_dot_tasks_dot_v1_dot_tasks__pb2.RetryTasksRequest.FromString,
+                    response_serializer=ratchet_dot_api_dot_tasks_dot_v1_dot_tasks__pb2.RetryTasksResponse.SerializeToString,
+            ),
+            'CancelTasks': grpc.unary_unary_rpc_method_handler(
+                    servicer.CancelTasks,
+                    request_deserializer=ratchet_dot_api_dot_tasks_dot_v1_dot_tasks__pb2.CancelTasksRequest.FromString,
+                    response_serializer=ratchet_dot_api_dot_tasks_dot_v1_dot_tasks__pb2.CancelTasksResponse.SerializeToString,
+            ),
+            'GetBulkOperation': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetBulkOperation,
+                    request_deserializer=ratchet_dot_api_dot_tasks_dot_v1_dot_tasks__pb2.GetBulkOperationRequest.FromString,
+                    response_serializer=ratchet_dot_api_dot_tasks_dot_v1_dot_tasks__pb2.GetBulkOperationResponse.SerializeToString,
+            ),
+            'CancelBulkOperation': grpc.unary_unary_rpc_method_handler(
+                    servicer.CancelBulkOperation,
+                    request_deserializer=ratchet_dot_api_dot_tasks_dot_v1_dot_tasks__pb2.CancelBulkOperationRequest.FromString,
+                    response_serializer=ratchet_dot_api_dot_tasks_dot_v1_dot_tasks__pb2.CancelBulkOperationResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -233,6 +327,141 @@ class TaskService:
             '/ratchet.api.tasks.v1.TaskService/CancelTask',
             ratchet_dot_api_dot_tasks_dot_v1_dot_tasks__pb2.CancelTaskRequest.SerializeToString,
             ratchet_dot_api_dot_tasks_dot_v1_dot_tasks__pb2.CancelTaskResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListTasks(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ratchet.api.tasks.v1.TaskService/ListTasks',
+            ratchet_dot_api_dot_tasks_dot_v1_dot_tasks__pb2.ListTasksRequest.SerializeToString,
+            ratchet_dot_api_dot_tasks_dot_v1_dot_tasks__pb2.ListTasksResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RetryTasks(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ratchet.api.tasks.v1.TaskService/RetryTasks',
+            ratchet_dot_api_dot_tasks_dot_v1_dot_tasks__pb2.RetryTasksRequest.SerializeToString,
+            ratchet_dot_api_dot_tasks_dot_v1_dot_tasks__pb2.RetryTasksResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CancelTasks(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ratchet.api.tasks.v1.TaskService/CancelTasks',
+            ratchet_dot_api_dot_tasks_dot_v1_dot_tasks__pb2.CancelTasksRequest.SerializeToString,
+            ratchet_dot_api_dot_tasks_dot_v1_dot_tasks__pb2.CancelTasksResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetBulkOperation(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ratchet.api.tasks.v1.TaskService/GetBulkOperation',
+            ratchet_dot_api_dot_tasks_dot_v1_dot_tasks__pb2.GetBulkOperationRequest.SerializeToString,
+            ratchet_dot_api_dot_tasks_dot_v1_dot_tasks__pb2.GetBulkOperationResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CancelBulkOperation(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ratchet.api.tasks.v1.TaskService/CancelBulkOperation',
+            ratchet_dot_api_dot_tasks_dot_v1_dot_tasks__pb2.CancelBulkOperationRequest.SerializeToString,
+            ratchet_dot_api_dot_tasks_dot_v1_dot_tasks__pb2.CancelBulkOperationResponse.FromString,
             options,
             channel_credentials,
             insecure,

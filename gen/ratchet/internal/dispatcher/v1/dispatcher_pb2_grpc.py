@@ -191,3 +191,126 @@ class DispatchService:
             timeout,
             metadata,
             _registered_method=True)
+
+
+class BreakerAdminServiceStub:
+    """BreakerAdminService exposes the per-task-type circuit breakers the
+    dispatcher keeps (it owns the breakers table). Callers: the gateway.
+    """
+
+    def __init__(self, channel):
+        """Constructor.
+
+        Args:
+            channel: A grpc.Channel.
+        """
+        self.ListBreakers = channel.unary_unary(
+                '/ratchet.internal.dispatcher.v1.BreakerAdminService/ListBreakers',
+                request_serializer=ratchet_dot_internal_dot_dispatcher_dot_v1_dot_dispatcher__pb2.ListBreakersRequest.SerializeToString,
+                response_deserializer=ratchet_dot_internal_dot_dispatcher_dot_v1_dot_dispatcher__pb2.ListBreakersResponse.FromString,
+                _registered_method=True)
+        self.ResetBreaker = channel.unary_unary(
+                '/ratchet.internal.dispatcher.v1.BreakerAdminService/ResetBreaker',
+                request_serializer=ratchet_dot_internal_dot_dispatcher_dot_v1_dot_dispatcher__pb2.ResetBreakerRequest.SerializeToString,
+                response_deserializer=ratchet_dot_internal_dot_dispatcher_dot_v1_dot_dispatcher__pb2.ResetBreakerResponse.FromString,
+                _registered_method=True)
+
+
+class BreakerAdminServiceServicer:
+    """BreakerAdminService exposes the per-task-type circuit breakers the
+    dispatcher keeps (it owns the breakers table). Callers: the gateway.
+    """
+
+    def ListBreakers(self, request, context):
+        """The app's breakers that are not CLOSED or have recent crashes.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ResetBreaker(self, request, context):
+        """Close a breaker now.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+
+def add_BreakerAdminServiceServicer_to_server(servicer, server):
+    rpc_method_handlers = {
+            'ListBreakers': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListBreakers,
+                    request_deserializer=ratchet_dot_internal_dot_dispatcher_dot_v1_dot_dispatcher__pb2.ListBreakersRequest.FromString,
+                    response_serializer=ratchet_dot_internal_dot_dispatcher_dot_v1_dot_dispatcher__pb2.ListBreakersResponse.SerializeToString,
+            ),
+            'ResetBreaker': grpc.unary_unary_rpc_method_handler(
+                    servicer.ResetBreaker,
+                    request_deserializer=ratchet_dot_internal_dot_dispatcher_dot_v1_dot_dispatcher__pb2.ResetBreakerRequest.FromString,
+                    response_serializer=ratchet_dot_internal_dot_dispatcher_dot_v1_dot_dispatcher__pb2.ResetBreakerResponse.SerializeToString,
+            ),
+    }
+    generic_handler = grpc.method_handlers_generic_handler(
+            'ratchet.internal.dispatcher.v1.BreakerAdminService', rpc_method_handlers)
+    server.add_generic_rpc_handlers((generic_handler,))
+    server.add_registered_method_handlers('ratchet.internal.dispatcher.v1.BreakerAdminService', rpc_method_handlers)
+
+
+ # This class is part of an EXPERIMENTAL API.
+class BreakerAdminService:
+    """BreakerAdminService exposes the per-task-type circuit breakers the
+    dispatcher keeps (it owns the breakers table). Callers: the gateway.
+    """
+
+    @staticmethod
+    def ListBreakers(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ratchet.internal.dispatcher.v1.BreakerAdminService/ListBreakers',
+            ratchet_dot_internal_dot_dispatcher_dot_v1_dot_dispatcher__pb2.ListBreakersRequest.SerializeToString,
+            ratchet_dot_internal_dot_dispatcher_dot_v1_dot_dispatcher__pb2.ListBreakersResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ResetBreaker(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ratchet.internal.dispatcher.v1.BreakerAdminService/ResetBreaker',
+            ratchet_dot_internal_dot_dispatcher_dot_v1_dot_dispatcher__pb2.ResetBreakerRequest.SerializeToString,
+            ratchet_dot_internal_dot_dispatcher_dot_v1_dot_dispatcher__pb2.ResetBreakerResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)

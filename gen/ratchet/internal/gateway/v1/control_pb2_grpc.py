@@ -45,6 +45,11 @@ class ControlServiceStub:
                 request_serializer=ratchet_dot_internal_dot_gateway_dot_v1_dot_control__pb2.GetBundleRequest.SerializeToString,
                 response_deserializer=ratchet_dot_internal_dot_gateway_dot_v1_dot_control__pb2.GetBundleResponse.FromString,
                 _registered_method=True)
+        self.EnqueueScheduled = channel.unary_unary(
+                '/ratchet.internal.gateway.v1.ControlService/EnqueueScheduled',
+                request_serializer=ratchet_dot_internal_dot_gateway_dot_v1_dot_control__pb2.EnqueueScheduledRequest.SerializeToString,
+                response_deserializer=ratchet_dot_internal_dot_gateway_dot_v1_dot_control__pb2.EnqueueScheduledResponse.FromString,
+                _registered_method=True)
 
 
 class ControlServiceServicer:
@@ -65,6 +70,16 @@ class ControlServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def EnqueueScheduled(self, request, context):
+        """Enqueue a schedule's task for an app, through the same validation,
+        policy resolution and routing as a public enqueue. The idempotency key
+        is `<schedule_id>@<scheduled_time>`, so a double firing yields one task.
+        Callers: the cron service (authorized by its mesh token).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ControlServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -77,6 +92,11 @@ def add_ControlServiceServicer_to_server(servicer, server):
                     servicer.GetBundle,
                     request_deserializer=ratchet_dot_internal_dot_gateway_dot_v1_dot_control__pb2.GetBundleRequest.FromString,
                     response_serializer=ratchet_dot_internal_dot_gateway_dot_v1_dot_control__pb2.GetBundleResponse.SerializeToString,
+            ),
+            'EnqueueScheduled': grpc.unary_unary_rpc_method_handler(
+                    servicer.EnqueueScheduled,
+                    request_deserializer=ratchet_dot_internal_dot_gateway_dot_v1_dot_control__pb2.EnqueueScheduledRequest.FromString,
+                    response_serializer=ratchet_dot_internal_dot_gateway_dot_v1_dot_control__pb2.EnqueueScheduledResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -134,6 +154,33 @@ class ControlService:
             '/ratchet.internal.gateway.v1.ControlService/GetBundle',
             ratchet_dot_internal_dot_gateway_dot_v1_dot_control__pb2.GetBundleRequest.SerializeToString,
             ratchet_dot_internal_dot_gateway_dot_v1_dot_control__pb2.GetBundleResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def EnqueueScheduled(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ratchet.internal.gateway.v1.ControlService/EnqueueScheduled',
+            ratchet_dot_internal_dot_gateway_dot_v1_dot_control__pb2.EnqueueScheduledRequest.SerializeToString,
+            ratchet_dot_internal_dot_gateway_dot_v1_dot_control__pb2.EnqueueScheduledResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -37,7 +37,7 @@ COMPLETION_OUTCOME_CANCELED: CompletionOutcome
 COMPLETION_OUTCOME_CRASHED: CompletionOutcome
 
 class NewTask(_message.Message):
-    __slots__ = ("task_id", "tenant_id", "app_id", "task_type", "queue", "payload_json", "delay", "run_at", "idempotency_key", "fingerprint", "retry", "timeouts", "non_retryable")
+    __slots__ = ("task_id", "tenant_id", "app_id", "task_type", "queue", "payload_json", "delay", "run_at", "idempotency_key", "fingerprint", "retry", "timeouts", "non_retryable", "schedule_id", "scheduled_time")
     TASK_ID_FIELD_NUMBER: _ClassVar[int]
     TENANT_ID_FIELD_NUMBER: _ClassVar[int]
     APP_ID_FIELD_NUMBER: _ClassVar[int]
@@ -51,6 +51,8 @@ class NewTask(_message.Message):
     RETRY_FIELD_NUMBER: _ClassVar[int]
     TIMEOUTS_FIELD_NUMBER: _ClassVar[int]
     NON_RETRYABLE_FIELD_NUMBER: _ClassVar[int]
+    SCHEDULE_ID_FIELD_NUMBER: _ClassVar[int]
+    SCHEDULED_TIME_FIELD_NUMBER: _ClassVar[int]
     task_id: str
     tenant_id: str
     app_id: str
@@ -64,7 +66,9 @@ class NewTask(_message.Message):
     retry: _tasks_pb2.RetryPolicy
     timeouts: _tasks_pb2.Timeouts
     non_retryable: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, task_id: _Optional[str] = ..., tenant_id: _Optional[str] = ..., app_id: _Optional[str] = ..., task_type: _Optional[str] = ..., queue: _Optional[str] = ..., payload_json: _Optional[bytes] = ..., delay: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., run_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., idempotency_key: _Optional[str] = ..., fingerprint: _Optional[str] = ..., retry: _Optional[_Union[_tasks_pb2.RetryPolicy, _Mapping]] = ..., timeouts: _Optional[_Union[_tasks_pb2.Timeouts, _Mapping]] = ..., non_retryable: _Optional[_Iterable[str]] = ...) -> None: ...
+    schedule_id: str
+    scheduled_time: _timestamp_pb2.Timestamp
+    def __init__(self, task_id: _Optional[str] = ..., tenant_id: _Optional[str] = ..., app_id: _Optional[str] = ..., task_type: _Optional[str] = ..., queue: _Optional[str] = ..., payload_json: _Optional[bytes] = ..., delay: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., run_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., idempotency_key: _Optional[str] = ..., fingerprint: _Optional[str] = ..., retry: _Optional[_Union[_tasks_pb2.RetryPolicy, _Mapping]] = ..., timeouts: _Optional[_Union[_tasks_pb2.Timeouts, _Mapping]] = ..., non_retryable: _Optional[_Iterable[str]] = ..., schedule_id: _Optional[str] = ..., scheduled_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class CreateTasksRequest(_message.Message):
     __slots__ = ("shard_id", "tasks")
@@ -125,23 +129,37 @@ class CancelTaskResponse(_message.Message):
     def __init__(self, state: _Optional[_Union[_tasks_pb2.TaskState, str]] = ..., cancel_requested: _Optional[bool] = ...) -> None: ...
 
 class LeaseTasksRequest(_message.Message):
-    __slots__ = ("shard_id", "worker_id", "max_tasks", "app_ids", "tenant_cursor", "lease_duration")
+    __slots__ = ("shard_id", "worker_id", "max_tasks", "app_ids", "tenant_cursor", "lease_duration", "type_limits")
     SHARD_ID_FIELD_NUMBER: _ClassVar[int]
     WORKER_ID_FIELD_NUMBER: _ClassVar[int]
     MAX_TASKS_FIELD_NUMBER: _ClassVar[int]
     APP_IDS_FIELD_NUMBER: _ClassVar[int]
     TENANT_CURSOR_FIELD_NUMBER: _ClassVar[int]
     LEASE_DURATION_FIELD_NUMBER: _ClassVar[int]
+    TYPE_LIMITS_FIELD_NUMBER: _ClassVar[int]
     shard_id: int
     worker_id: str
     max_tasks: int
     app_ids: _containers.RepeatedScalarFieldContainer[str]
     tenant_cursor: str
     lease_duration: _duration_pb2.Duration
-    def __init__(self, shard_id: _Optional[int] = ..., worker_id: _Optional[str] = ..., max_tasks: _Optional[int] = ..., app_ids: _Optional[_Iterable[str]] = ..., tenant_cursor: _Optional[str] = ..., lease_duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+    type_limits: _containers.RepeatedCompositeFieldContainer[TaskTypeLimit]
+    def __init__(self, shard_id: _Optional[int] = ..., worker_id: _Optional[str] = ..., max_tasks: _Optional[int] = ..., app_ids: _Optional[_Iterable[str]] = ..., tenant_cursor: _Optional[str] = ..., lease_duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., type_limits: _Optional[_Iterable[_Union[TaskTypeLimit, _Mapping]]] = ...) -> None: ...
+
+class TaskTypeLimit(_message.Message):
+    __slots__ = ("tenant_id", "app_id", "task_type", "max_tasks")
+    TENANT_ID_FIELD_NUMBER: _ClassVar[int]
+    APP_ID_FIELD_NUMBER: _ClassVar[int]
+    TASK_TYPE_FIELD_NUMBER: _ClassVar[int]
+    MAX_TASKS_FIELD_NUMBER: _ClassVar[int]
+    tenant_id: str
+    app_id: str
+    task_type: str
+    max_tasks: int
+    def __init__(self, tenant_id: _Optional[str] = ..., app_id: _Optional[str] = ..., task_type: _Optional[str] = ..., max_tasks: _Optional[int] = ...) -> None: ...
 
 class LeasedTask(_message.Message):
-    __slots__ = ("shard_id", "task_id", "tenant_id", "app_id", "task_type", "queue", "payload_json", "attempt", "max_attempts", "lease_epoch", "lease_duration", "start_to_close", "scheduled_at")
+    __slots__ = ("shard_id", "task_id", "tenant_id", "app_id", "task_type", "queue", "payload_json", "attempt", "max_attempts", "lease_epoch", "lease_duration", "start_to_close", "scheduled_at", "schedule_id", "scheduled_time", "last_checkpoint_json")
     SHARD_ID_FIELD_NUMBER: _ClassVar[int]
     TASK_ID_FIELD_NUMBER: _ClassVar[int]
     TENANT_ID_FIELD_NUMBER: _ClassVar[int]
@@ -155,6 +173,9 @@ class LeasedTask(_message.Message):
     LEASE_DURATION_FIELD_NUMBER: _ClassVar[int]
     START_TO_CLOSE_FIELD_NUMBER: _ClassVar[int]
     SCHEDULED_AT_FIELD_NUMBER: _ClassVar[int]
+    SCHEDULE_ID_FIELD_NUMBER: _ClassVar[int]
+    SCHEDULED_TIME_FIELD_NUMBER: _ClassVar[int]
+    LAST_CHECKPOINT_JSON_FIELD_NUMBER: _ClassVar[int]
     shard_id: int
     task_id: str
     tenant_id: str
@@ -168,7 +189,10 @@ class LeasedTask(_message.Message):
     lease_duration: _duration_pb2.Duration
     start_to_close: _duration_pb2.Duration
     scheduled_at: _timestamp_pb2.Timestamp
-    def __init__(self, shard_id: _Optional[int] = ..., task_id: _Optional[str] = ..., tenant_id: _Optional[str] = ..., app_id: _Optional[str] = ..., task_type: _Optional[str] = ..., queue: _Optional[str] = ..., payload_json: _Optional[bytes] = ..., attempt: _Optional[int] = ..., max_attempts: _Optional[int] = ..., lease_epoch: _Optional[int] = ..., lease_duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., start_to_close: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., scheduled_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    schedule_id: str
+    scheduled_time: _timestamp_pb2.Timestamp
+    last_checkpoint_json: bytes
+    def __init__(self, shard_id: _Optional[int] = ..., task_id: _Optional[str] = ..., tenant_id: _Optional[str] = ..., app_id: _Optional[str] = ..., task_type: _Optional[str] = ..., queue: _Optional[str] = ..., payload_json: _Optional[bytes] = ..., attempt: _Optional[int] = ..., max_attempts: _Optional[int] = ..., lease_epoch: _Optional[int] = ..., lease_duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., start_to_close: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., scheduled_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., schedule_id: _Optional[str] = ..., scheduled_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., last_checkpoint_json: _Optional[bytes] = ...) -> None: ...
 
 class LeaseTasksResponse(_message.Message):
     __slots__ = ("tasks", "next_tenant_cursor", "more")
@@ -181,14 +205,16 @@ class LeaseTasksResponse(_message.Message):
     def __init__(self, tasks: _Optional[_Iterable[_Union[LeasedTask, _Mapping]]] = ..., next_tenant_cursor: _Optional[str] = ..., more: _Optional[bool] = ...) -> None: ...
 
 class LeaseRef(_message.Message):
-    __slots__ = ("shard_id", "task_id", "lease_epoch")
+    __slots__ = ("shard_id", "task_id", "lease_epoch", "checkpoint_json")
     SHARD_ID_FIELD_NUMBER: _ClassVar[int]
     TASK_ID_FIELD_NUMBER: _ClassVar[int]
     LEASE_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    CHECKPOINT_JSON_FIELD_NUMBER: _ClassVar[int]
     shard_id: int
     task_id: str
     lease_epoch: int
-    def __init__(self, shard_id: _Optional[int] = ..., task_id: _Optional[str] = ..., lease_epoch: _Optional[int] = ...) -> None: ...
+    checkpoint_json: bytes
+    def __init__(self, shard_id: _Optional[int] = ..., task_id: _Optional[str] = ..., lease_epoch: _Optional[int] = ..., checkpoint_json: _Optional[bytes] = ...) -> None: ...
 
 class RecordHeartbeatsRequest(_message.Message):
     __slots__ = ("shard_id", "leases", "lease_duration")
@@ -221,7 +247,7 @@ class RecordHeartbeatsResponse(_message.Message):
     def __init__(self, results: _Optional[_Iterable[_Union[HeartbeatResult, _Mapping]]] = ...) -> None: ...
 
 class Completion(_message.Message):
-    __slots__ = ("shard_id", "task_id", "lease_epoch", "outcome", "result_json", "error", "fatal", "retry_after")
+    __slots__ = ("shard_id", "task_id", "lease_epoch", "outcome", "result_json", "error", "fatal", "retry_after", "tenant_id", "app_id", "task_type", "checkpoint_json")
     SHARD_ID_FIELD_NUMBER: _ClassVar[int]
     TASK_ID_FIELD_NUMBER: _ClassVar[int]
     LEASE_EPOCH_FIELD_NUMBER: _ClassVar[int]
@@ -230,6 +256,10 @@ class Completion(_message.Message):
     ERROR_FIELD_NUMBER: _ClassVar[int]
     FATAL_FIELD_NUMBER: _ClassVar[int]
     RETRY_AFTER_FIELD_NUMBER: _ClassVar[int]
+    TENANT_ID_FIELD_NUMBER: _ClassVar[int]
+    APP_ID_FIELD_NUMBER: _ClassVar[int]
+    TASK_TYPE_FIELD_NUMBER: _ClassVar[int]
+    CHECKPOINT_JSON_FIELD_NUMBER: _ClassVar[int]
     shard_id: int
     task_id: str
     lease_epoch: int
@@ -238,7 +268,11 @@ class Completion(_message.Message):
     error: _tasks_pb2.TaskError
     fatal: bool
     retry_after: _duration_pb2.Duration
-    def __init__(self, shard_id: _Optional[int] = ..., task_id: _Optional[str] = ..., lease_epoch: _Optional[int] = ..., outcome: _Optional[_Union[CompletionOutcome, str]] = ..., result_json: _Optional[bytes] = ..., error: _Optional[_Union[_tasks_pb2.TaskError, _Mapping]] = ..., fatal: _Optional[bool] = ..., retry_after: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+    tenant_id: str
+    app_id: str
+    task_type: str
+    checkpoint_json: bytes
+    def __init__(self, shard_id: _Optional[int] = ..., task_id: _Optional[str] = ..., lease_epoch: _Optional[int] = ..., outcome: _Optional[_Union[CompletionOutcome, str]] = ..., result_json: _Optional[bytes] = ..., error: _Optional[_Union[_tasks_pb2.TaskError, _Mapping]] = ..., fatal: _Optional[bool] = ..., retry_after: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., tenant_id: _Optional[str] = ..., app_id: _Optional[str] = ..., task_type: _Optional[str] = ..., checkpoint_json: _Optional[bytes] = ...) -> None: ...
 
 class CompleteTasksRequest(_message.Message):
     __slots__ = ("shard_id", "completions")
@@ -295,3 +329,99 @@ class WatchReadyResponse(_message.Message):
     SHARD_ID_FIELD_NUMBER: _ClassVar[int]
     shard_id: int
     def __init__(self, shard_id: _Optional[int] = ...) -> None: ...
+
+class ListTasksRequest(_message.Message):
+    __slots__ = ("shard_id", "tenant_id", "app_id", "filter", "page_size", "cursor")
+    SHARD_ID_FIELD_NUMBER: _ClassVar[int]
+    TENANT_ID_FIELD_NUMBER: _ClassVar[int]
+    APP_ID_FIELD_NUMBER: _ClassVar[int]
+    FILTER_FIELD_NUMBER: _ClassVar[int]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    CURSOR_FIELD_NUMBER: _ClassVar[int]
+    shard_id: int
+    tenant_id: str
+    app_id: str
+    filter: _tasks_pb2.TaskFilter
+    page_size: int
+    cursor: str
+    def __init__(self, shard_id: _Optional[int] = ..., tenant_id: _Optional[str] = ..., app_id: _Optional[str] = ..., filter: _Optional[_Union[_tasks_pb2.TaskFilter, _Mapping]] = ..., page_size: _Optional[int] = ..., cursor: _Optional[str] = ...) -> None: ...
+
+class ListTasksResponse(_message.Message):
+    __slots__ = ("tasks", "next_cursor")
+    TASKS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_CURSOR_FIELD_NUMBER: _ClassVar[int]
+    tasks: _containers.RepeatedCompositeFieldContainer[_tasks_pb2.Task]
+    next_cursor: str
+    def __init__(self, tasks: _Optional[_Iterable[_Union[_tasks_pb2.Task, _Mapping]]] = ..., next_cursor: _Optional[str] = ...) -> None: ...
+
+class CountTasksRequest(_message.Message):
+    __slots__ = ("shard_id", "tenant_id", "app_id", "filter")
+    SHARD_ID_FIELD_NUMBER: _ClassVar[int]
+    TENANT_ID_FIELD_NUMBER: _ClassVar[int]
+    APP_ID_FIELD_NUMBER: _ClassVar[int]
+    FILTER_FIELD_NUMBER: _ClassVar[int]
+    shard_id: int
+    tenant_id: str
+    app_id: str
+    filter: _tasks_pb2.TaskFilter
+    def __init__(self, shard_id: _Optional[int] = ..., tenant_id: _Optional[str] = ..., app_id: _Optional[str] = ..., filter: _Optional[_Union[_tasks_pb2.TaskFilter, _Mapping]] = ...) -> None: ...
+
+class CountTasksResponse(_message.Message):
+    __slots__ = ("count",)
+    COUNT_FIELD_NUMBER: _ClassVar[int]
+    count: int
+    def __init__(self, count: _Optional[int] = ...) -> None: ...
+
+class StartBulkOperationRequest(_message.Message):
+    __slots__ = ("shard_id", "operation_id", "tenant_id", "app_id", "kind", "filter")
+    SHARD_ID_FIELD_NUMBER: _ClassVar[int]
+    OPERATION_ID_FIELD_NUMBER: _ClassVar[int]
+    TENANT_ID_FIELD_NUMBER: _ClassVar[int]
+    APP_ID_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    FILTER_FIELD_NUMBER: _ClassVar[int]
+    shard_id: int
+    operation_id: str
+    tenant_id: str
+    app_id: str
+    kind: _tasks_pb2.BulkOperationKind
+    filter: _tasks_pb2.TaskFilter
+    def __init__(self, shard_id: _Optional[int] = ..., operation_id: _Optional[str] = ..., tenant_id: _Optional[str] = ..., app_id: _Optional[str] = ..., kind: _Optional[_Union[_tasks_pb2.BulkOperationKind, str]] = ..., filter: _Optional[_Union[_tasks_pb2.TaskFilter, _Mapping]] = ...) -> None: ...
+
+class StartBulkOperationResponse(_message.Message):
+    __slots__ = ("operation",)
+    OPERATION_FIELD_NUMBER: _ClassVar[int]
+    operation: _tasks_pb2.BulkOperation
+    def __init__(self, operation: _Optional[_Union[_tasks_pb2.BulkOperation, _Mapping]] = ...) -> None: ...
+
+class GetBulkOperationRequest(_message.Message):
+    __slots__ = ("shard_id", "operation_id", "tenant_id")
+    SHARD_ID_FIELD_NUMBER: _ClassVar[int]
+    OPERATION_ID_FIELD_NUMBER: _ClassVar[int]
+    TENANT_ID_FIELD_NUMBER: _ClassVar[int]
+    shard_id: int
+    operation_id: str
+    tenant_id: str
+    def __init__(self, shard_id: _Optional[int] = ..., operation_id: _Optional[str] = ..., tenant_id: _Optional[str] = ...) -> None: ...
+
+class GetBulkOperationResponse(_message.Message):
+    __slots__ = ("operation",)
+    OPERATION_FIELD_NUMBER: _ClassVar[int]
+    operation: _tasks_pb2.BulkOperation
+    def __init__(self, operation: _Optional[_Union[_tasks_pb2.BulkOperation, _Mapping]] = ...) -> None: ...
+
+class CancelBulkOperationRequest(_message.Message):
+    __slots__ = ("shard_id", "operation_id", "tenant_id")
+    SHARD_ID_FIELD_NUMBER: _ClassVar[int]
+    OPERATION_ID_FIELD_NUMBER: _ClassVar[int]
+    TENANT_ID_FIELD_NUMBER: _ClassVar[int]
+    shard_id: int
+    operation_id: str
+    tenant_id: str
+    def __init__(self, shard_id: _Optional[int] = ..., operation_id: _Optional[str] = ..., tenant_id: _Optional[str] = ...) -> None: ...
+
+class CancelBulkOperationResponse(_message.Message):
+    __slots__ = ("operation",)
+    OPERATION_FIELD_NUMBER: _ClassVar[int]
+    operation: _tasks_pb2.BulkOperation
+    def __init__(self, operation: _Optional[_Union[_tasks_pb2.BulkOperation, _Mapping]] = ...) -> None: ...

@@ -75,6 +75,31 @@ class HistoryServiceStub:
                 request_serializer=ratchet_dot_internal_dot_history_dot_v1_dot_history__pb2.WatchReadyRequest.SerializeToString,
                 response_deserializer=ratchet_dot_internal_dot_history_dot_v1_dot_history__pb2.WatchReadyResponse.FromString,
                 _registered_method=True)
+        self.ListTasks = channel.unary_unary(
+                '/ratchet.internal.history.v1.HistoryService/ListTasks',
+                request_serializer=ratchet_dot_internal_dot_history_dot_v1_dot_history__pb2.ListTasksRequest.SerializeToString,
+                response_deserializer=ratchet_dot_internal_dot_history_dot_v1_dot_history__pb2.ListTasksResponse.FromString,
+                _registered_method=True)
+        self.CountTasks = channel.unary_unary(
+                '/ratchet.internal.history.v1.HistoryService/CountTasks',
+                request_serializer=ratchet_dot_internal_dot_history_dot_v1_dot_history__pb2.CountTasksRequest.SerializeToString,
+                response_deserializer=ratchet_dot_internal_dot_history_dot_v1_dot_history__pb2.CountTasksResponse.FromString,
+                _registered_method=True)
+        self.StartBulkOperation = channel.unary_unary(
+                '/ratchet.internal.history.v1.HistoryService/StartBulkOperation',
+                request_serializer=ratchet_dot_internal_dot_history_dot_v1_dot_history__pb2.StartBulkOperationRequest.SerializeToString,
+                response_deserializer=ratchet_dot_internal_dot_history_dot_v1_dot_history__pb2.StartBulkOperationResponse.FromString,
+                _registered_method=True)
+        self.GetBulkOperation = channel.unary_unary(
+                '/ratchet.internal.history.v1.HistoryService/GetBulkOperation',
+                request_serializer=ratchet_dot_internal_dot_history_dot_v1_dot_history__pb2.GetBulkOperationRequest.SerializeToString,
+                response_deserializer=ratchet_dot_internal_dot_history_dot_v1_dot_history__pb2.GetBulkOperationResponse.FromString,
+                _registered_method=True)
+        self.CancelBulkOperation = channel.unary_unary(
+                '/ratchet.internal.history.v1.HistoryService/CancelBulkOperation',
+                request_serializer=ratchet_dot_internal_dot_history_dot_v1_dot_history__pb2.CancelBulkOperationRequest.SerializeToString,
+                response_deserializer=ratchet_dot_internal_dot_history_dot_v1_dot_history__pb2.CancelBulkOperationResponse.FromString,
+                _registered_method=True)
 
 
 class HistoryServiceServicer:
@@ -144,6 +169,43 @@ class HistoryServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListTasks(self, request, context):
+        """One page of the tenant's tasks on this shard matching the filter,
+        newest first; cursor is opaque to callers.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CountTasks(self, request, context):
+        """How many of the tenant's tasks on this shard match the filter.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def StartBulkOperation(self, request, context):
+        """Start this shard's part of a bulk operation (idempotent per
+        operation_id). A background loop processes it in batches.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetBulkOperation(self, request, context):
+        """This shard's part of a bulk operation.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CancelBulkOperation(self, request, context):
+        """Stop this shard's part of a bulk operation.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_HistoryServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -186,6 +248,31 @@ def add_HistoryServiceServicer_to_server(servicer, server):
                     servicer.WatchReady,
                     request_deserializer=ratchet_dot_internal_dot_history_dot_v1_dot_history__pb2.WatchReadyRequest.FromString,
                     response_serializer=ratchet_dot_internal_dot_history_dot_v1_dot_history__pb2.WatchReadyResponse.SerializeToString,
+            ),
+            'ListTasks': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListTasks,
+                    request_deserializer=ratchet_dot_internal_dot_history_dot_v1_dot_history__pb2.ListTasksRequest.FromString,
+                    response_serializer=ratchet_dot_internal_dot_history_dot_v1_dot_history__pb2.ListTasksResponse.SerializeToString,
+            ),
+            'CountTasks': grpc.unary_unary_rpc_method_handler(
+                    servicer.CountTasks,
+                    request_deserializer=ratchet_dot_internal_dot_history_dot_v1_dot_history__pb2.CountTasksRequest.FromString,
+                    response_serializer=ratchet_dot_internal_dot_history_dot_v1_dot_history__pb2.CountTasksResponse.SerializeToString,
+            ),
+            'StartBulkOperation': grpc.unary_unary_rpc_method_handler(
+                    servicer.StartBulkOperation,
+                    request_deserializer=ratchet_dot_internal_dot_history_dot_v1_dot_history__pb2.StartBulkOperationRequest.FromString,
+                    response_serializer=ratchet_dot_internal_dot_history_dot_v1_dot_history__pb2.StartBulkOperationResponse.SerializeToString,
+            ),
+            'GetBulkOperation': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetBulkOperation,
+                    request_deserializer=ratchet_dot_internal_dot_history_dot_v1_dot_history__pb2.GetBulkOperationRequest.FromString,
+                    response_serializer=ratchet_dot_internal_dot_history_dot_v1_dot_history__pb2.GetBulkOperationResponse.SerializeToString,
+            ),
+            'CancelBulkOperation': grpc.unary_unary_rpc_method_handler(
+                    servicer.CancelBulkOperation,
+                    request_deserializer=ratchet_dot_internal_dot_history_dot_v1_dot_history__pb2.CancelBulkOperationRequest.FromString,
+                    response_serializer=ratchet_dot_internal_dot_history_dot_v1_dot_history__pb2.CancelBulkOperationResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -405,6 +492,141 @@ class HistoryService:
             '/ratchet.internal.history.v1.HistoryService/WatchReady',
             ratchet_dot_internal_dot_history_dot_v1_dot_history__pb2.WatchReadyRequest.SerializeToString,
             ratchet_dot_internal_dot_history_dot_v1_dot_history__pb2.WatchReadyResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListTasks(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ratchet.internal.history.v1.HistoryService/ListTasks',
+            ratchet_dot_internal_dot_history_dot_v1_dot_history__pb2.ListTasksRequest.SerializeToString,
+            ratchet_dot_internal_dot_history_dot_v1_dot_history__pb2.ListTasksResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CountTasks(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ratchet.internal.history.v1.HistoryService/CountTasks',
+            ratchet_dot_internal_dot_history_dot_v1_dot_history__pb2.CountTasksRequest.SerializeToString,
+            ratchet_dot_internal_dot_history_dot_v1_dot_history__pb2.CountTasksResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def StartBulkOperation(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ratchet.internal.history.v1.HistoryService/StartBulkOperation',
+            ratchet_dot_internal_dot_history_dot_v1_dot_history__pb2.StartBulkOperationRequest.SerializeToString,
+            ratchet_dot_internal_dot_history_dot_v1_dot_history__pb2.StartBulkOperationResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetBulkOperation(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ratchet.internal.history.v1.HistoryService/GetBulkOperation',
+            ratchet_dot_internal_dot_history_dot_v1_dot_history__pb2.GetBulkOperationRequest.SerializeToString,
+            ratchet_dot_internal_dot_history_dot_v1_dot_history__pb2.GetBulkOperationResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CancelBulkOperation(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ratchet.internal.history.v1.HistoryService/CancelBulkOperation',
+            ratchet_dot_internal_dot_history_dot_v1_dot_history__pb2.CancelBulkOperationRequest.SerializeToString,
+            ratchet_dot_internal_dot_history_dot_v1_dot_history__pb2.CancelBulkOperationResponse.FromString,
             options,
             channel_credentials,
             insecure,
