@@ -31,7 +31,8 @@ class Guards:
                   "task that kills its worker retries forever.")
     timer_skip_locked: bool = field(
         True, doc="True (safe): FireTimers locks the timers and tasks it claims (FOR UPDATE SKIP "
-                  "LOCKED). False: timers are read without locks and may fire twice concurrently.")
+                  "LOCKED) and applies them as compare-and-sets. False: timers are read without locks "
+                  "and applied without re-checking the task, so one timer can fire twice.")
 
     @classmethod
     def from_value(cls, value: object) -> "Guards":

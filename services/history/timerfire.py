@@ -53,7 +53,8 @@ async def fire_timers(conn: asyncpg.Connection, store: Store, *, max_timers: int
         rounds = max((len(p.transitions) for _, p in plans.values()), default=0)
         for k in range(rounds):
             await store.task_transition_apply(
-                conn, [p.transitions[k] for _, p in plans.values() if len(p.transitions) > k])
+                conn, [p.transitions[k] for _, p in plans.values() if len(p.transitions) > k],
+                fenced=guards.timer_skip_locked)
         cancels = [(tid, v.lease_epoch, p.cancel_reason.value) for tid, (v, p) in plans.items() if p.cancel_reason]
         if cancels:
             await store.task_cancel_request_batch(conn, [c[0] for c in cancels], [c[1] for c in cancels],

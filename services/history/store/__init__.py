@@ -138,12 +138,16 @@ class Store:
             return await self._run(conn, "task_complete_lock", _uuids(ids), list(epochs))
         return await self._run(conn, "task_complete_lock_unfenced", _uuids(ids))
 
-    async def task_transition_apply(self, conn, ts: Sequence[Transition]) -> dict[str, tuple[str, int]]:
-        """Apply transitions (one per task); returns {task_id: (state, version)} of those applied."""
+    async def task_transition_apply(self, conn, ts: Sequence[Transition],
+                                    fenced: bool = True) -> dict[str, tuple[str, int]]:
+        """Apply transitions (one per task); returns {task_id: (state, version)} of those applied.
+
+        fenced=False (test-only, guards.timer_skip_locked off) drops the compare-and-set.
+        """
         def err(e, attr):
             return getattr(e, attr) if e is not None else None
         recs = await self._run(
-            conn, "task_transition_apply",
+            conn, "task_transition_apply" if fenced else "task_transition_apply_unfenced",
             _uuids([t.task_id for t in ts]), [t.from_state.value for t in ts], [t.lease_epoch for t in ts],
             [t.to_state.value for t in ts], [t.delay_s for t in ts], [t.result for t in ts],
             [err(t.error, "error_class") for t in ts], [err(t.error, "message") for t in ts],

@@ -262,7 +262,70 @@ upd AS (
                                    ELSE t.cancel_requested END,
            cancel_reason = CASE WHEN i.to_state IN ('RETRY_WAIT', 'ENQUEUED') THEN NULL ELSE t.cancel_reason END
       FROM i, now
-     WHERE t.task_id = i.task_id AND t.state = i.from_state AND t.lease_epoch = i.lease_epoch
+     WHERE t.task_id = i.task_id
+       AND t.state = i.from_state AND t.lease_epoch = i.lease_epoch
+    RETURNING t.task_id, t.version, t.state, t.lease_epoch, t.attempt, t.run_at, t.updated_at
+),
+tr AS (
+    INSERT INTO task_transitions (task_id, version, from_state, to_state, lease_epoch, at, reason)
+    SELECT upd.task_id, upd.version, i.from_state, upd.state, upd.lease_epoch, upd.updated_at, i.reason
+      FROM upd JOIN i ON i.task_id = upd.task_id
+),
+att AS (
+    UPDATE task_attempts a
+       SET finished_at = upd.updated_at, outcome = i.attempt_outcome,
+           error_class = i.attempt_error_class, error_message = i.attempt_error_message,
+           error_stack = i.attempt_error_stack
+      FROM upd JOIN i ON i.task_id = upd.task_id
+     WHERE i.attempt_outcome IS NOT NULL AND a.task_id = upd.task_id AND a.attempt = upd.attempt
+       AND a.lease_epoch = upd.lease_epoch AND a.outcome = 'RUNNING'
+),
+gone AS (
+    DELETE FROM timers m USING upd
+     WHERE m.task_id = upd.task_id
+       AND (m.kind = 'lease' OR upd.state IN ('SUCCEEDED', 'FAILED', 'CANCELED', 'EXPIRED'))
+),
+retry_timer AS (
+    INSERT INTO timers (task_id, kind, fire_at, lease_epoch)
+    SELECT upd.task_id, 'retry', upd.run_at, upd.lease_epoch FROM upd WHERE upd.state = 'RETRY_WAIT'
+    ON CONFLICT (task_id, kind) DO UPDATE SET fire_at = EXCLUDED.fire_at, lease_epoch = EXCLUDED.lease_epoch
+)
+SELECT upd.task_id, upd.state, upd.version FROM upd
+
+-- name: task_transition_apply_unfenced
+-- transitions: LEASED->SUCCEEDED, LEASED->RETRY_WAIT, LEASED->FAILED, LEASED->CANCELED, RETRY_WAIT->ENQUEUED, RETRY_WAIT->CANCELED, RETRY_WAIT->EXPIRED, ENQUEUED->CANCELED, ENQUEUED->EXPIRED
+-- TEST-ONLY (guards.timer_skip_locked = false): task_transition_apply without
+-- its compare-and-set, so a timer fired twice applies twice. Kept identical to
+-- task_transition_apply but for the guard line (a unit test checks).
+WITH now AS (SELECT clock_timestamp() AS t),
+i AS (
+    SELECT * FROM unnest($1::uuid[], $2::text[], $3::bigint[], $4::text[], $5::float8[], $6::bytea[],
+                         $7::text[], $8::text[], $9::text[], $10::text[], $11::text[], $12::text[],
+                         $13::text[], $14::text[])
+        AS i(task_id, from_state, lease_epoch, to_state, delay_s, result, error_class, error_message,
+             error_stack, reason, attempt_outcome, attempt_error_class, attempt_error_message,
+             attempt_error_stack)
+),
+upd AS (
+    UPDATE tasks t
+       SET state = i.to_state,
+           version = t.version + 1,
+           updated_at = now.t,
+           finished_at = CASE WHEN i.to_state IN ('SUCCEEDED', 'FAILED', 'CANCELED', 'EXPIRED') THEN now.t END,
+           run_at = CASE WHEN i.to_state = 'RETRY_WAIT'
+                         THEN now.t + make_interval(secs => COALESCE(i.delay_s, 0)) ELSE t.run_at END,
+           result = COALESCE(i.result, t.result),
+           error_class = COALESCE(i.error_class, t.error_class),
+           error_message = CASE WHEN i.error_class IS NOT NULL THEN i.error_message ELSE t.error_message END,
+           error_stack = CASE WHEN i.error_class IS NOT NULL THEN i.error_stack ELSE t.error_stack END,
+           lease_expires_at = NULL,
+           attempt_deadline = NULL,
+           kill_at = NULL,
+           cancel_requested = CASE WHEN i.to_state IN ('RETRY_WAIT', 'ENQUEUED') THEN false
+                                   ELSE t.cancel_requested END,
+           cancel_reason = CASE WHEN i.to_state IN ('RETRY_WAIT', 'ENQUEUED') THEN NULL ELSE t.cancel_reason END
+      FROM i, now
+     WHERE t.task_id = i.task_id
     RETURNING t.task_id, t.version, t.state, t.lease_epoch, t.attempt, t.run_at, t.updated_at
 ),
 tr AS (

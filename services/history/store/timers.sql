@@ -31,7 +31,8 @@ SELECT due.* FROM due JOIN gone ON gone.task_id = due.task_id AND gone.kind = du
 
 -- name: timer_claim_due_unlocked
 -- TEST-ONLY (guards.timer_skip_locked = false): reads due timers without
--- locking them or their tasks, so two firers can fire one timer twice.
+-- locking them or their tasks and returns them whether or not this call got
+-- to delete them, so two firers can fire one timer twice.
 WITH due AS (
     SELECT m.task_id, m.kind, m.fire_at, m.lease_epoch AS timer_epoch,
            t.state, t.lease_epoch, t.attempt, t.max_attempts, t.retry_policy, t.non_retryable,
@@ -46,7 +47,10 @@ WITH due AS (
      LIMIT $1
 ),
 gone AS (
-    DELETE FROM timers m USING due WHERE m.task_id = due.task_id AND m.kind = due.kind
+    DELETE FROM timers m
+     WHERE (m.task_id, m.kind) IN (SELECT x.task_id, x.kind FROM timers x JOIN due
+                                       ON due.task_id = x.task_id AND due.kind = x.kind
+                                      FOR UPDATE OF x SKIP LOCKED)
 )
 SELECT due.* FROM due ORDER BY due.fire_at
 

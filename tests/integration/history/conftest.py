@@ -66,11 +66,11 @@ async def make_hist(pg_cluster):
     """make_hist(**config_overrides) -> a private Hist on fresh shard databases."""
     made: list[Hist] = []
 
-    async def make(**overrides) -> Hist:
+    async def make(check_logs: bool = True, **overrides) -> Hist:
         h = await start_hist(_new_dbs(pg_cluster), **overrides)
-        made.append(h)
+        made.append((h, check_logs))
         return h
 
     yield make
-    for h in made:
-        await stop_hist(h)
+    for h, check_logs in made:
+        await stop_hist(h, check_logs)

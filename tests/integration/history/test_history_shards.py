@@ -97,6 +97,42 @@ async def test_disabled_charge_guard_never_exhausts_on_lease_expiry(make_hist):
     await hist.fire_until_state(task_id, "t", "ENQUEUED")  # with the guard on this would be FAILED
 
 
+async def _race_two_firers(hist, query: str) -> list[int]:
+    """Two FireTimers calls whose claims both finish before either applies (a gate on the claim)."""
+    arrived, both = [], asyncio.Event()
+
+    async def gate(_name: str) -> None:
+        arrived.append(1)
+        if len(arrived) >= 2:
+            both.set()
+        await asyncio.wait_for(both.wait(), 5)
+
+    hist.server.store.after[query] = gate
+    try:
+        fired = await asyncio.gather(hist.fire(), hist.fire())
+    finally:
+        hist.server.store.after.pop(query)
+    return [f.fired for f in fired]
+
+
+@pytest.mark.parametrize("skip_locked", [True, False])
+async def test_timer_exclusivity_guard_and_its_test_only_switch(make_hist, skip_locked):
+    from .helpers import check_transition_logs
+    hist = await make_hist(check_logs=skip_locked, guards={"timer_skip_locked": skip_locked})
+    task_id = await hist.create_one("t", "app", base_s=30)
+    await hist.lease_one("app", lease_s=0.05)
+    await asyncio.sleep(0.2)  # the lease has expired; its timer is due
+    fired = await _race_two_firers(hist, "timer_claim_due" if skip_locked else "timer_claim_due_unlocked")
+    log = [s for _, _, s, _ in await hist.log(task_id)]
+    if skip_locked:
+        assert sorted(fired) == [0, 1] and log == ["ENQUEUED", "LEASED", "RETRY_WAIT"]
+        await check_transition_logs(hist.dsns[1])
+    else:
+        assert fired == [1, 1] and log == ["ENQUEUED", "LEASED", "RETRY_WAIT", "RETRY_WAIT"]
+        with pytest.raises(AssertionError, match="chain"):
+            await check_transition_logs(hist.dsns[1])
+
+
 def _healthy(port: int) -> bool:
     with grpc.insecure_channel(f"127.0.0.1:{port}") as ch:
         try:
