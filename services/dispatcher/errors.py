@@ -13,11 +13,12 @@ import grpc
 log = logging.getLogger(__name__)
 
 # History answers that mean "try again later": the shard (or history itself)
-# is down, overloaded or slow. Anything else is a real refusal.
+# is down or slow, or a transaction was rolled back by contention. Anything
+# else is a real refusal (RESOURCE_EXHAUSTED is "too large" on this mesh, not
+# "busy": retrying it would never succeed).
 TRANSIENT_CODES = frozenset({
     grpc.StatusCode.UNAVAILABLE,
     grpc.StatusCode.DEADLINE_EXCEEDED,
-    grpc.StatusCode.RESOURCE_EXHAUSTED,
     grpc.StatusCode.ABORTED,
 })
 

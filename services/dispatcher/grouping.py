@@ -3,7 +3,7 @@ request order. Pure functions: no I/O."""
 
 from __future__ import annotations
 
-from typing import Callable, Mapping, Sequence, TypeVar
+from typing import Callable, Hashable, Mapping, Sequence, TypeVar
 
 from ratchet.services.dispatcher.errors import DispatcherError
 
@@ -24,15 +24,21 @@ def group_by_shard(items: Sequence[T], shard_of: Callable[[T], int]) -> dict[int
     return groups
 
 
+def chunked(groups: Mapping[int, Sequence[int]], size: int) -> dict[tuple[int, int], list[int]]:
+    """Split each shard's indices into runs of at most `size`, keyed (shard, run number)."""
+    return {(shard, n // size): list(indices[n:n + size])
+            for shard, indices in groups.items() for n in range(0, len(indices), size)}
+
+
 def pick(items: Sequence[T], indices: Sequence[int]) -> list[T]:
     """The items at `indices`, in that order."""
     return [items[i] for i in indices]
 
 
-def merge_in_order(total: int, groups: Mapping[int, Sequence[int]],
-                   answers: Mapping[int, Sequence[R]]) -> list[R]:
-    """One answer per request item, in request order. `answers[shard][k]`
-    answers item `groups[shard][k]`."""
+def merge_in_order(total: int, groups: Mapping[Hashable, Sequence[int]],
+                   answers: Mapping[Hashable, Sequence[R]]) -> list[R]:
+    """One answer per request item, in request order. `answers[key][k]`
+    answers item `groups[key][k]` (key: a shard, or a (shard, run) pair)."""
     merged: list[R | None] = [None] * total
     for shard, indices in groups.items():
         answer = answers[shard]

@@ -21,12 +21,14 @@ from typing import Sequence
 
 from ratchet.internal.history.v1 import history_pb2 as hpb
 from ratchet.services.dispatcher.errors import CallUnavailable, ShardUnavailable
-from ratchet.services.dispatcher.grouping import group_by_shard, merge_in_order, pick
+from ratchet.services.dispatcher.grouping import chunked, group_by_shard, merge_in_order, pick
 from ratchet.services.dispatcher.history_client import HistoryClient
 
 log = logging.getLogger(__name__)
 
 UNCHANGED_REASON = "shard unavailable, lease unchanged"
+# History takes at most this many leases per RecordHeartbeats.
+MAX_PER_CALL = 1000
 
 
 def unchanged(leases: Sequence[hpb.LeaseRef]) -> list[hpb.HeartbeatResult]:
@@ -40,22 +42,22 @@ async def record_heartbeats(history: HistoryClient, leases: Sequence[hpb.LeaseRe
     """One HeartbeatResult per lease, in request order."""
     if not leases:
         return []
-    groups = group_by_shard(leases, lambda ref: ref.shard_id)
-    shards = list(groups)
+    groups = chunked(group_by_shard(leases, lambda ref: ref.shard_id), MAX_PER_CALL)
+    keys = list(groups)
     outcomes = await asyncio.gather(
-        *(history.record_heartbeats(shard, pick(leases, groups[shard])) for shard in shards),
+        *(history.record_heartbeats(shard, pick(leases, groups[(shard, n)])) for shard, n in keys),
         return_exceptions=True)
-    answers: dict[int, Sequence[hpb.HeartbeatResult]] = {}
+    answers: dict[tuple[int, int], Sequence[hpb.HeartbeatResult]] = {}
     failed: list[ShardUnavailable] = []
-    for shard, outcome in zip(shards, outcomes):
+    for key, outcome in zip(keys, outcomes):
         if isinstance(outcome, ShardUnavailable):
             failed.append(outcome)
-            answers[shard] = unchanged(pick(leases, groups[shard]))
+            answers[key] = unchanged(pick(leases, groups[key]))
         elif isinstance(outcome, BaseException):
             raise outcome
         else:
-            answers[shard] = outcome.results
-    if len(failed) == len(shards):
+            answers[key] = outcome.results
+    if len(failed) == len(keys):
         raise CallUnavailable(f"no lease was extended: {'; '.join(str(e) for e in failed)}")
     for err in failed:
         log.warning("heartbeats for shard %d not recorded (%s); answered CONTINUE, lease unchanged",

@@ -26,3 +26,12 @@ def test_a_short_answer_is_an_error_not_a_silent_gap():
     groups = {0: [0, 1]}
     with pytest.raises(MismatchedAnswer, match="2 items"):
         merge_in_order(2, groups, {0: ["only one"]})
+
+
+def test_chunks_split_big_shards_and_merge_back():
+    from ratchet.services.dispatcher.grouping import chunked
+    items = [i % 2 for i in range(7)]  # shard 0 at even indexes, shard 1 at odd ones
+    groups = chunked(group_by_shard(items, lambda s: s), 2)
+    assert groups == {(0, 0): [0, 2], (0, 1): [4, 6], (1, 0): [1, 3], (1, 1): [5]}
+    answers = {key: [f"r{i}" for i in idx] for key, idx in groups.items()}
+    assert merge_in_order(7, groups, answers) == [f"r{i}" for i in range(7)]
