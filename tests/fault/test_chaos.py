@@ -13,6 +13,7 @@ import pytest
 from tests.fault.conftest import fault_seed
 from tests.fault.harness import nemesis as n
 from tests.fault.harness.assertions import assert_caught, assert_valid
+from tests.fault.harness.platform import faketime_library
 from tests.fault.harness.report import write_report
 from tests.fault.harness.scenario import Scenario, run_scenario
 from tests.fault.harness.workload import MIX, WorkloadConfig
@@ -110,6 +111,8 @@ def chaos_report(fault_root):
 @pytest.mark.timeout(400)
 @pytest.mark.parametrize("name", list(MATRIX))
 def test_chaos(name, fault_root):
+    if MATRIX[name].skew_services and faketime_library() is None:
+        pytest.skip("libfaketime is not installed (Debian package faketime; `make chaos` installs it as root)")
     verdict = run_scenario(MATRIX[name], fault_seed(11), fault_root)
     _VERDICTS.append(verdict)
     assert_valid(verdict)
