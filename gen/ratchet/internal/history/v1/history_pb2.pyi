@@ -373,20 +373,22 @@ class CountTasksResponse(_message.Message):
     def __init__(self, count: _Optional[int] = ...) -> None: ...
 
 class StartBulkOperationRequest(_message.Message):
-    __slots__ = ("shard_id", "operation_id", "tenant_id", "app_id", "kind", "filter")
+    __slots__ = ("shard_id", "operation_id", "tenant_id", "app_id", "kind", "filter", "registered_task_types")
     SHARD_ID_FIELD_NUMBER: _ClassVar[int]
     OPERATION_ID_FIELD_NUMBER: _ClassVar[int]
     TENANT_ID_FIELD_NUMBER: _ClassVar[int]
     APP_ID_FIELD_NUMBER: _ClassVar[int]
     KIND_FIELD_NUMBER: _ClassVar[int]
     FILTER_FIELD_NUMBER: _ClassVar[int]
+    REGISTERED_TASK_TYPES_FIELD_NUMBER: _ClassVar[int]
     shard_id: int
     operation_id: str
     tenant_id: str
     app_id: str
     kind: _tasks_pb2.BulkOperationKind
     filter: _tasks_pb2.TaskFilter
-    def __init__(self, shard_id: _Optional[int] = ..., operation_id: _Optional[str] = ..., tenant_id: _Optional[str] = ..., app_id: _Optional[str] = ..., kind: _Optional[_Union[_tasks_pb2.BulkOperationKind, str]] = ..., filter: _Optional[_Union[_tasks_pb2.TaskFilter, _Mapping]] = ...) -> None: ...
+    registered_task_types: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, shard_id: _Optional[int] = ..., operation_id: _Optional[str] = ..., tenant_id: _Optional[str] = ..., app_id: _Optional[str] = ..., kind: _Optional[_Union[_tasks_pb2.BulkOperationKind, str]] = ..., filter: _Optional[_Union[_tasks_pb2.TaskFilter, _Mapping]] = ..., registered_task_types: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class StartBulkOperationResponse(_message.Message):
     __slots__ = ("operation",)
