@@ -62,5 +62,8 @@ async def fire_timers(conn: asyncpg.Connection, store: Store, *, max_timers: int
         lease = [(tid, v.lease_epoch) for tid, (v, p) in plans.items() if p.reschedule_lease]
         if lease:
             await store.timer_lease_reschedule_batch(conn, [t for t, _ in lease], [e for _, e in lease])
+        if not guards.timer_skip_locked:
+            # The unlocked claim deleted nothing; delete what fired, after the task rows.
+            await store.timer_delete_batch(conn, [(str(r["task_id"]), r["kind"], r["fire_at"]) for r in rows])
         next_in = await store.timer_next_in(conn)
     return FireOut(len(rows), any(p.ready for _, p in plans.values()), next_in)

@@ -168,6 +168,11 @@ class Store:
         name = "timer_claim_due" if locked else "timer_claim_due_unlocked"
         return await self._run(conn, name, max_timers)
 
+    async def timer_delete_batch(self, conn, timers: Sequence[tuple[str, str, datetime]]) -> None:
+        """Delete fired timer instances (task_id, kind, fire_at)."""
+        await self._run(conn, "timer_delete_batch", _uuids([t[0] for t in timers]), [t[1] for t in timers],
+                        [t[2] for t in timers])
+
     async def timer_lease_reschedule_batch(self, conn, ids: Sequence[str], epochs: Sequence[int]) -> None:
         await self._run(conn, "timer_lease_reschedule_batch", _uuids(ids), list(epochs))
 

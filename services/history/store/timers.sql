@@ -31,28 +31,26 @@ SELECT due.* FROM due JOIN gone ON gone.task_id = due.task_id AND gone.kind = du
 
 -- name: timer_claim_due_unlocked
 -- TEST-ONLY (guards.timer_skip_locked = false): reads due timers without
--- locking them or their tasks and returns them whether or not this call got
--- to delete them, so two firers can fire one timer twice.
-WITH due AS (
-    SELECT m.task_id, m.kind, m.fire_at, m.lease_epoch AS timer_epoch,
-           t.state, t.lease_epoch, t.attempt, t.max_attempts, t.retry_policy, t.non_retryable,
-           t.cancel_requested, t.cancel_reason,
-           t.run_at <= clock_timestamp() AS due_now,
-           COALESCE(t.lease_expires_at <= clock_timestamp(), false) AS lease_expired,
-           COALESCE(t.attempt_deadline <= clock_timestamp(), false) AS deadline_passed,
-           COALESCE(t.kill_at <= clock_timestamp(), false) AS kill_passed
-      FROM timers m JOIN tasks t ON t.task_id = m.task_id
-     WHERE m.fire_at <= clock_timestamp()
-     ORDER BY m.fire_at
-     LIMIT $1
-),
-gone AS (
-    DELETE FROM timers m
-     WHERE (m.task_id, m.kind) IN (SELECT x.task_id, x.kind FROM timers x JOIN due
-                                       ON due.task_id = x.task_id AND due.kind = x.kind
-                                      FOR UPDATE OF x SKIP LOCKED)
-)
-SELECT due.* FROM due ORDER BY due.fire_at
+-- locking or deleting them (the caller deletes the fired instances after
+-- applying them), so two firers can fire one timer twice.
+SELECT m.task_id, m.kind, m.fire_at, m.lease_epoch AS timer_epoch,
+       t.state, t.lease_epoch, t.attempt, t.max_attempts, t.retry_policy, t.non_retryable,
+       t.cancel_requested, t.cancel_reason,
+       t.run_at <= clock_timestamp() AS due_now,
+       COALESCE(t.lease_expires_at <= clock_timestamp(), false) AS lease_expired,
+       COALESCE(t.attempt_deadline <= clock_timestamp(), false) AS deadline_passed,
+       COALESCE(t.kill_at <= clock_timestamp(), false) AS kill_passed
+  FROM timers m JOIN tasks t ON t.task_id = m.task_id
+ WHERE m.fire_at <= clock_timestamp()
+ ORDER BY m.fire_at
+ LIMIT $1
+
+-- name: timer_delete_batch
+-- Delete these timer instances, each only if it still fires at the same
+-- time (a timer rescheduled meanwhile is a new instance and stays).
+DELETE FROM timers m
+ USING unnest($1::uuid[], $2::text[], $3::timestamptz[]) AS i(task_id, kind, fire_at)
+ WHERE m.task_id = i.task_id AND m.kind = i.kind AND m.fire_at = i.fire_at
 
 -- name: timer_lease_reschedule_batch
 -- (Re)set the lease timer of leases still held to their next event: lease
