@@ -13,6 +13,7 @@ FaultPlatform is ratchet.cli.platform.LocalPlatform plus:
 from __future__ import annotations
 
 import glob
+import json
 import os
 import pathlib
 import signal
@@ -41,6 +42,11 @@ class FaultPlatform(LocalPlatform):
 
     def __init__(self, state_dir, shards: int = 2, overrides: dict | None = None, *,
                  links: tuple[str, ...] = (), skew_services: tuple[str, ...] = (), **kwargs):
+        # RATCHET_FAULT_SERVICE_MODULES='{"gateway": "pkg.module"}' runs a stand-in for a service
+        # (a local debugging aid; the default runs the real services).
+        modules = json.loads(os.environ.get("RATCHET_FAULT_SERVICE_MODULES") or "{}")
+        if modules:
+            kwargs["service_modules"] = {**modules, **kwargs.get("service_modules", {})}
         super().__init__(state_dir, shards=shards, overrides=overrides, **kwargs)
         unknown = set(links) - set(LINKS)
         if unknown:
