@@ -90,7 +90,7 @@ async def run_physical(run: Run) -> None:
         for c in clients:
             run.record(await phys.phys_job(c))
         for w in ((2,) if run.quick else (1, 2, 4)):
-            rows = 200_000 if run.quick else 500_000
+            rows = 100_000 if run.quick else 500_000
             run.record(await phys.phys_batched(w, 100, rows))
 
 

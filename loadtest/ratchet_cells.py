@@ -45,6 +45,7 @@ class Bench:
                  shards: dict[str, asyncpg.Connection]):
         self.run, self.pt, self.gw, self.admin, self.shards = run, pt, gw, admin, shards
         self.probe_queries = 0  # our own read-only commits on shard databases
+        self.last_control_commits = 0
 
     @property
     def dbs(self) -> list[str]:
@@ -55,12 +56,16 @@ class Bench:
         self.probe_queries += 1
         return await conn.fetchval(Q["shard_clock_now"], timeout=10)
 
-    async def unfinished(self) -> int:
-        """Tasks not yet terminal, over all shards."""
+    async def _count(self, query: str) -> int:
         self.probe_queries += len(self.shards)
-        counts = await asyncio.gather(*(c.fetchval(Q["task_count_unfinished"], timeout=30)
-                                        for c in self.shards.values()))
+        counts = await asyncio.gather(*(c.fetchval(Q[query], timeout=30) for c in self.shards.values()))
         return sum(int(n) for n in counts)
+
+    async def unfinished(self) -> int:
+        """Tasks not yet terminal over all shards (the ENQUEUED count while there are any:
+        a full count scans the table, and a probe must not slow the drain it watches)."""
+        enqueued = await self._count("task_count_enqueued")
+        return enqueued if enqueued else await self._count("task_count_unfinished")
 
     async def measure(self, fn: Callable[[], Awaitable[Any]], *, settle_s: float = PLATFORM_SETTLE_S):
         """Run fn between counter/CPU snapshots -> (result, Delta, cpu_ms, wall_s)."""
@@ -75,6 +80,7 @@ class Bench:
         snap_b = await dbstats.snapshot(self.admin)
         settled = await dbstats.settle(self.admin, self.dbs, min_wait_s=settle_s)
         d = dbstats.delta(snap_a, snap_b, self.dbs, settled)
+        self.last_control_commits = dbstats.delta(snap_a, snap_b, [CONTROL_DB], settled).commits
         # Our own probes are read-only commits on the shards: take them out.
         d = dbstats.Delta(**{**d.__dict__, "commits": d.commits - (self.probe_queries - probes0)})
         cpu_ms = cpu.diff_ms(cpu_a, cpu_b, children_label={"hostagent": "sandboxes"})
@@ -89,7 +95,9 @@ class Bench:
                  cpu_ms_per_task=cpu.per_task(cpu_ms or {}, n), **kw)
         if d is not None:
             c.apply_amplification(d.per_task(n))
-            c.extra.setdefault("commits_by_db", d.commits_by_db)
+            c.extra.setdefault("commits_by_db", {**d.commits_by_db, CONTROL_DB: self.last_control_commits})
+            c.extra.setdefault("control_commits_per_task",
+                               round(self.last_control_commits / n, 3) if n else None)
         return c
 
 

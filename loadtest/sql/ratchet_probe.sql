@@ -2,7 +2,12 @@
 -- migrations). The bench reads the platform's own timings here; it never
 -- writes to a shard.
 
+-- name: task_count_enqueued
+-- Cheap while a drain runs: answered from the partial dispatch index.
+SELECT count(*) FROM tasks WHERE state = 'ENQUEUED';
+
 -- name: task_count_unfinished
+-- A full scan: only once nothing is ENQUEUED any more.
 SELECT count(*) FROM tasks WHERE state IN ('ENQUEUED', 'LEASED', 'RETRY_WAIT');
 
 -- name: task_drain_summary
