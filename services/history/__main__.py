@@ -14,6 +14,7 @@ from ratchet.services.history.server import HistoryServer
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Parse --config, load and validate it, serve until SIGTERM/SIGINT; returns the exit code."""
     parser = argparse.ArgumentParser(
         prog="python -m ratchet.services.history",
         description="Ratchet history service. Config fields (env prefix RATCHET_HISTORY_):\n"
@@ -29,6 +30,7 @@ def main(argv: list[str] | None = None) -> int:
     setup_logging("history", cfg.log_level)
 
     async def serve(stop: asyncio.Event) -> None:
+        """Run the server until the stop event is set."""
         server = HistoryServer(cfg)
         await server.start()
         try:

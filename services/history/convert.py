@@ -142,6 +142,7 @@ def lease_seconds(d, default_s: float, where: str = "lease_duration") -> float:
 
 
 def timestamp(value: dt.datetime | None) -> timestamp_pb2.Timestamp | None:
+    """A datetime as a Timestamp (None stays None)."""
     if value is None:
         return None
     out = timestamp_pb2.Timestamp()
@@ -163,6 +164,7 @@ def _task_error(cls: str | None, msg: str | None, stack: str | None) -> tasks_pb
 
 
 def attempt_to_proto(a) -> tasks_pb2.Attempt:
+    """A task_attempts row in the public Attempt shape."""
     out = tasks_pb2.Attempt(attempt=a["attempt"], lease_epoch=a["lease_epoch"], worker_id=a["worker_id"],
                             outcome=taskstate.outcome_to_proto(a["outcome"]),
                             started_at=timestamp(a["started_at"]), finished_at=timestamp(a["finished_at"]))
@@ -194,6 +196,7 @@ def task_to_proto(row, attempts) -> tasks_pb2.Task:
 
 
 def leased_to_proto(shard_id: int, r, lease_s: float) -> history_pb2.LeasedTask:
+    """A row returned by task_lease_batch as a LeasedTask."""
     out = history_pb2.LeasedTask(
         shard_id=shard_id, task_id=str(r["task_id"]), tenant_id=r["tenant_id"], app_id=r["app_id"],
         task_type=r["task_type"], queue=r["queue"], payload_json=bytes(r["payload"]), attempt=r["attempt"],

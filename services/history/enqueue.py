@@ -32,6 +32,7 @@ class NewTaskIn:
 
     @property
     def key(self) -> Key | None:
+        """(tenant_id, app_id, idempotency_key), or None for an unkeyed task."""
         if self.row.idempotency_key is None:
             return None
         return (self.row.tenant_id, self.row.app_id, self.row.idempotency_key)

@@ -47,6 +47,7 @@ class HistoryServicer(history_pb2_grpc.HistoryServiceServicer):
 
     @rpc
     async def CreateTasks(self, request, context):
+        """See history.proto: insert tasks in one transaction, honouring idempotency keys."""
         shard = self.shards.get(request.shard_id)
         _batch(request.tasks, "tasks")
         items = [enqueue.NewTaskIn(*convert.new_task(t, i)) for i, t in enumerate(request.tasks)]
@@ -62,6 +63,7 @@ class HistoryServicer(history_pb2_grpc.HistoryServiceServicer):
 
     @rpc
     async def GetTask(self, request, context):
+        """See history.proto: one task with its attempts; NOT_FOUND unless the tenant owns it."""
         shard = self.shards.get(request.shard_id)
         task_id = convert.task_id(request.task_id, "task_id")
         if not request.tenant_id:
@@ -72,6 +74,7 @@ class HistoryServicer(history_pb2_grpc.HistoryServiceServicer):
 
     @rpc
     async def CancelTask(self, request, context):
+        """See history.proto: immediate for ENQUEUED/RETRY_WAIT, a flag for LEASED."""
         shard = self.shards.get(request.shard_id)
         task_id = convert.task_id(request.task_id, "task_id")
         if not request.tenant_id:
@@ -83,6 +86,7 @@ class HistoryServicer(history_pb2_grpc.HistoryServiceServicer):
 
     @rpc
     async def LeaseTasks(self, request, context):
+        """See history.proto: lease ready tasks round-robin over tenants."""
         shard = self.shards.get(request.shard_id)
         if not request.worker_id:
             raise InvalidArgument("worker_id is required")
@@ -100,6 +104,7 @@ class HistoryServicer(history_pb2_grpc.HistoryServiceServicer):
 
     @rpc
     async def RecordHeartbeats(self, request, context):
+        """See history.proto: extend leases; stale ones are LEASE_LOST."""
         shard = self.shards.get(request.shard_id)
         _batch(request.leases, "leases")
         leases = [convert.lease_ref(p, i, shard.id) for i, p in enumerate(request.leases)]
@@ -119,6 +124,7 @@ class HistoryServicer(history_pb2_grpc.HistoryServiceServicer):
 
     @rpc
     async def CompleteTasks(self, request, context):
+        """See history.proto: apply attempt outcomes fenced by the lease epoch."""
         shard = self.shards.get(request.shard_id)
         _batch(request.completions, "completions")
         items = [convert.completion(p, i, shard.id) for i, p in enumerate(request.completions)]
@@ -133,6 +139,7 @@ class HistoryServicer(history_pb2_grpc.HistoryServiceServicer):
 
     @rpc
     async def FireTimers(self, request, context):
+        """See history.proto: claim and apply due timers."""
         shard = self.shards.get(request.shard_id)
         limit = request.max_timers or DEFAULT_TIMER_BATCH
         if not 1 <= limit <= MAX_TIMER_BATCH:
@@ -149,6 +156,7 @@ class HistoryServicer(history_pb2_grpc.HistoryServiceServicer):
 
     @rpc_stream
     async def WatchReady(self, request, context):
+        """See history.proto: stream coalesced ready events for the watched shards."""
         shard_ids = list(request.shard_ids) or self.shards.ids
         for sid in shard_ids:
             self.shards.get(sid)  # unknown shards are refused up front

@@ -26,10 +26,12 @@ class Retry:
     jitter: bool = True
 
     def to_json(self) -> dict:
+        """The stored jsonb form."""
         return dataclasses.asdict(self)
 
     @classmethod
     def from_json(cls, data: dict) -> "Retry":
+        """From the stored jsonb form."""
         return cls(**{f.name: data[f.name] for f in dataclasses.fields(cls) if f.name in data})
 
 
@@ -42,10 +44,12 @@ class Timeouts:
     schedule_to_close_s: float | None = None
 
     def to_json(self) -> dict:
+        """The stored jsonb form."""
         return dataclasses.asdict(self)
 
     @classmethod
     def from_json(cls, data: dict) -> "Timeouts":
+        """From the stored jsonb form."""
         return cls(**{f.name: data[f.name] for f in dataclasses.fields(cls) if f.name in data})
 
 
@@ -86,6 +90,7 @@ def retry_from_proto(p: tasks_pb2.RetryPolicy, where: str = "retry") -> Retry:
 
 
 def retry_to_proto(r: Retry) -> tasks_pb2.RetryPolicy:
+    """A resolved policy in the public RetryPolicy shape."""
     return tasks_pb2.RetryPolicy(max_attempts=r.max_attempts, base=duration(r.base_s), factor=r.factor,
                                  cap=duration(r.cap_s), jitter=r.jitter)
 
@@ -104,6 +109,7 @@ def timeouts_from_proto(p: tasks_pb2.Timeouts, where: str = "timeouts") -> Timeo
 
 
 def timeouts_to_proto(t: Timeouts) -> tasks_pb2.Timeouts:
+    """Resolved timeouts in the public Timeouts shape (unlimited ones unset)."""
     out = tasks_pb2.Timeouts()
     if t.schedule_to_start_s is not None:
         out.schedule_to_start.CopyFrom(duration(t.schedule_to_start_s))

@@ -18,11 +18,13 @@ class Watcher:
         self.closed = False
 
     def notify(self, shard_id: int) -> None:
+        """Mark shard_id pending if this watcher watches it."""
         if shard_id in self.shard_ids:
             self._pending[shard_id] = None
             self._event.set()
 
     def close(self) -> None:
+        """End the stream: next() returns [] from now on."""
         self.closed = True
         self._event.set()
 
@@ -44,11 +46,13 @@ class ReadyHub:
         self._watchers: set[Watcher] = set()
 
     def watch(self, shard_ids: Iterable[int]) -> Watcher:
+        """Register a watcher of these shards."""
         w = Watcher(shard_ids)
         self._watchers.add(w)
         return w
 
     def unwatch(self, w: Watcher) -> None:
+        """Forget a watcher (its stream ended)."""
         self._watchers.discard(w)
 
     def publish(self, shard_id: int) -> None:
@@ -63,4 +67,5 @@ class ReadyHub:
 
     @property
     def watcher_count(self) -> int:
+        """How many streams are watching (tests wait on it)."""
         return len(self._watchers)

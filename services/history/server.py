@@ -35,10 +35,12 @@ class HistoryServer:
 
     @property
     def port(self) -> int:
+        """The bound gRPC port."""
         return self.rpc.port
 
     @property
     def address(self) -> str:
+        """host:port of the gRPC server."""
         return f"{self.cfg.host}:{self.port}"
 
     async def start(self) -> None:

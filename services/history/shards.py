@@ -39,6 +39,7 @@ class Shard:
 
     @property
     def available(self) -> bool:
+        """True once migrated and pooled."""
         return self.pool is not None
 
     async def connect(self) -> bool:
@@ -86,6 +87,7 @@ class Shard:
             await pool.release(conn)
 
     async def close(self) -> None:
+        """Close the pool(s), terminating connections that do not close in time."""
         if self.pool is not None:
             pool, self.pool = self.pool, None
             try:
@@ -102,6 +104,7 @@ class ShardSet:
 
     @property
     def ids(self) -> list[int]:
+        """Shard ids in order."""
         return list(self._shards)
 
     def __iter__(self):
@@ -115,6 +118,7 @@ class ShardSet:
             raise UnknownShard(shard_id, self.ids) from None
 
     def unavailable(self) -> list[Shard]:
+        """Shards not connected yet."""
         return [s for s in self._shards.values() if not s.available]
 
     async def connect_all(self) -> None:
@@ -125,4 +129,5 @@ class ShardSet:
                 log.warning("shard %s unavailable at start-up: %s", shard.id, shard.last_error)
 
     async def close(self) -> None:
+        """Close the pool(s), terminating connections that do not close in time."""
         await asyncio.gather(*(s.close() for s in self._shards.values()))

@@ -21,10 +21,12 @@ class ShardConnectLoop:
         self._task: asyncio.Task | None = None
 
     def start(self) -> None:
+        """Start the loop (idempotent)."""
         if self._task is None:
             self._task = asyncio.create_task(self._run(), name="history-shard-connect")
 
     async def stop(self) -> None:
+        """Stop the loop and wait for it."""
         if self._task is not None:
             self._task.cancel()
             try:

@@ -97,17 +97,21 @@ class Store:
         return {str(r["task_id"]): r["tenant_id"] for r in recs}
 
     async def task_get(self, conn, task_id: str) -> asyncpg.Record | None:
+        """The whole task row, or None."""
         return await self._run(conn, "task_get", uuid.UUID(task_id), fetch="row")
 
     async def task_lock(self, conn, task_id: str) -> asyncpg.Record | None:
+        """Lock one task row (FOR NO KEY UPDATE); None if it does not exist."""
         return await self._run(conn, "task_lock", uuid.UUID(task_id), fetch="row")
 
     async def task_state_batch(self, conn, ids: Sequence[str]) -> dict[str, str]:
+        """{task_id: state} for the ids that exist."""
         recs = await self._run(conn, "task_state_batch", _uuids(ids))
         return {str(r["task_id"]): r["state"] for r in recs}
 
     async def task_ready_tenants(self, conn, after: str, upto: str | None, app_ids: Sequence[str],
                                  limit: int) -> list[str]:
+        """Tenants with ready work in (after, upto], tenant order, at most `limit`."""
         recs = await self._run(conn, "task_ready_tenants", after, upto, list(app_ids), limit)
         return [r["tenant_id"] for r in recs]
 
@@ -120,20 +124,24 @@ class Store:
 
     async def task_lease_batch(self, conn, ids: Sequence[str], worker_id: str,
                                lease_s: float) -> list[asyncpg.Record]:
+        """Lease the claimed (locked) ids; returns the LeasedTask columns of each."""
         return await self._run(conn, "task_lease_batch", _uuids(ids), worker_id, lease_s)
 
     async def task_heartbeat_batch(self, conn, ids: Sequence[str], epochs: Sequence[int], lease_s: float,
                                    grace_s: float) -> list[asyncpg.Record]:
+        """Extend leases still held; returns a row per lease still held."""
         return await self._run(conn, "task_heartbeat_batch", _uuids(ids), list(epochs), lease_s, grace_s)
 
     async def task_cancel_request_batch(self, conn, ids: Sequence[str], epochs: Sequence[int],
                                         reasons: Sequence[str], grace_s: float) -> set[str]:
+        """Ask running attempts to stop; returns the ids whose lease matched."""
         recs = await self._run(conn, "task_cancel_request_batch", _uuids(ids), list(epochs), list(reasons),
                                grace_s)
         return {str(r["task_id"]) for r in recs}
 
     async def task_complete_lock(self, conn, ids: Sequence[str], epochs: Sequence[int],
                                  fenced: bool = True) -> list[asyncpg.Record]:
+        """Lock tasks whose lease is current (fenced=False: ignore the epoch, test-only)."""
         if fenced:
             return await self._run(conn, "task_complete_lock", _uuids(ids), list(epochs))
         return await self._run(conn, "task_complete_lock_unfenced", _uuids(ids))
@@ -158,13 +166,16 @@ class Store:
         return {str(r["task_id"]): (r["state"], r["version"]) for r in recs}
 
     async def attempt_list(self, conn, task_id: str) -> list[asyncpg.Record]:
+        """A task's attempts, oldest first."""
         return await self._run(conn, "attempt_list", uuid.UUID(task_id))
 
     async def transition_list(self, conn, task_id: str) -> list[asyncpg.Record]:
+        """A task's transition log in version order."""
         return await self._run(conn, "transition_list", uuid.UUID(task_id))
 
     # -- timers ---------------------------------------------------------------
     async def timer_claim_due(self, conn, max_timers: int, locked: bool = True) -> list[asyncpg.Record]:
+        """Claim and delete due timers with their tasks (locked=False: test-only read)."""
         name = "timer_claim_due" if locked else "timer_claim_due_unlocked"
         return await self._run(conn, name, max_timers)
 
@@ -174,9 +185,11 @@ class Store:
                         [t[2] for t in timers])
 
     async def timer_lease_reschedule_batch(self, conn, ids: Sequence[str], epochs: Sequence[int]) -> None:
+        """Set the lease timer of held leases to their next event."""
         await self._run(conn, "timer_lease_reschedule_batch", _uuids(ids), list(epochs))
 
     async def timer_next_in(self, conn) -> float | None:
+        """Seconds until the earliest timer (negative if overdue), or None."""
         return await self._run(conn, "timer_next_in", fetch="val")
 
     # -- idempotency keys -----------------------------------------------------
