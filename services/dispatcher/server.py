@@ -13,7 +13,7 @@ from ratchet.libs.clock import Clock, SystemClock
 from ratchet.libs.rpc.client import aio_channel
 from ratchet.libs.rpc.server import Server
 from ratchet.services.dispatcher.auth import AuthInterceptor, TokenVerifier
-from ratchet.services.dispatcher.completions import CompletionBatcher
+from ratchet.services.dispatcher.completions import MAX_IN_FLIGHT, CompletionBatcher
 from ratchet.services.dispatcher.config import DispatcherConfig
 from ratchet.services.dispatcher.handlers import DispatchServicer
 from ratchet.services.dispatcher.history_client import HistoryClient
@@ -29,8 +29,6 @@ from ratchet.services.dispatcher.shards import ShardBook
 log = logging.getLogger(__name__)
 
 SERVICE_NAME = dpb.DESCRIPTOR.services_by_name["DispatchService"].full_name
-# Concurrent Complete calls for one shard within this window share one CompleteTasks.
-COMPLETE_WINDOW_S = 0.001
 LOOP_RESTART_S = 1.0
 
 
@@ -38,7 +36,7 @@ class DispatcherServer:
     """One dispatcher process: the gRPC server plus its loops."""
 
     def __init__(self, config: DispatcherConfig, clock: Clock | None = None,
-                 complete_window_s: float = COMPLETE_WINDOW_S):
+                 complete_max_in_flight: int | None = MAX_IN_FLIGHT):
         self.config = config
         self.clock = clock or SystemClock()
         self._channel = aio_channel(config.history_target)
@@ -47,7 +45,7 @@ class DispatcherServer:
         self.lot = ParkingLot(self.clock)
         self.rotation = ShardRotation(config.shard_ids)
         self.poller = Poller(Leaser(self.history, self.book, self.clock), self.lot, self.rotation, self.clock)
-        self.batcher = CompletionBatcher(self.history, complete_window_s)
+        self.batcher = CompletionBatcher(self.history, complete_max_in_flight)
         servicer = DispatchServicer(self.poller, self.history, self.batcher, config.poll_max_wait_s)
         self.rpc = Server([(dgrpc.add_DispatchServiceServicer_to_server, servicer)], [SERVICE_NAME],
                           host=config.host, port=config.grpc_port,

@@ -2,11 +2,12 @@
 
     .venv/bin/python tests/integration/dispatcher/bench_dispatch_complete.py [--real] [--clients 32]
 
-Runs the dispatcher as its own process, twice: with the 1 ms coalescing window
-and without (window 0), and drives it with N concurrent host-agent-like
+Runs the dispatcher as its own process once per coalescing mode (off, or at
+most K CompleteTasks calls in flight per shard before completions queue and go
+out together), and drives it with N concurrent host-agent-like
 clients that each complete one task per Complete call (the shape a host agent
 with many sandboxes produces). Reports completions/s, the p50/p99 latency of
-Complete, and how many CompleteTasks calls reached history.
+Complete.
 
 --real: history is the real service (a process, on a private Postgres with
 synchronous_commit on, two shards); tasks are created with CreateTasks and
@@ -71,15 +72,15 @@ def _fake_history_main(port: int) -> None:
     asyncio.run(run())
 
 
-def _dispatcher_main(history_target: str, port: int, window_s: float, shards: list[int]) -> None:
-    """Child process: one dispatcher with the given coalescing window."""
+def _dispatcher_main(history_target: str, port: int, mode: str, shards: list[int]) -> None:
+    """Child process: one dispatcher; mode "off" (no coalescing) or the max in-flight calls per shard."""
     from ratchet.services.dispatcher.config import DispatcherConfig
     from ratchet.services.dispatcher.server import DispatcherServer
 
     async def run():
         config = DispatcherConfig(history_target=history_target, shard_ids=shards, grpc_port=port,
                                   host_token_sha256=[hashlib.sha256(TOKEN.encode()).hexdigest()])
-        server = DispatcherServer(config, complete_window_s=window_s)
+        server = DispatcherServer(config, complete_max_in_flight=None if mode == "off" else int(mode))
         await server.start()
         await asyncio.Event().wait()
 
@@ -125,13 +126,13 @@ async def _drive(target: str, completions: list[hpb.Completion], clients: int) -
             "p99_ms": round(latencies[int(len(latencies) * 0.99) - 1] * 1e3, 2)}
 
 
-async def _fake_run(window_s: float, clients: int, n: int) -> dict:
+async def _fake_run(mode: str, clients: int, n: int) -> dict:
     hport, dport = free_port(), free_port()
     history = _spawn("--serve-fake-history", str(hport))
     dispatcher = None
     try:
         await _wait_port(hport)
-        dispatcher = _spawn("--serve-dispatcher", f"127.0.0.1:{hport}", str(dport), str(window_s), "[0,1]")
+        dispatcher = _spawn("--serve-dispatcher", f"127.0.0.1:{hport}", str(dport), mode, "[0,1]")
         await _wait_port(dport)
         completions = [hpb.Completion(shard_id=i % 2, task_id=f"t{i}", lease_epoch=1,
                                       outcome=hpb.COMPLETION_OUTCOME_SUCCEEDED) for i in range(n)]
@@ -148,17 +149,18 @@ def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "--serve-fake-history":
         return _fake_history_main(int(sys.argv[2]))
     if len(sys.argv) > 1 and sys.argv[1] == "--serve-dispatcher":
-        return _dispatcher_main(sys.argv[2], int(sys.argv[3]), float(sys.argv[4]), json.loads(sys.argv[5]))
+        return _dispatcher_main(sys.argv[2], int(sys.argv[3]), sys.argv[4], json.loads(sys.argv[5]))
     parser = argparse.ArgumentParser()
     parser.add_argument("--real", action="store_true", help="real history on Postgres (see module doc)")
     parser.add_argument("--clients", type=int, default=32)
     parser.add_argument("-n", type=int, default=4000, help="completions per run")
+    parser.add_argument("--modes", default="off,1,2,4", help="coalescing modes: off or max in-flight calls per shard")
     args = parser.parse_args()
     if args.real:
         from bench_dispatch_real import real_runs
-        results = asyncio.run(real_runs(args.clients, args.n, _spawn, _wait_port, _drive))
+        results = asyncio.run(real_runs(args.modes.split(","), args.clients, args.n, _spawn, _wait_port, _drive))
     else:
-        results = {f"window_{w * 1000:g}ms": asyncio.run(_fake_run(w, args.clients, args.n)) for w in (0.0, 0.001)}
+        results = {f"in_flight_{m}": asyncio.run(_fake_run(m, args.clients, args.n)) for m in args.modes.split(",")}
     print(json.dumps({"clients": args.clients, "n": args.n, "real": args.real, **results}, indent=1))
 
 

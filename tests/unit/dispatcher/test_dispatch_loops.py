@@ -79,31 +79,42 @@ def _c(task_id):
     return hpb.Completion(shard_id=0, task_id=task_id, lease_epoch=1, outcome=hpb.COMPLETION_OUTCOME_SUCCEEDED)
 
 
-async def test_batcher_coalesces_concurrent_submissions_and_splits_answers():
+async def test_batcher_sends_alone_when_idle_and_groups_while_busy():
     client = CompleteClient()
-    batcher = CompletionBatcher(client, window_s=0.005)
+    batcher = CompletionBatcher(client, max_in_flight=1)
     results = await asyncio.gather(*(batcher.complete(0, [_c(f"t{i}"), _c(f"u{i}")]) for i in range(5)))
-    assert len(client.calls) == 1
+    # The first goes out at once; the four that arrive while it is in flight share one call.
+    assert client.calls == [(0, ["t0", "u0"]), (0, ["t1", "u1", "t2", "u2", "t3", "u3", "t4", "u4"])]
     assert [[r.task_id for r in rs] for rs in results] == [[f"t{i}", f"u{i}"] for i in range(5)]
+    await batcher.complete(0, [_c("late")])
+    assert client.calls[-1] == (0, ["late"])
+
+
+async def test_batcher_shards_do_not_wait_for_each_other():
+    client = CompleteClient()
+    batcher = CompletionBatcher(client, max_in_flight=1)
+    await asyncio.gather(batcher.complete(0, [_c("a")]), batcher.complete(1, [_c("b")]))
+    assert sorted(client.calls) == [(0, ["a"]), (1, ["b"])]
 
 
 async def test_batcher_failure_reaches_every_waiter():
-    batcher = CompletionBatcher(CompleteClient(fail=ShardUnavailable(0, "down")), window_s=0.005)
+    batcher = CompletionBatcher(CompleteClient(fail=ShardUnavailable(0, "down")), max_in_flight=1)
     results = await asyncio.gather(*(batcher.complete(0, [_c(f"t{i}")]) for i in range(3)), return_exceptions=True)
     assert all(isinstance(r, ShardUnavailable) for r in results)
 
 
 async def test_one_bad_completion_does_not_fail_the_ones_it_was_coalesced_with():
     client = CompleteClient(reject_task="bad")
-    batcher = CompletionBatcher(client, window_s=0.005)
-    results = await asyncio.gather(batcher.complete(0, [_c("ok1")]), batcher.complete(0, [_c("bad")]),
-                                   batcher.complete(0, [_c("ok2")]), return_exceptions=True)
-    assert [r[0].task_id for r in (results[0], results[2])] == ["ok1", "ok2"]
-    assert isinstance(results[1], HistoryRejected)
+    batcher = CompletionBatcher(client, max_in_flight=1)
+    results = await asyncio.gather(batcher.complete(0, [_c("first")]), batcher.complete(0, [_c("ok1")]),
+                                   batcher.complete(0, [_c("bad")]), batcher.complete(0, [_c("ok2")]),
+                                   return_exceptions=True)
+    assert [r[0].task_id for r in (results[0], results[1], results[3])] == ["first", "ok1", "ok2"]
+    assert isinstance(results[2], HistoryRejected)
 
 
-async def test_window_zero_sends_each_submission_alone():
+async def test_coalescing_off_sends_each_submission_alone():
     client = CompleteClient()
-    batcher = CompletionBatcher(client, window_s=0)
+    batcher = CompletionBatcher(client, max_in_flight=None)
     await asyncio.gather(*(batcher.complete(0, [_c(f"t{i}")]) for i in range(3)))
     assert len(client.calls) == 3
