@@ -40,6 +40,14 @@ class ResultTooLarge(FatalError):
     """The handler's JSON result is larger than the 256 KiB inline limit."""
 
 
+class CheckpointNotSerializable(FatalError):
+    """ctx.checkpoint() was given a value that is not JSON."""
+
+
+class CheckpointTooLarge(FatalError):
+    """ctx.checkpoint() was given a value over the 64 KiB limit once encoded as JSON."""
+
+
 class TaskDefinitionError(ValueError):
     """A `@task` declaration is invalid; the message says which argument and how to fix it."""
 

@@ -9,18 +9,24 @@
         with pytest.raises(FatalError):
             testing.run(resize_image, {})
 
-The payload and the result go through JSON exactly as on the platform, and
-the handler runs with the policy its @task declared.
+    def test_resumes_from_its_cursor():
+        outcome = testing.run_attempt(backfill, {"day": "2026-01-01"}, last_checkpoint={"offset": 500})
+        assert outcome.checkpoints[-1] == {"offset": 1000}
+
+The payload, the result and checkpoints go through JSON exactly as on the
+platform (with the same size limits), and the handler runs with the policy
+its @task declared.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import threading
 import uuid
 from typing import Any, Callable
 
-from ratchet.context import TaskContext
+from ratchet.context import TaskContext, utc
 from ratchet.sandbox.execute import Outcome, execute
 from ratchet.libs.durations import parse_duration
 from ratchet.retry import RetryPolicy
@@ -28,20 +34,40 @@ from ratchet.task import DEFAULT_TIMEOUT, TaskSpec, spec_of
 
 
 class FakeContext(TaskContext):
-    """A TaskContext for tests: counts heartbeats; `cancel()` flips cancelled()."""
+    """A TaskContext for tests: counts heartbeats, keeps every checkpoint taken
+    (`checkpoints`, decoded, oldest first); `cancel()` flips cancelled().
+
+    `last_checkpoint` is what an earlier attempt stored; `scheduled_time` (a
+    datetime, naive meaning UTC, or ISO 8601 text) and `schedule_id` make the
+    task look fired by a schedule.
+    """
 
     def __init__(self, *, task_id: str | None = None, attempt: int = 1, max_attempts: int = 5,
-                 lease_epoch: int | None = None, task_type: str = "test", cancelled: bool = False):
+                 lease_epoch: int | None = None, task_type: str = "test", cancelled: bool = False,
+                 last_checkpoint: Any = None, schedule_id: str | None = None,
+                 scheduled_time: dt.datetime | str | None = None):
         event = threading.Event()
         if cancelled:
             event.set()
         self.heartbeats = 0
+        self.checkpoints: list[Any] = []
+        if isinstance(scheduled_time, str):
+            scheduled_time = dt.datetime.fromisoformat(scheduled_time)
+        if scheduled_time is not None and schedule_id is None:
+            schedule_id = "test-schedule"
+        # Through JSON, as the platform stores it.
+        last_checkpoint = None if last_checkpoint is None else json.loads(json.dumps(last_checkpoint))
         super().__init__(task_id=task_id or str(uuid.uuid4()), attempt=attempt, max_attempts=max_attempts,
                          lease_epoch=attempt if lease_epoch is None else lease_epoch, task_type=task_type,
-                         on_heartbeat=self._count, cancel_event=event)
+                         on_heartbeat=self._count, cancel_event=event, last_checkpoint=last_checkpoint,
+                         schedule_id=schedule_id, scheduled_time=utc(scheduled_time) if scheduled_time else None,
+                         on_checkpoint=self._keep)
 
     def _count(self) -> None:
         self.heartbeats += 1
+
+    def _keep(self, text: str) -> None:
+        self.checkpoints.append(json.loads(text))
 
     def heartbeat(self) -> None:
         """Counted on every call (no coalescing under test)."""
@@ -61,25 +87,34 @@ def _spec(handler: Callable) -> TaskSpec:
 
 
 def run_attempt(handler: Callable, payload: Any = None, *, ctx: TaskContext | None = None, attempt: int = 1,
-                cancelled: bool = False) -> Outcome:
+                cancelled: bool = False, last_checkpoint: Any = None, scheduled_time: dt.datetime | str | None = None,
+                schedule_id: str | None = None) -> Outcome:
     """Run one attempt and return its Outcome (succeeded / failed / canceled,
-    with result JSON, error class, message, stack, fatal and retry_after_s)."""
+    with result JSON, error class, message, stack, fatal and retry_after_s,
+    and `checkpoints`: the values the handler passed to ctx.checkpoint())."""
     spec = _spec(handler)
     if ctx is None:
         ctx = FakeContext(attempt=attempt, max_attempts=spec.retry.max_attempts, task_type=spec.name,
-                          cancelled=cancelled)
-    return execute(spec, ctx, json.dumps(payload))
+                          cancelled=cancelled, last_checkpoint=last_checkpoint, scheduled_time=scheduled_time,
+                          schedule_id=schedule_id)
+    outcome = execute(spec, ctx, json.dumps(payload))
+    outcome.checkpoints = list(getattr(ctx, "checkpoints", []))
+    return outcome
 
 
 def run(handler: Callable, payload: Any = None, attempt: int = 1, cancelled: bool = False, *,
-        ctx: TaskContext | None = None) -> Any:
+        ctx: TaskContext | None = None, last_checkpoint: Any = None, scheduled_time: dt.datetime | str | None = None,
+        schedule_id: str | None = None) -> Any:
     """Run handler(ctx, payload) once and return its result as the platform
     stores it (after a JSON round trip), or raise what the handler raised.
 
     A result that is not JSON or is over 256 KiB raises ResultNotSerializable
-    or ResultTooLarge, as it would fail the task on the platform.
+    or ResultTooLarge, as it would fail the task on the platform. To see the
+    checkpoints taken, pass `ctx=FakeContext(...)` and read `ctx.checkpoints`,
+    or use run_attempt.
     """
-    outcome = run_attempt(handler, payload, ctx=ctx, attempt=attempt, cancelled=cancelled)
+    outcome = run_attempt(handler, payload, ctx=ctx, attempt=attempt, cancelled=cancelled,
+                          last_checkpoint=last_checkpoint, scheduled_time=scheduled_time, schedule_id=schedule_id)
     if outcome.exception is not None:
         raise outcome.exception
     if outcome.outcome == "failed":  # a failure the stub decided, e.g. an unparsable payload

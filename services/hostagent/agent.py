@@ -5,12 +5,19 @@ Slots: a lease holds a slot from the moment it is accepted until its
 sandbox run ends. Its lease stays held (and heartbeated) until the
 dispatcher has answered its completion, so a slow completion never lets the
 lease expire under a finished task.
+
+Checkpoints: the latest value a handler passed to ctx.checkpoint() is kept
+per lease and rides on every heartbeat until history acknowledges it (a
+CONTINUE without a reason: the dispatcher gives a reason when the shard was
+not reached), and on the completion if it never was. A new one asks the
+heartbeat loop for an early beat (`heartbeat_wanted`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+import datetime as dt
 import logging
 from typing import Callable
 
@@ -39,10 +46,20 @@ class Lease:
     lost: bool = False  # LEASE_LOST, or killed after the cancel grace: discard the outcome
     kill_deadline: float | None = None
     kill_timer: asyncio.TimerHandle | None = None
+    checkpoint: bytes | None = None  # the handler's latest, JSON
+    checkpoint_seq: int = 0  # grows with every new checkpoint
+    checkpoint_acked: int = 0  # the highest seq history acknowledged
+
+    @property
+    def checkpoint_unacked(self) -> bool:
+        return self.checkpoint_seq > self.checkpoint_acked
 
     def ref(self) -> history_pb2.LeaseRef:
-        return history_pb2.LeaseRef(shard_id=self.task.shard_id, task_id=self.task.task_id,
-                                    lease_epoch=self.task.lease_epoch)
+        ref = history_pb2.LeaseRef(shard_id=self.task.shard_id, task_id=self.task.task_id,
+                                   lease_epoch=self.task.lease_epoch)
+        if self.checkpoint_unacked:
+            ref.checkpoint_json = self.checkpoint
+        return ref
 
 
 class Agent:
@@ -55,6 +72,8 @@ class Agent:
         self._leases: dict[str, Lease] = {}
         self._slot_freed = asyncio.Event()
         self._runs: set[asyncio.Task] = set()
+        # Set when a new checkpoint waits for a heartbeat; the heartbeat loop beats early for it.
+        self.heartbeat_wanted = asyncio.Event()
 
     def free_slots(self) -> int:
         """Slots not taken by a running task."""
@@ -68,7 +87,11 @@ class Agent:
 
     def lease_refs(self) -> list[history_pb2.LeaseRef]:
         """Every lease held, for the heartbeat."""
-        return [lease.ref() for lease in self._leases.values()]
+        return [ref for ref, _ in self.heartbeat_batch()]
+
+    def heartbeat_batch(self) -> list[tuple[history_pb2.LeaseRef, int]]:
+        """Every lease held with the checkpoint seq its ref carries (pass it back to on_heartbeat)."""
+        return [(lease.ref(), lease.checkpoint_seq) for lease in self._leases.values()]
 
     def running(self) -> int:
         return self.capacity - self.free_slots()
@@ -106,12 +129,15 @@ class Agent:
             self._pool.release(sandbox)
             return
         lease.sandbox = sandbox
-        end = await sandbox.run(self._run_frame(task), cancel=lease.cancel_requested)
+        end = await sandbox.run(self._run_frame(task), cancel=lease.cancel_requested,
+                                on_checkpoint=lambda data: self._checkpoint(lease, data))
         lease.sandbox = None
         if lease.lost:
             sandbox.kill()  # it may have answered just before the kill: never reuse it
             return
         completion = outcomes.from_end(task, end, sandbox.log_tail() if end.done is None else "")
+        if lease.checkpoint_unacked:
+            completion.checkpoint_json = lease.checkpoint
         if end.done is not None and completion.error.error_class != outcomes.SANDBOX_PROTOCOL:
             self._pool.release(sandbox)
         else:
@@ -119,12 +145,23 @@ class Agent:
             log.warning("task %s: %s", task.task_id, completion.error.message)
         self._complete(lease, completion)
 
+    def _checkpoint(self, lease: Lease, data: bytes) -> None:
+        if lease.lost or not lease.running:
+            return
+        lease.checkpoint = data
+        lease.checkpoint_seq += 1
+        self.heartbeat_wanted.set()
+
     @staticmethod
     def _run_frame(task: history_pb2.LeasedTask) -> dict:
         # Only what the handler needs: no lease id, no shard, no credential.
+        scheduled = (task.scheduled_time.ToDatetime(tzinfo=dt.timezone.utc).isoformat()
+                     if task.HasField("scheduled_time") else None)
+        last = task.last_checkpoint_json.decode("utf-8", "replace") if task.HasField("last_checkpoint_json") else None
         return {"type": "run", "task_id": task.task_id, "attempt": task.attempt,
                 "max_attempts": task.max_attempts, "lease_epoch": task.lease_epoch,
-                "task_type": task.task_type, "payload": task.payload_json.decode("utf-8", "replace")}
+                "task_type": task.task_type, "payload": task.payload_json.decode("utf-8", "replace"),
+                "last_checkpoint": last, "schedule_id": task.schedule_id or None, "scheduled_time": scheduled}
 
     def _complete(self, lease: Lease, completion: history_pb2.Completion) -> None:
         self._disarm(lease)
@@ -138,11 +175,15 @@ class Agent:
         if lease is not None and lease.task.lease_epoch == lease_epoch and not lease.running:
             del self._leases[task_id]
 
-    def on_heartbeat(self, result: history_pb2.HeartbeatResult) -> None:
-        """Act on the dispatcher's answer for one lease."""
+    def on_heartbeat(self, result: history_pb2.HeartbeatResult, checkpoint_seq: int = 0) -> None:
+        """Act on the dispatcher's answer for one lease; checkpoint_seq is what
+        heartbeat_batch said the lease's ref carried."""
         lease = self._leases.get(result.task_id)
         if lease is None or lease.task.lease_epoch != result.lease_epoch:
             return
+        if result.action == history_pb2.LEASE_ACTION_CONTINUE and not result.reason:
+            # History extended the lease, and stored the checkpoint under the same fence.
+            lease.checkpoint_acked = max(lease.checkpoint_acked, checkpoint_seq)
         if result.action == history_pb2.LEASE_ACTION_LEASE_LOST:
             self._lose(lease, result.reason or "lease lost")
         elif result.action == history_pb2.LEASE_ACTION_CANCEL and lease.running:

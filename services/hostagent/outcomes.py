@@ -26,7 +26,9 @@ class BadDone(ValueError):
 
 
 def _base(task: history_pb2.LeasedTask) -> history_pb2.Completion:
-    return history_pb2.Completion(shard_id=task.shard_id, task_id=task.task_id, lease_epoch=task.lease_epoch)
+    # tenant/app/task_type let the dispatcher count crashes per task type (circuit breakers).
+    return history_pb2.Completion(shard_id=task.shard_id, task_id=task.task_id, lease_epoch=task.lease_epoch,
+                                  tenant_id=task.tenant_id, app_id=task.app_id, task_type=task.task_type)
 
 
 def failed(task: history_pb2.LeasedTask, error_class: str, message: str, *, stack: str = "",

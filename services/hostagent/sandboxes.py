@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 import logging
 import os
 import pathlib
@@ -21,7 +22,9 @@ import socket
 import struct
 import subprocess
 import uuid
+from typing import Callable
 
+from ratchet.context import MAX_CHECKPOINT_BYTES
 from ratchet.sandbox.protocol import ProtocolError, encode, read_frame
 from ratchet.services.hostagent.errors import SandboxStartFailed
 
@@ -97,6 +100,7 @@ class Sandbox:
         self._writer: asyncio.StreamWriter | None = None
         self._ready: asyncio.Future | None = None
         self._run: asyncio.Future | None = None
+        self._checkpoint_sink: Callable[[bytes], None] | None = None
         self._protocol_error: str | None = None
         self._tasks: list[asyncio.Task] = []
 
@@ -167,8 +171,10 @@ class Sandbox:
                 if message is None:
                     break
                 self._on_message(message)
-        except (ProtocolError, ConnectionError) as e:
+        except ProtocolError as e:
             self._protocol_error = str(e)
+        except ConnectionError:
+            pass  # a killed process resets its end of the socket: that is an exit, not a protocol breach
         # Without its socket the sandbox is useless; make sure it is gone.
         self.kill()
 
@@ -182,8 +188,29 @@ class Sandbox:
                 self._run.set_result(RunEnd(done=message))
         elif kind == "heartbeat":
             self.last_handler_beat = asyncio.get_running_loop().time()
+        elif kind == "checkpoint":
+            self._on_checkpoint(message)
         else:
             raise ProtocolError(f"unexpected {kind!r} frame from sandbox {self.sandbox_id}")
+
+    def _on_checkpoint(self, message: dict) -> None:
+        # Untrusted input: checked here so only well-formed JSON within the limit ever reaches history.
+        value = message.get("value")
+        if not isinstance(value, str):
+            raise ProtocolError("a checkpoint's value must be JSON text")
+        data = value.encode("utf-8")
+        if len(data) > MAX_CHECKPOINT_BYTES:
+            raise ProtocolError(f"a checkpoint of {len(data)} bytes is over the {MAX_CHECKPOINT_BYTES}-byte limit")
+        try:
+            json.loads(value)
+        except json.JSONDecodeError as e:
+            raise ProtocolError(f"a checkpoint's value is not valid JSON: {e}") from None
+        if self._checkpoint_sink is None or message.get("task_id") != self.task_id:
+            # A thread the previous handler left behind: it cannot touch another task's progress.
+            log.info("sandbox %s: ignoring a checkpoint for task %r, which it is not running",
+                     self.sandbox_id, message.get("task_id"))
+            return
+        self._checkpoint_sink(data)
 
     async def _watch_exit(self) -> None:
         assert self.process is not None
@@ -201,12 +228,15 @@ class Sandbox:
         finally:
             self.exited.set()
 
-    async def run(self, message: dict, *, cancel: bool = False) -> RunEnd:
+    async def run(self, message: dict, *, cancel: bool = False,
+                  on_checkpoint: Callable[[bytes], None] | None = None) -> RunEnd:
         """Send a run frame (and a cancel right behind it if `cancel`) and wait
-        for its done frame or the process's end."""
+        for its done frame or the process's end; checkpoints the handler takes
+        meanwhile go to on_checkpoint (JSON bytes, checked)."""
         if not self.alive:
             return RunEnd(exit_status=self.exit_status, protocol_error=self._protocol_error)
         self._run = asyncio.get_running_loop().create_future()
+        self._checkpoint_sink = on_checkpoint
         self.task_id, self.attempt = str(message["task_id"]), int(message["attempt"])
         try:
             if not self.send(message):
@@ -215,7 +245,7 @@ class Sandbox:
                 self.send({"type": "cancel", "task_id": self.task_id})
             return await self._run
         finally:
-            self._run = None
+            self._run, self._checkpoint_sink = None, None
             self.task_id, self.attempt = "", 0
 
     def send(self, message: dict) -> bool:

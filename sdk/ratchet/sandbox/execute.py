@@ -32,6 +32,8 @@ class Outcome:
     fatal: bool = False
     retry_after_s: float | None = None
     exception: BaseException | None = dataclasses.field(default=None, repr=False, compare=False)
+    # Filled in by ratchet.testing (the platform sends checkpoints as they are taken, not here).
+    checkpoints: list = dataclasses.field(default_factory=list, repr=False, compare=False)
 
     def frame(self, task_id: str) -> dict:
         """The "done" message for task_id."""

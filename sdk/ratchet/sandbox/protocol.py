@@ -5,11 +5,13 @@ JSON (one object with a "type"). Messages:
 
   stub -> agent  {"type": "ready", "pid", "handlers": [names]}
                  {"type": "heartbeat", "task_id"}
+                 {"type": "checkpoint", "task_id", "value": JSON text (<= 64 KiB)}
                  {"type": "done", "task_id", "outcome": "succeeded"|"failed"|"canceled",
                   "result": JSON text | null, "error": {error_class, message, stack} | null,
                   "fatal": bool, "retry_after_s": float | null}
   agent -> stub  {"type": "run", "task_id", "attempt", "max_attempts", "lease_epoch",
-                  "task_type", "payload": JSON text}
+                  "task_type", "payload": JSON text, "last_checkpoint": JSON text | null,
+                  "schedule_id": str | null, "scheduled_time": RFC 3339 UTC | null}
                  {"type": "cancel", "task_id"}
                  {"type": "shutdown"}
 

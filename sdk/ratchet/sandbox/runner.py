@@ -6,12 +6,14 @@ the handler runs in a worker thread. One task at a time.
 
 from __future__ import annotations
 
+import datetime as dt
+import json
 import os
 import socket
 import sys
 import threading
 
-from ratchet.context import TaskContext
+from ratchet.context import TaskContext, utc
 from ratchet.sandbox.execute import Outcome, execute, platform_failure
 from ratchet.sandbox.protocol import ProtocolError, encode, recv_frame
 from ratchet.task import TaskSpec
@@ -51,11 +53,20 @@ class Stub:
 
     def _start(self, message: dict) -> None:
         task_id = str(message.get("task_id", ""))
+        try:
+            last_checkpoint = _last_checkpoint(message.get("last_checkpoint"))
+        except ValueError as e:
+            self.send(platform_failure("CheckpointNotJSON", str(e)).frame(task_id))
+            return
         ctx = TaskContext(task_id=task_id, attempt=int(message.get("attempt", 1)),
                           max_attempts=int(message.get("max_attempts", 1)),
                           lease_epoch=int(message.get("lease_epoch", 0)),
                           task_type=str(message.get("task_type", "")),
-                          on_heartbeat=lambda: self.send({"type": "heartbeat", "task_id": task_id}))
+                          last_checkpoint=last_checkpoint, schedule_id=message.get("schedule_id") or None,
+                          scheduled_time=_scheduled_time(message.get("scheduled_time")),
+                          on_heartbeat=lambda: self.send({"type": "heartbeat", "task_id": task_id}),
+                          on_checkpoint=lambda text: self.send({"type": "checkpoint", "task_id": task_id,
+                                                                "value": text}))
         with self._state_lock:
             if self._current is not None:
                 busy = Outcome("failed", error={"error_class": "SandboxBusy", "stack": "",
@@ -76,6 +87,7 @@ class Stub:
                 f"(it declares {sorted(self._specs)}); deploy a version that declares it")
         else:
             outcome = execute(spec, ctx, payload)
+        ctx._end()
         with self._state_lock:
             self._current = None
         self.send(outcome.frame(ctx.task_id))
@@ -85,6 +97,29 @@ class Stub:
             current = self._current
         if current is not None and (task_id is None or task_id == current[0]):
             current[1]._request_cancel()
+
+
+def _last_checkpoint(text: object) -> object:
+    """The decoded checkpoint of an earlier attempt (None when there is none)."""
+    if text is None:
+        return None
+    if not isinstance(text, str):
+        raise ValueError(f"the stored checkpoint is not JSON text but {type(text).__name__}")
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"the stored checkpoint is not valid JSON: {e}") from None
+
+
+def _scheduled_time(text: object) -> dt.datetime | None:
+    """The schedule slot as an aware UTC datetime; a malformed value is reported and dropped."""
+    if not text:
+        return None
+    try:
+        return utc(dt.datetime.fromisoformat(str(text)))
+    except ValueError:
+        print(f"ratchet sandbox: ignoring malformed scheduled_time {text!r}", file=sys.stderr)
+        return None
 
 
 def _exit(code: int) -> None:

@@ -31,7 +31,9 @@ def test_describe_prints_handlers_and_policies(tmp_path):
         class BadInput(Exception):
             pass
 
-        @task(retries=RetryPolicy(max_attempts=3, base="500ms", non_retryable=[BadInput]), timeout="30s")
+        @task(retries=RetryPolicy(max_attempts=3, base="500ms", non_retryable=[BadInput],
+                                  rules={TimeoutError: RetryPolicy(max_attempts=10, base="5s"),
+                                         "ValueError": "fatal"}), timeout="30s")
         def send_email(ctx, payload):
             return {"sent": True}
 
@@ -44,11 +46,17 @@ def test_describe_prints_handlers_and_policies(tmp_path):
     assert len(out.stdout.strip().splitlines()) == 1 and "imported" in out.stderr
     assert json.loads(out.stdout) == {"module": "app", "handlers": [
         {"name": "reports.build",
-         "retry": {"max_attempts": 5, "base_s": 1.0, "factor": 2.0, "cap_s": 3600.0, "jitter": True},
+         "retry": {"max_attempts": 5, "base_s": 1.0, "factor": 2.0, "cap_s": 3600.0, "jitter": True,
+                   "non_retryable": [], "rules": {}},
          "timeouts": {"start_to_close_s": 600.0, "schedule_to_start_s": None, "schedule_to_close_s": 3600.0},
          "non_retryable": []},
         {"name": "send_email",
-         "retry": {"max_attempts": 3, "base_s": 0.5, "factor": 2.0, "cap_s": 3600.0, "jitter": True},
+         "retry": {"max_attempts": 3, "base_s": 0.5, "factor": 2.0, "cap_s": 3600.0, "jitter": True,
+                   "non_retryable": ["BadInput"],
+                   "rules": {"TimeoutError": {"non_retryable": False, "max_attempts": 10, "base_s": 5.0,
+                                              "factor": None, "cap_s": None, "jitter": None},
+                             "ValueError": {"non_retryable": True, "max_attempts": None, "base_s": None,
+                                            "factor": None, "cap_s": None, "jitter": None}}},
          "timeouts": {"start_to_close_s": 30.0, "schedule_to_start_s": None, "schedule_to_close_s": None},
          "non_retryable": ["BadInput"]},
     ]}

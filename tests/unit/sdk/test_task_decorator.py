@@ -22,7 +22,8 @@ def test_bare_decorator_uses_platform_defaults_and_keeps_the_function():
     assert spec.name == "resize"
     assert spec.describe() == {
         "name": "resize",
-        "retry": {"max_attempts": 5, "base_s": 1.0, "factor": 2.0, "cap_s": 3600.0, "jitter": True},
+        "retry": {"max_attempts": 5, "base_s": 1.0, "factor": 2.0, "cap_s": 3600.0, "jitter": True,
+                  "non_retryable": [], "rules": {}},
         "timeouts": {"start_to_close_s": 600.0, "schedule_to_start_s": None, "schedule_to_close_s": None},
         "non_retryable": [],
     }
@@ -40,7 +41,8 @@ def test_arguments_are_parsed_into_seconds_and_class_names():
 
     d = spec_of(handler).describe()
     assert d["name"] == "img.resize"
-    assert d["retry"] == {"max_attempts": 3, "base_s": 0.25, "factor": 3.0, "cap_s": 5400.0, "jitter": False}
+    assert d["retry"] == {"max_attempts": 3, "base_s": 0.25, "factor": 3.0, "cap_s": 5400.0, "jitter": False,
+                          "non_retryable": ["Invalid", "KeyError"], "rules": {}}
     assert d["timeouts"] == {"start_to_close_s": 90.0, "schedule_to_start_s": 30.0, "schedule_to_close_s": 7200.0}
     assert d["non_retryable"] == ["Invalid", "KeyError"]
 
