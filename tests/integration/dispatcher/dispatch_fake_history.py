@@ -66,6 +66,11 @@ class FakeHistory(hgrpc.HistoryServiceServicer):
         for queue in self._watchers:
             queue.put_nowait(shard_id)
 
+    def break_watches(self) -> None:
+        """End every open WatchReady stream with UNAVAILABLE."""
+        for queue in self._watchers:
+            queue.put_nowait(None)
+
     @property
     def watchers(self) -> int:
         return len(self._watchers)
@@ -168,6 +173,8 @@ class FakeHistory(hgrpc.HistoryServiceServicer):
         try:
             while True:
                 shard = await queue.get()
+                if shard is None:
+                    await context.abort(grpc.StatusCode.UNAVAILABLE, "watch broken (fake)")
                 if shard in request.shard_ids:
                     yield hpb.WatchReadyResponse(shard_id=shard)
         finally:
