@@ -14,6 +14,7 @@ from typing import Sequence
 
 import asyncpg
 
+from ratchet.libs import gates
 from ratchet.services.history.store import Store
 
 MAX_ROUNDS = 4  # share-out passes per lease; each is one claim statement
@@ -82,6 +83,7 @@ async def lease_tasks(conn: asyncpg.Connection, store: Store, *, worker_id: str,
         if not ids:
             return LeaseOut([], cursor, False)
         rows = await store.task_lease_batch(conn, ids, worker_id, lease_s)
+        await gates.reach("history.lease.before_commit")  # fault tests: leased, not committed
     order = {tid: i for i, tid in enumerate(ids)}
     rows = sorted(rows, key=lambda r: order[str(r["task_id"])])
     served = [t for t in tenants if claimed[t]]

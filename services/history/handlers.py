@@ -8,7 +8,7 @@ import logging
 import random
 
 from ratchet.internal.history.v1 import history_pb2, history_pb2_grpc
-from ratchet.libs import taskstate
+from ratchet.libs import gates, taskstate
 from ratchet.services.history import convert, dispatch, enqueue, lifecycle, policy, timerfire
 from ratchet.services.history.config import HistoryConfig
 from ratchet.services.history.errors import InvalidArgument, rpc, rpc_stream
@@ -55,6 +55,7 @@ class HistoryServicer(history_pb2_grpc.HistoryServiceServicer):
             return history_pb2.CreateTasksResponse()
         async with shard.conn() as conn:
             results, due = await enqueue.create_tasks(conn, self.store, items, self.cfg.idempotency_window_s)
+        await gates.reach("history.enqueue.after_commit")  # fault tests: committed, not yet answered
         if due:
             self.hub.publish(shard.id)  # after commit, outside the transaction: never a NOTIFY
         return history_pb2.CreateTasksResponse(results=[

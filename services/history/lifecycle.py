@@ -13,6 +13,7 @@ from typing import Sequence
 
 import asyncpg
 
+from ratchet.libs import gates
 from ratchet.libs.taskstate import CancelReason, TaskState
 from ratchet.services.history.config import Guards
 from ratchet.services.history.decide import Rand, on_completion
@@ -86,6 +87,7 @@ async def complete_tasks(conn: asyncpg.Connection, store: Store, items: Sequence
         applied = await store.task_transition_apply(conn, decided) if decided else {}
         others = [c.task_id for c in uniq if c.task_id not in applied]
         states = await store.task_state_batch(conn, others) if others else {}
+        await gates.reach("history.complete.before_commit")  # fault tests: applied, not committed
     out = []
     for i, c in enumerate(items):
         if first[c.task_id] != i:

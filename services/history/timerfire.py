@@ -15,6 +15,7 @@ from collections import OrderedDict
 
 import asyncpg
 
+from ratchet.libs import gates
 from ratchet.services.history.config import Guards
 from ratchet.services.history.decide import Rand, TimerPlan, plan_timers
 from ratchet.services.history.model import TaskView, TimerDue
@@ -66,4 +67,5 @@ async def fire_timers(conn: asyncpg.Connection, store: Store, *, max_timers: int
             # The unlocked claim deleted nothing; delete what fired, after the task rows.
             await store.timer_delete_batch(conn, [(str(r["task_id"]), r["kind"], r["fire_at"]) for r in rows])
         next_in = await store.timer_next_in(conn)
+        await gates.reach("history.timers.before_commit")  # fault tests: fired, not committed
     return FireOut(len(rows), any(p.ready for _, p in plans.values()), next_in)

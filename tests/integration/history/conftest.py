@@ -43,7 +43,7 @@ async def start_hist(dsns: dict[int, str], **overrides) -> Hist:
     cfg = load(None, shards=shards, **{**FAST, **overrides})
     server = HistoryServer(cfg, rand=random.Random(1), reconnect_interval_s=0.2)
     await server.start()
-    return Hist(server, dsns)
+    return Hist(server.address, dsns, server)
 
 
 async def stop_hist(hist: Hist, check_logs: bool = True) -> None:

@@ -41,12 +41,12 @@ async def eventually(check: Callable[[], Awaitable[bool]], timeout: float = 5.0,
 
 
 class Hist:
-    """A running history server and a client for it."""
+    """A client of a history server at `address` (and the server, when in-process)."""
 
-    def __init__(self, server: HistoryServer, dsns: dict[int, str]):
+    def __init__(self, address: str, dsns: dict[int, str], server: HistoryServer | None = None):
         self.server = server
         self.dsns = dsns
-        self.channel = grpc.aio.insecure_channel(server.address)
+        self.channel = grpc.aio.insecure_channel(address)
         self.stub = hg.HistoryServiceStub(self.channel)
 
     async def close(self) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -168,3 +169,49 @@ def test_a_bad_config_exits_2_naming_the_field(tmp_path):
     r = subprocess.run([sys.executable, "-m", "ratchet.services.history", "--config", str(cfg)],
                        capture_output=True, text=True, timeout=30)
     assert r.returncode == 2 and "shards" in r.stderr
+
+
+async def test_a_crash_at_the_completion_gate_commits_nothing(fresh_db, tmp_path):
+    """The gate lines sit where the fault tests need them: a completion held
+    at history.complete.before_commit and crashed there left no trace."""
+    from ratchet.libs.gates.control import Gates
+
+    from .helpers import Hist
+    dsn = fresh_db("hist_gate")
+    gates = Gates(tmp_path / "gates")
+    port = free_port()
+    cfg = tmp_path / "history.json"
+    cfg.write_text(json.dumps({"shards": {"1": dsn}, "grpc_port": port}))
+
+    async def start() -> subprocess.Popen:
+        proc = subprocess.Popen([sys.executable, "-m", "ratchet.services.history", "--config", str(cfg)],
+                                env={**os.environ, **gates.env}, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 30
+        while not await asyncio.to_thread(_healthy, port):
+            assert proc.poll() is None and time.monotonic() < deadline, "history did not start"
+            await asyncio.sleep(0.1)
+        return proc
+
+    proc = await start()
+    client = Hist(f"127.0.0.1:{port}", {1: dsn})
+    try:
+        task_id = await client.create_one("t", "app")
+        leased = await client.lease_one("app")
+        before = await client.snapshot(task_id)
+        gate = gates.arm("history.complete.before_commit")
+        call = asyncio.create_task(client.complete_one(leased, "SUCCEEDED", result_json=b"1"))
+        await gate.wait_reached_async(timeout=10)
+        gate.release(action="crash")
+        with pytest.raises(grpc.aio.AioRpcError):
+            await call
+        assert await asyncio.to_thread(proc.wait, 10) == 137
+        gate.disarm()
+        assert await client.snapshot(task_id) == before  # the held transaction died uncommitted
+        proc = await start()
+        assert (await client.complete_one(leased, "SUCCEEDED", result_json=b"1")).accepted
+    finally:
+        await client.close()
+        if proc.poll() is None:
+            proc.terminate()
+            await asyncio.to_thread(proc.wait, 15)
