@@ -25,7 +25,7 @@ SAMPLE_APP = '''
 import os
 import time
 
-from ratchet import FatalError, task
+from ratchet import FatalError, RetryableError, RetryPolicy, task
 
 
 @task
@@ -69,6 +69,46 @@ def hog(ctx, payload):
 @task
 def env(ctx, payload):
     return {"env": dict(os.environ), "cwd": os.getcwd()}
+
+
+@task
+def later(ctx, payload):
+    raise RetryableError("downstream busy", retry_after="30s")
+
+
+@task(retries=RetryPolicy(rules={"ValueError": "fatal", "KeyError": RetryPolicy(max_attempts=9)}))
+def picky(ctx, payload):
+    raise (ValueError if payload == "value" else KeyError)(payload)
+
+
+@task
+def resume(ctx, payload):
+    when = ctx.scheduled_time
+    return {"last": ctx.last_checkpoint, "schedule_id": ctx.schedule_id,
+            "scheduled_time": when.isoformat() if when else None, "tz": str(when.tzinfo) if when else None}
+
+
+@task
+def backfill(ctx, payload):
+    """Counts from its cursor to payload["to"], checkpointing each step, pausing payload["pause"] s."""
+    start = (ctx.last_checkpoint or {}).get("next", 0)
+    for n in range(start, payload["to"]):
+        ctx.checkpoint({"next": n + 1})
+        if ctx.wait_cancelled(payload.get("pause", 0)):
+            return "stopped"
+    return {"started_at": start, "attempt": ctx.attempt}
+
+
+@task
+def ticker(ctx, payload):
+    """Checkpoints every 10 ms for payload seconds."""
+    deadline = time.monotonic() + payload
+    n = 0
+    while time.monotonic() < deadline:
+        n += 1
+        ctx.checkpoint(n)
+        time.sleep(0.01)
+    return n
 '''
 
 
@@ -108,10 +148,12 @@ class FakeDispatcher(dispatcher_pb2_grpc.DispatchServiceServicer):
         self._epochs = itertools.count(1)
 
     def enqueue(self, task_type: str, payload: str = "null", app_id: str = "app-1", **fields) -> history_pb2.LeasedTask:
-        task = history_pb2.LeasedTask(
-            shard_id=1, task_id=str(uuid.uuid4()), tenant_id="tenant-1", app_id=app_id, task_type=task_type,
-            queue="default", payload_json=payload.encode(), attempt=1, max_attempts=5,
-            lease_epoch=next(self._epochs), lease_duration=duration_pb2.Duration(seconds=30), **fields)
+        """Queue a lease; fields override the LeasedTask's (task_id, attempt, last_checkpoint_json...)."""
+        values = dict(shard_id=1, task_id=str(uuid.uuid4()), tenant_id="tenant-1", app_id=app_id,
+                      task_type=task_type, queue="default", payload_json=payload.encode(), attempt=1,
+                      max_attempts=5, lease_epoch=next(self._epochs),
+                      lease_duration=duration_pb2.Duration(seconds=30))
+        task = history_pb2.LeasedTask(**{**values, **fields})
         self.ready.put_nowait(task)
         return task
 
@@ -159,12 +201,18 @@ class FakeDispatcher(dispatcher_pb2_grpc.DispatchServiceServicer):
         return dispatcher_pb2.CompleteResponse(results=[
             history_pb2.CompletionResult(task_id=c.task_id, accepted=True) for c in request.completions])
 
-    async def completion_for(self, task_id: str, timeout: float = 15.0) -> history_pb2.Completion:
-        """Wait for the completion of task_id."""
+    def checkpoints_sent(self, task_id: str) -> list[bytes]:
+        """Every checkpoint the agent's heartbeats carried for task_id, oldest first."""
+        return [ref.checkpoint_json for hb in self.heartbeats for ref in hb.leases
+                if ref.task_id == task_id and ref.HasField("checkpoint_json")]
+
+    async def completion_for(self, task_id: str, timeout: float = 15.0,
+                             lease_epoch: int | None = None) -> history_pb2.Completion:
+        """Wait for the completion of task_id (of that lease epoch, if given)."""
         async def found():
             while True:
                 for c in self.completions:
-                    if c.task_id == task_id:
+                    if c.task_id == task_id and lease_epoch in (None, c.lease_epoch):
                         return c
                 self.changed.clear()
                 await self.changed.wait()
