@@ -134,6 +134,8 @@ async def main_async(run: Run) -> int:
             run.notes.append(f"{part} part failed: {e!r}")
             traceback.print_exc()
     write_report(run)
+    # Bar verdicts are findings, not errors; a cell that could not be measured is an error.
+    failed = failed or any(not c.ok for c in run.log.cells)
     return 1 if failed else 0
 
 

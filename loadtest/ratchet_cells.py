@@ -207,9 +207,36 @@ async def cell_enqueue_batch(b: Bench, batch: int, producers: int, total: int) -
     b.run.record(c)
 
 
+async def run_cells(b: Bench) -> None:
+    """Every cell, in the order the module docstring gives."""
+    from loadtest import ratchet_drain
+    run, quick = b.run, b.run.quick
+    run.say(f"warm-up task succeeded in {await warmup(b):.2f}s")
+    await guarded(b, "idle", {}, lambda: cell_idle(b, 5.0 if quick else 15.0))
+    await guarded(b, "schedule_to_start_idle", {}, lambda: cell_schedule_to_start(b, 60 if quick else 300))
+    await b.pt.stop_hostagent()
+    rates = []
+    for p in ((8, 32) if quick else (1, 8, 32)):
+        r = await guarded(b, "enqueue_single", {"producers": p}, lambda p=p: cell_enqueue_single(b, p, run.seconds))
+        rates.append(r or 0.0)
+    capacity = max(rates)
+    if capacity > 0:
+        for frac in ((0.5,) if quick else (0.25, 0.5, 0.75)):
+            await guarded(b, "enqueue_ack_open_loop", {"fraction": frac},
+                          lambda frac=frac: cell_open_loop(b, capacity, frac, run.seconds + 3))
+    total = 5_000 if quick else 20_000
+    await guarded(b, "enqueue_batch", {"batch": 100}, lambda: cell_enqueue_batch(b, 100, 4, total))
+    await guarded(b, "enqueue_batch", {"batch": 1000}, lambda: cell_enqueue_batch(b, 1000, 2, total))
+    min_backlog = run.args.drain_tasks or (10_000 if quick else 50_000)
+    drain_rate = await guarded(b, "drain", {}, lambda: ratchet_drain.cell_drain(
+        b, min_backlog, limit_s=150 if quick else 600))
+    if not run.args.no_profile:
+        await guarded(b, "drain_profiled", {}, lambda: ratchet_drain.cell_profiled_drain(
+            b, drain_rate or 500.0, seconds=8 if quick else 20, native=run.args.native))
+
+
 async def run_all(run) -> None:
     """Start the platform on the bench cluster and run every Ratchet cell."""
-    from loadtest import ratchet_drain
     pt = PlatformUnderTest(run.pg, run.registry, shards=4)
     t0 = time.monotonic()
     try:
@@ -227,37 +254,11 @@ async def run_all(run) -> None:
     gw = loadgen.Gateway(ep["grpc"], ep["api_key"])
     admin = await asyncpg.connect(run.pg.dsn("postgres"), timeout=10)
     shards = {db: await asyncpg.connect(run.pg.dsn(db), timeout=10) for db in pt.shard_dbs}
-    b = Bench(run, pt, gw, admin, shards)
     try:
-        run.say(f"warm-up task succeeded in {await warmup(b):.2f}s")
-        quick = run.quick
-        await guarded(b, "idle", {}, lambda: cell_idle(b, 5.0 if quick else 15.0))
-        await guarded(b, "schedule_to_start_idle", {}, lambda: cell_schedule_to_start(b, 60 if quick else 300))
-        await pt.stop_hostagent()
-        rates = []
-        for p in ((8, 32) if quick else (1, 8, 32)):
-            r = await guarded(b, "enqueue_single", {"producers": p},
-                              lambda p=p: cell_enqueue_single(b, p, run.seconds))
-            rates.append(r or 0.0)
-        capacity = max(rates)
-        if capacity > 0:
-            for frac in ((0.5,) if quick else (0.25, 0.5, 0.75)):
-                await guarded(b, "enqueue_ack_open_loop", {"fraction": frac},
-                              lambda frac=frac: cell_open_loop(b, capacity, frac, run.seconds + 3))
-        total = 5_000 if quick else 20_000
-        await guarded(b, "enqueue_batch", {"batch": 100},
-                      lambda: cell_enqueue_batch(b, 100, 4, total))
-        await guarded(b, "enqueue_batch", {"batch": 1000},
-                      lambda: cell_enqueue_batch(b, 1000, 2, total))
-        drain_rate = await guarded(b, "drain", {}, lambda: ratchet_drain.cell_drain(b, run.args.drain_tasks or (
-            10_000 if quick else 50_000), limit_s=150 if quick else 600))
-        if not run.args.no_profile:
-            await guarded(b, "drain_profiled", {}, lambda: ratchet_drain.cell_profiled_drain(
-                b, drain_rate or 500.0, seconds=8 if quick else 20, native=run.args.native))
+        await run_cells(Bench(run, pt, gw, admin, shards))
     finally:
         for conn in (admin, *shards.values()):
             await conn.close(timeout=5)
         await gw.close()
         # Stopped here, not at exit, so the reference measured after us runs on a quiet server.
         await asyncio.to_thread(pt.stop)
-
