@@ -1,0 +1,207 @@
+"""What the client returns: plain, immutable records with `to_dict()`.
+
+States and kinds are short upper-case names ("FAILED", "RETRY", "OPEN");
+timestamps are aware UTC datetimes; payloads, results and checkpoints are
+plain JSON values.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+from typing import Any
+
+TERMINAL_STATES = frozenset({"SUCCEEDED", "FAILED", "CANCELED", "EXPIRED"})
+
+
+def jsonable(value: Any) -> Any:
+    """value with datetimes as ISO 8601 strings, ready for json.dumps."""
+    if isinstance(value, dict):
+        return {k: jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [jsonable(v) for v in value]
+    if isinstance(value, dt.datetime):
+        return value.isoformat()
+    return value
+
+
+class _Record:
+    def to_dict(self) -> dict:
+        """A JSON-ready dict (timestamps as ISO 8601 strings)."""
+        return jsonable(dataclasses.asdict(self))  # type: ignore[call-overload]  # subclasses are dataclasses
+
+
+@dataclasses.dataclass(frozen=True)
+class TaskError(_Record):
+    """Why an attempt or a task failed."""
+
+    error_class: str
+    message: str
+    stack: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class AttemptInfo(_Record):
+    """One attempt: who ran it, when, and how it ended (outcome like "FAILED")."""
+
+    attempt: int
+    lease_epoch: int
+    worker_id: str
+    outcome: str
+    started_at: dt.datetime | None
+    finished_at: dt.datetime | None
+    error: TaskError | None
+
+
+@dataclasses.dataclass(frozen=True)
+class TaskInfo(_Record):
+    """A task as its owner sees it. `state` is a name like "SUCCEEDED".
+
+    `schedule_id`/`scheduled_time` are set when a schedule fired it,
+    `checkpoint` is the last value a handler stored with ctx.checkpoint(),
+    `retried_as`/`retry_of` link a bulk retry's new task and its original.
+    """
+
+    task_id: str
+    task_type: str
+    queue: str
+    state: str
+    attempt: int
+    max_attempts: int
+    version: int
+    payload: Any
+    result: Any
+    error: TaskError | None
+    idempotency_key: str
+    cancel_requested: bool
+    created_at: dt.datetime | None
+    run_at: dt.datetime | None
+    updated_at: dt.datetime | None
+    started_at: dt.datetime | None
+    finished_at: dt.datetime | None
+    retry: dict
+    timeouts: dict
+    attempts: list[AttemptInfo]
+    schedule_id: str | None = None
+    scheduled_time: dt.datetime | None = None
+    checkpoint: Any = None
+    retried_as: str | None = None
+    retry_of: str | None = None
+
+    @property
+    def terminal(self) -> bool:
+        return self.state in TERMINAL_STATES
+
+    @property
+    def succeeded(self) -> bool:
+        return self.state == "SUCCEEDED"
+
+
+@dataclasses.dataclass(frozen=True)
+class TaskPage(_Record):
+    """One page of a search; pass next_page_token (None on the last page) to get the next."""
+
+    tasks: list[TaskInfo]
+    next_page_token: str | None
+
+
+@dataclasses.dataclass(frozen=True)
+class ItemFailure(_Record):
+    """A task a bulk operation could not process, and why."""
+
+    task_id: str
+    reason: str
+
+
+@dataclasses.dataclass(frozen=True)
+class OperationInfo(_Record):
+    """A bulk retry or cancel: `kind` "RETRY"/"CANCEL", `state` "RUNNING",
+    "SUCCEEDED" (every item processed; some may have failed) or "CANCELED"."""
+
+    operation_id: str
+    kind: str
+    state: str
+    filter: dict
+    matched: int
+    processed: int
+    succeeded: int
+    failed: int
+    skipped: int
+    failures: list[ItemFailure]
+    created_at: dt.datetime | None
+    finished_at: dt.datetime | None
+
+    @property
+    def done(self) -> bool:
+        return self.state != "RUNNING"
+
+
+@dataclasses.dataclass(frozen=True)
+class BulkResult(_Record):
+    """What retry_tasks / cancel_tasks answered: the count, and the operation unless a dry run."""
+
+    matched: int
+    operation: OperationInfo | None
+
+
+@dataclasses.dataclass(frozen=True)
+class ScheduleInfo(_Record):
+    """A cron schedule. `overlap_policy` is "allow", "skip", "cancel_previous"
+    or "buffer_one"; `state` "ACTIVE" or "PAUSED"."""
+
+    schedule_id: str
+    cron: str
+    timezone: str
+    task_type: str
+    payload: Any
+    queue: str
+    retry: dict
+    timeouts: dict
+    overlap_policy: str
+    catchup_window_s: float | None
+    state: str
+    next_fire_time: dt.datetime | None
+    last_fire_time: dt.datetime | None
+    last_task_id: str | None
+    created_at: dt.datetime | None
+    updated_at: dt.datetime | None
+
+
+@dataclasses.dataclass(frozen=True)
+class SchedulePage(_Record):
+    """One page of schedules."""
+
+    schedules: list[ScheduleInfo]
+    next_page_token: str | None
+
+
+@dataclasses.dataclass(frozen=True)
+class TriggerResult(_Record):
+    """The task a trigger enqueued; `skipped` when the overlap policy held it back."""
+
+    task_id: str | None
+    skipped: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class BreakerCrash(_Record):
+    """A recent sandbox crash on a breaker's task type."""
+
+    task_id: str
+    error_class: str
+    message: str
+    at: dt.datetime | None
+
+
+@dataclasses.dataclass(frozen=True)
+class BreakerInfo(_Record):
+    """A circuit breaker of one task type: `state` "CLOSED", "OPEN" (dispatch
+    paused) or "HALF_OPEN" (one probe may run)."""
+
+    task_type: str
+    state: str
+    reason: str
+    crashes: int
+    opened_at: dt.datetime | None
+    probe_at: dt.datetime | None
+    last_crashes: list[BreakerCrash]
