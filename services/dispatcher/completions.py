@@ -38,8 +38,9 @@ MAX_IN_FLIGHT = 1
 
 @dataclasses.dataclass
 class _Batch:
-    completions: list[hpb.Completion] = dataclasses.field(default_factory=list)
-    waiters: list[tuple[int, int, asyncio.Future]] = dataclasses.field(default_factory=list)
+    # One entry per submission: its completions and the future its caller awaits.
+    waiters: list[tuple[Sequence[hpb.Completion], asyncio.Future]] = dataclasses.field(default_factory=list)
+    size: int = 0
 
 
 @dataclasses.dataclass
@@ -76,16 +77,21 @@ class CompletionBatcher:
                 shard.in_flight -= 1
                 self._drain(shard_id, shard)
         batch = shard.queued[-1] if shard.queued else None
-        if batch is None or len(batch.completions) + len(completions) > MAX_BATCH:
+        if batch is None or batch.size + len(completions) > MAX_BATCH:
             batch = _Batch()
             shard.queued.append(batch)
         future = asyncio.get_running_loop().create_future()
         # Retrieve the outcome even if the caller went away, so nothing logs "never retrieved".
         future.add_done_callback(lambda f: f.cancelled() or f.exception())
-        batch.waiters.append((len(batch.completions), len(completions), future))
-        batch.completions.extend(completions)
-        # If the caller is cancelled the batch still goes out for the others.
-        return await asyncio.shield(future)
+        batch.waiters.append((completions, future))
+        batch.size += len(completions)
+        try:
+            # Shielded: if this caller goes away the batch still goes out for the others.
+            return await asyncio.shield(future)
+        except asyncio.CancelledError:
+            # The caller gave up (it will retry): leave its part out if the batch has not gone yet.
+            future.cancel()
+            raise
 
     def _drain(self, shard_id: int, shard: _Shard) -> None:
         while shard.queued and shard.in_flight < (self._max_in_flight or 1):
@@ -103,33 +109,37 @@ class CompletionBatcher:
             self._drain(shard_id, shard)
 
     async def _flush_batch(self, shard_id: int, batch: _Batch) -> None:
+        waiters = [(cs, f) for cs, f in batch.waiters if not f.done()]
+        if not waiters:
+            return
         try:
             try:
-                results = await self._send(shard_id, batch.completions)
+                results = await self._send(shard_id, [c for cs, _ in waiters for c in cs])
             except HistoryRejected:
-                if len(batch.waiters) == 1:
+                if len(waiters) == 1:
                     raise
                 # One agent's bad completion must not fail the others it was coalesced with.
-                await asyncio.gather(*(self._send_part(shard_id, batch, w) for w in batch.waiters))
+                await asyncio.gather(*(self._send_part(shard_id, cs, f) for cs, f in waiters))
                 return
         except BaseException as err:  # every waiter must hear about the failure, whatever it is
-            for _, _, future in batch.waiters:
+            for _, future in waiters:
                 _settle(future, error=err)
             if isinstance(err, asyncio.CancelledError):
                 raise
             return
-        for start, count, future in batch.waiters:
-            _settle(future, list(results[start:start + count]))
+        start = 0
+        for cs, future in waiters:
+            _settle(future, list(results[start:start + len(cs)]))
+            start += len(cs)
 
     async def _send(self, shard_id: int, completions: Sequence[hpb.Completion]) -> Sequence[hpb.CompletionResult]:
         self.calls += 1
         response = await self._history.complete_tasks(shard_id, completions)
         return _checked(shard_id, len(completions), response.results)
 
-    async def _send_part(self, shard_id: int, batch: _Batch, waiter: tuple[int, int, asyncio.Future]) -> None:
-        start, count, future = waiter
+    async def _send_part(self, shard_id: int, completions: Sequence[hpb.Completion], future: asyncio.Future) -> None:
         try:
-            _settle(future, list(await self._send(shard_id, batch.completions[start:start + count])))
+            _settle(future, list(await self._send(shard_id, completions)))
         except Exception as err:  # handed to that waiter's caller, which maps it to a status
             _settle(future, error=err)
 
@@ -137,6 +147,15 @@ class CompletionBatcher:
         """Wait for batches already started (used at shutdown)."""
         if self._flushes:
             await asyncio.gather(*self._flushes, return_exceptions=True)
+
+
+async def _bounded(call, shard_id: int, timeout: float | None):
+    try:
+        async with asyncio.timeout(timeout):
+            return await call
+    except TimeoutError:
+        raise ShardUnavailable(shard_id, f"no answer within {timeout:.2f}s; the outcome is unknown",
+                               ambiguous=True) from None
 
 
 def _settle(future: asyncio.Future, result=None, *, error: BaseException | None = None) -> None:
@@ -158,14 +177,16 @@ def _checked(shard_id: int, expected: int,
     return results
 
 
-async def complete(batcher: CompletionBatcher, completions: Sequence[hpb.Completion]) -> list[hpb.CompletionResult]:
-    """One CompletionResult per completion, in request order; UNAVAILABLE if any shard failed."""
+async def complete(batcher: CompletionBatcher, completions: Sequence[hpb.Completion],
+                   timeout: float | None = None) -> list[hpb.CompletionResult]:
+    """One CompletionResult per completion, in request order; UNAVAILABLE if
+    any shard failed or did not answer within `timeout` seconds."""
     if not completions:
         return []
     groups = group_by_shard(completions, lambda c: c.shard_id)
     shards = list(groups)
-    outcomes = await asyncio.gather(*(batcher.complete(shard, pick(completions, groups[shard])) for shard in shards),
-                                    return_exceptions=True)
+    outcomes = await asyncio.gather(*(_bounded(batcher.complete(shard, pick(completions, groups[shard])), shard,
+                                               timeout) for shard in shards), return_exceptions=True)
     answers, failed = {}, []
     for shard, outcome in zip(shards, outcomes):
         if isinstance(outcome, ShardUnavailable):

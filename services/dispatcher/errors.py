@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import functools
 import logging
-from typing import Any, AsyncIterator, Awaitable, Callable
+from typing import Any, Awaitable, Callable
 
 import grpc
 
@@ -102,18 +102,3 @@ def maps_errors(fn: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[An
 
     return wrapper
 
-
-def maps_stream_errors(fn: Callable[..., AsyncIterator[Any]]) -> Callable[..., AsyncIterator[Any]]:
-    """Turn DispatcherError raised by a server-streaming handler into its gRPC status."""
-
-    @functools.wraps(fn)
-    async def wrapper(self, request, context):
-        try:
-            async for item in fn(self, request, context):
-                yield item
-        except DispatcherError as err:
-            code, message = grpc_status(err)
-            log.debug("%s refused: %s %s", fn.__name__, code.name, message)
-            await context.abort(code, message)
-
-    return wrapper

@@ -44,10 +44,12 @@ class DispatchServicer(dgrpc.DispatchServiceServicer):
     async def Heartbeat(self, request: dpb.HeartbeatRequest, context) -> dpb.HeartbeatResponse:
         """Extend every lease; one answer per lease, in request order."""
         validation.leases(request.leases)
-        return dpb.HeartbeatResponse(results=await record_heartbeats(self._history, request.leases))
+        results = await record_heartbeats(self._history, request.leases, context.time_remaining())
+        return dpb.HeartbeatResponse(results=results)
 
     @maps_errors
     async def Complete(self, request: dpb.CompleteRequest, context) -> dpb.CompleteResponse:
         """Apply finished attempts; one answer per completion, in request order."""
         validation.completions(request.completions)
-        return dpb.CompleteResponse(results=await complete(self._batcher, request.completions))
+        timeout = self._history.budget(context.time_remaining())
+        return dpb.CompleteResponse(results=await complete(self._batcher, request.completions, timeout))

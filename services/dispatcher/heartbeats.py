@@ -38,14 +38,18 @@ def unchanged(leases: Sequence[hpb.LeaseRef]) -> list[hpb.HeartbeatResult]:
             for ref in leases]
 
 
-async def record_heartbeats(history: HistoryClient, leases: Sequence[hpb.LeaseRef]) -> list[hpb.HeartbeatResult]:
-    """One HeartbeatResult per lease, in request order."""
+async def record_heartbeats(history: HistoryClient, leases: Sequence[hpb.LeaseRef],
+                            caller_remaining_s: float | None = None) -> list[hpb.HeartbeatResult]:
+    """One HeartbeatResult per lease, in request order. A shard that does not
+    answer before the caller's deadline counts as unavailable, so one hung
+    shard cannot make the whole heartbeat time out."""
     if not leases:
         return []
     groups = chunked(group_by_shard(leases, lambda ref: ref.shard_id), MAX_PER_CALL)
     keys = list(groups)
+    timeout = history.budget(caller_remaining_s)
     outcomes = await asyncio.gather(
-        *(history.record_heartbeats(shard, pick(leases, groups[(shard, n)])) for shard, n in keys),
+        *(history.record_heartbeats(shard, pick(leases, groups[(shard, n)]), timeout) for shard, n in keys),
         return_exceptions=True)
     answers: dict[tuple[int, int], Sequence[hpb.HeartbeatResult]] = {}
     failed: list[ShardUnavailable] = []

@@ -14,6 +14,11 @@ from ratchet.internal.history.v1 import history_pb2_grpc as hgrpc
 from ratchet.services.dispatcher.errors import from_rpc_error
 
 
+# Time kept back from a caller's deadline to send our answer.
+CALLER_MARGIN_S = 0.1
+MIN_BUDGET_S = 0.05
+
+
 def duration(seconds: float) -> duration_pb2.Duration:
     """A protobuf Duration of `seconds`."""
     d = duration_pb2.Duration()
@@ -34,6 +39,13 @@ class HistoryClient:
         self._lease = duration(lease_duration_s)
         self.reachable = asyncio.Event()
 
+    def budget(self, caller_remaining_s: float | None) -> float:
+        """The deadline for a call made on behalf of a caller with this much
+        time left: answer before the caller gives up, never beyond rpc_timeout_s."""
+        if caller_remaining_s is None:
+            return self.rpc_timeout_s
+        return max(MIN_BUDGET_S, min(self.rpc_timeout_s, caller_remaining_s - CALLER_MARGIN_S))
+
     async def _call(self, shard_id: int, method, request, timeout: float | None):
         try:
             response = await method(request, timeout=timeout or self.rpc_timeout_s)
@@ -53,10 +65,11 @@ class HistoryClient:
                                         lease_duration=self._lease)
         return await self._call(shard_id, self._stub.LeaseTasks, request, timeout)
 
-    async def record_heartbeats(self, shard_id: int, leases: Sequence[hpb.LeaseRef]) -> hpb.RecordHeartbeatsResponse:
+    async def record_heartbeats(self, shard_id: int, leases: Sequence[hpb.LeaseRef],
+                                timeout: float | None = None) -> hpb.RecordHeartbeatsResponse:
         """Extend the given leases of shard_id by the configured lease duration."""
         request = hpb.RecordHeartbeatsRequest(shard_id=shard_id, leases=list(leases), lease_duration=self._lease)
-        return await self._call(shard_id, self._stub.RecordHeartbeats, request, None)
+        return await self._call(shard_id, self._stub.RecordHeartbeats, request, timeout)
 
     async def complete_tasks(self, shard_id: int, completions: Sequence[hpb.Completion]) -> hpb.CompleteTasksResponse:
         """Apply attempt outcomes on shard_id in one history transaction."""

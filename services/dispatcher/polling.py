@@ -13,7 +13,6 @@ from ratchet.services.dispatcher.parking import ParkingLot
 from ratchet.services.dispatcher.rotation import ShardRotation, in_order
 
 
-
 @dataclasses.dataclass(frozen=True)
 class PollSpec:
     """A validated poll request."""

@@ -104,3 +104,19 @@ async def test_concurrent_completions_for_a_shard_are_coalesced(stub, history):
     calls = history.fake.calls_of("CompleteTasks")
     assert sum(len(c.request.completions) for c in calls) == 20
     assert len(calls) < 20, "concurrent completions should share CompleteTasks calls"
+
+
+async def test_a_hung_shard_answers_before_the_agent_gives_up(stub3, history):
+    import time
+    tasks = await _leased(stub3, history, [0, 1])
+    history.fake.hanging.add(1)
+    started = time.monotonic()
+    reply = await stub3.Heartbeat(dpb.HeartbeatRequest(worker_id="w", leases=_refs(tasks)), metadata=AUTH,
+                                  timeout=1.0)
+    assert time.monotonic() - started < 1.0
+    assert [r.reason for r in reply.results] == ["fake shard 0", UNCHANGED_REASON]
+    with pytest.raises(grpc.aio.AioRpcError) as info:
+        await stub3.Complete(dpb.CompleteRequest(worker_id="w", completions=_done(tasks)), metadata=AUTH,
+                             timeout=1.0)
+    assert info.value.code() == grpc.StatusCode.UNAVAILABLE, "the dispatcher, not the deadline, answers"
+    assert "outcome is unknown" in info.value.details()

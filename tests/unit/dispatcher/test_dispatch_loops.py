@@ -63,10 +63,13 @@ class CompleteClient:
         self.calls = []
         self.fail = fail
         self.reject_task = reject_task
+        self.gate: asyncio.Event | None = None  # if set, calls wait for it
 
     async def complete_tasks(self, shard, completions):
         self.calls.append((shard, [c.task_id for c in completions]))
         await asyncio.sleep(0)
+        if self.gate is not None:
+            await self.gate.wait()
         if self.fail:
             raise self.fail
         if self.reject_task and any(c.task_id == self.reject_task for c in completions):
@@ -118,3 +121,19 @@ async def test_coalescing_off_sends_each_submission_alone():
     batcher = CompletionBatcher(client, max_in_flight=None)
     await asyncio.gather(*(batcher.complete(0, [_c(f"t{i}")]) for i in range(3)))
     assert len(client.calls) == 3
+
+
+async def test_a_caller_that_gave_up_is_left_out_of_the_batch():
+    client = CompleteClient()
+    client.gate = asyncio.Event()
+    batcher = CompletionBatcher(client, max_in_flight=1)
+    first = asyncio.ensure_future(batcher.complete(0, [_c("first")]))
+    await asyncio.sleep(0)
+    gone = asyncio.ensure_future(batcher.complete(0, [_c("gone")]))
+    stays = asyncio.ensure_future(batcher.complete(0, [_c("stays")]))
+    await asyncio.sleep(0)
+    gone.cancel()
+    client.gate.set()
+    assert [r.task_id for r in await stays] == ["stays"]
+    await first
+    assert client.calls == [(0, ["first"]), (0, ["stays"])]
