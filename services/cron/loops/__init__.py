@@ -1,0 +1,1 @@
+"""The cron service's background loops, one per file."""
