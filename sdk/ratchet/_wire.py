@@ -18,10 +18,8 @@ from ratchet._transport import invalid
 from ratchet.api.schedules.v1 import schedules_pb2
 from ratchet.api.tasks.v1 import breakers_pb2, tasks_pb2
 from ratchet.libs.durations import parse_duration
-from ratchet.models import (AttemptInfo, BreakerCrash, BreakerInfo, ItemFailure, OperationInfo, ScheduleInfo,
-                            TaskError, TaskInfo)
-
-OVERLAP_POLICIES = ("allow", "skip", "cancel_previous", "buffer_one")
+from ratchet.models import (OVERLAP_POLICIES, AttemptInfo, BreakerCrash, BreakerInfo, ItemFailure, OperationInfo,
+                            ScheduleInfo, TaskError, TaskInfo)
 
 
 # -- in ----------------------------------------------------------------------

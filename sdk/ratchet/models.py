@@ -12,6 +12,7 @@ import datetime as dt
 from typing import Any
 
 TERMINAL_STATES = frozenset({"SUCCEEDED", "FAILED", "CANCELED", "EXPIRED"})
+OVERLAP_POLICIES = ("allow", "skip", "cancel_previous", "buffer_one")
 
 
 def jsonable(value: Any) -> Any:

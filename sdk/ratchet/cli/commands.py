@@ -5,7 +5,6 @@ Each prints JSON on stdout so it composes with jq and scripts.
 
 from __future__ import annotations
 
-import json
 import pathlib
 from typing import Any
 
@@ -13,16 +12,13 @@ from google.protobuf import json_format
 
 from ratchet.api.apps.v1 import apps_pb2
 from ratchet.cli import bundle
+from ratchet.cli.args import EXIT_NOT_SUCCEEDED, emit, parse_payload
 from ratchet.cli.discovery import Target
 from ratchet.cli.errors import CLIError
 from ratchet.client import AdminClient, Client, retry_message, timeouts_message
 
-# Exit code of `tasks wait` when the task ended in a state other than SUCCEEDED.
-EXIT_NOT_SUCCEEDED = 2
-
-
-def emit(data: Any) -> None:
-    print(json.dumps(data, indent=2, sort_keys=False))
+__all__ = ["EXIT_NOT_SUCCEEDED", "emit", "parse_payload", "tenants_create", "handler_messages", "deploy",
+           "tasks_enqueue", "tasks_get", "tasks_cancel", "tasks_wait"]
 
 
 def tenants_create(target: Target, name: str) -> int:
@@ -32,10 +28,14 @@ def tenants_create(target: Target, name: str) -> int:
 
 
 def handler_messages(description: dict) -> list[apps_pb2.Handler]:
-    """The describe output's handlers as the wire form CreateDeployment takes."""
+    """The describe output's handlers as the wire form CreateDeployment takes
+    (retry.non_retryable and retry.rules -> RetryPolicy.non_retryable and
+    ErrorRule entries; non_retryable also on the Handler, where older
+    gateways read it)."""
     out = []
     for h in description.get("handlers") or []:
-        msg = apps_pb2.Handler(name=h["name"], non_retryable=list(h.get("non_retryable") or []))
+        names = h.get("non_retryable") or (h.get("retry") or {}).get("non_retryable") or []
+        msg = apps_pb2.Handler(name=h["name"], non_retryable=list(names))
         if h.get("retry"):
             msg.retry.CopyFrom(retry_message(h["retry"]))
         if h.get("timeouts"):
@@ -61,19 +61,10 @@ def deploy(target: Target, app_dir: str, app: str, module: str | None) -> int:
     return 0
 
 
-def _payload(text: str | None) -> Any:
-    if text is None:
-        return None
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as e:
-        raise CLIError(f"--payload is not valid JSON ({e}); quote it, e.g. --payload '{{\"name\": \"Ada\"}}'") from None
-
-
 def tasks_enqueue(target: Target, task_type: str, payload: str | None, delay: str | None,
                   run_at: str | None, key: str | None, queue: str | None, wait: float | None) -> int:
     with Client(target.grpc, target.need_api_key()) as client:
-        task_id = client.enqueue(task_type, _payload(payload), queue=queue, delay=delay, run_at=run_at,
+        task_id = client.enqueue(task_type, parse_payload(payload), queue=queue, delay=delay, run_at=run_at,
                                  idempotency_key=key)
         if wait is None:
             emit({"task_id": task_id})

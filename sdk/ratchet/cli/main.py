@@ -6,6 +6,12 @@
     ratchet deploy DIR --app NAME
     ratchet tasks enqueue TYPE [--payload JSON] [--delay 30s] [--key K] [--queue Q]
     ratchet tasks get|cancel|wait ID
+    ratchet tasks list [--state FAILED] [--type T] [--queue Q] [--error-class C] [--since 1d] [--until T] [--all]
+    ratchet tasks retry|cancel-many [filter flags] [--dry-run] [--wait SECONDS]
+    ratchet operations get|cancel|wait ID
+    ratchet schedules create CRON TYPE [--payload JSON] [--timezone TZ] [--overlap skip] [--catchup-window 10m]
+    ratchet schedules get|list|pause|resume|delete|trigger [ID]
+    ratchet breakers list | reset TYPE
 
 Commands find the platform from --state-dir, else RATCHET_ENDPOINT and
 RATCHET_API_KEY (RATCHET_ADMIN_KEY for tenants), else ./.ratchet.
@@ -18,14 +24,10 @@ import argparse
 import pathlib
 import sys
 
+from ratchet.cli import bulk, schedules
+from ratchet.cli.args import state_dir_arg as _state_dir_arg
 from ratchet.cli.discovery import DEFAULT_STATE_DIR, discover
 from ratchet.cli.errors import CLIError
-
-
-def _state_dir_arg(p: argparse.ArgumentParser, default: str | None) -> None:
-    help_text = ("platform state folder" + (f" (default {default})" if default else
-                 "; default: RATCHET_ENDPOINT/RATCHET_API_KEY, else ./.ratchet"))
-    p.add_argument("--state-dir", default=default, help=help_text)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -58,8 +60,8 @@ def build_parser() -> argparse.ArgumentParser:
     deploy.add_argument("--module", help="handler module (default: ratchet.toml's module, else app)")
     _state_dir_arg(deploy, None)
 
-    tasks = sub.add_parser("tasks", help="enqueue and inspect tasks").add_subparsers(
-        dest="tasks_command", required=True, metavar="enqueue|get|cancel|wait")
+    tasks = sub.add_parser("tasks", help="enqueue, inspect, search and bulk-retry tasks").add_subparsers(
+        dest="tasks_command", required=True, metavar="enqueue|get|cancel|wait|list|retry|cancel-many")
     enq = tasks.add_parser("enqueue", help="enqueue a task; prints its id")
     enq.add_argument("task_type", metavar="TYPE")
     enq.add_argument("--payload", help="JSON payload")
@@ -77,6 +79,9 @@ def build_parser() -> argparse.ArgumentParser:
         if name == "wait":
             p.add_argument("--timeout", type=float, default=60.0, help="seconds (default 60)")
         _state_dir_arg(p, None)
+    bulk.add_task_commands(tasks)
+    bulk.add_commands(sub)
+    schedules.add_commands(sub)
     return parser
 
 
@@ -94,6 +99,8 @@ def run(args: argparse.Namespace) -> int:
             return dev.status(state_dir, as_json=args.json)
         return dev.env(state_dir)
     target = discover(args.state_dir)
+    if getattr(args, "func", None) is not None:
+        return args.func(target, args)
     if args.command == "tenants":
         return commands.tenants_create(target, args.name)
     if args.command == "deploy":
