@@ -48,7 +48,7 @@ class CronConfig:
         if not self.dsn:
             raise ConfigError("config field 'dsn' is required (the ratchet_cron database)")
         for name in ("gateway_target", "history_target"):
-            if not _TARGET.match(getattr(self, name) or ""):
+            if not _TARGET.fullmatch(getattr(self, name) or ""):
                 raise ConfigError(f"config field {name!r} must be 'host:port', got {getattr(self, name)!r}")
         if not self.shard_ids or any(isinstance(s, bool) or not isinstance(s, int) or s < 0
                                      for s in self.shard_ids):

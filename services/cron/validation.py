@@ -45,7 +45,7 @@ def fingerprint(req: spb.CreateScheduleRequest) -> str:
 
 def validate_create(req: spb.CreateScheduleRequest, now: dt.datetime, min_interval_s: float) -> ValidSchedule:
     """Check a create request; InvalidArgument names the field and the fix."""
-    if req.request_id and not _PRINTABLE.match(req.request_id):
+    if req.request_id and not _PRINTABLE.fullmatch(req.request_id):
         raise InvalidArgument("request_id must be 1..200 printable ASCII characters")
     timezone = req.timezone.strip() or "UTC"
     try:
@@ -87,9 +87,9 @@ def _check_template(req: spb.CreateScheduleRequest) -> None:
     t = req.task_template
     if not req.HasField("task_template") or not t.task_type:
         raise InvalidArgument("task_template.task_type is required: name a handler of the app's deployment")
-    if not _PRINTABLE.match(t.task_type):
+    if not _PRINTABLE.fullmatch(t.task_type):
         raise InvalidArgument("task_template.task_type must be 1..200 printable ASCII characters")
-    if t.queue and not _QUEUE.match(t.queue):
+    if t.queue and not _QUEUE.fullmatch(t.queue):
         raise InvalidArgument(f"task_template.queue {t.queue!r} must be 1..64 of A-Z a-z 0-9 _ . -")
     if t.HasField("payload") and t.payload.ByteSize() > MAX_PAYLOAD_BYTES:
         raise InvalidArgument(f"task_template.payload is over {MAX_PAYLOAD_BYTES // 1024} KiB; keep payloads "
