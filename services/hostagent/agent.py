@@ -33,6 +33,9 @@ log = logging.getLogger(__name__)
 
 # Used when a CANCEL carries no kill_after: the platform's default grace.
 DEFAULT_KILL_AFTER_S = 30.0
+# Checkpoint bytes one Heartbeat call may carry (1,000 leases x 64 KiB would pass the 64 MiB
+# message limit); the rest wait for the next beat, which is then brought forward.
+HEARTBEAT_CHECKPOINT_BUDGET = 8 * 1024 * 1024
 
 
 @dataclasses.dataclass(eq=False)
@@ -54,10 +57,10 @@ class Lease:
     def checkpoint_unacked(self) -> bool:
         return self.checkpoint_seq > self.checkpoint_acked
 
-    def ref(self) -> history_pb2.LeaseRef:
+    def ref(self, with_checkpoint: bool = True) -> history_pb2.LeaseRef:
         ref = history_pb2.LeaseRef(shard_id=self.task.shard_id, task_id=self.task.task_id,
                                    lease_epoch=self.task.lease_epoch)
-        if self.checkpoint_unacked:
+        if with_checkpoint and self.checkpoint_unacked:
             ref.checkpoint_json = self.checkpoint
         return ref
 
@@ -90,8 +93,17 @@ class Agent:
         return [ref for ref, _ in self.heartbeat_batch()]
 
     def heartbeat_batch(self) -> list[tuple[history_pb2.LeaseRef, int]]:
-        """Every lease held with the checkpoint seq its ref carries (pass it back to on_heartbeat)."""
-        return [(lease.ref(), lease.checkpoint_seq) for lease in self._leases.values()]
+        """Every lease held with the checkpoint seq its ref carries (pass it back
+        to on_heartbeat; 0 when it carries none)."""
+        batch, budget = [], HEARTBEAT_CHECKPOINT_BUDGET
+        for lease in self._leases.values():
+            fits = lease.checkpoint_unacked and len(lease.checkpoint or b"") <= budget
+            if fits:
+                budget -= len(lease.checkpoint or b"")
+            elif lease.checkpoint_unacked:
+                self.heartbeat_wanted.set()
+            batch.append((lease.ref(with_checkpoint=fits), lease.checkpoint_seq if fits else 0))
+        return batch
 
     def running(self) -> int:
         return self.capacity - self.free_slots()

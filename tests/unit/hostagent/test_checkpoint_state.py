@@ -51,6 +51,23 @@ async def test_a_checkpoint_rides_heartbeats_until_history_acknowledges_it():
     await agent.close()
 
 
+async def test_one_heartbeat_carries_a_bounded_amount_of_checkpoints(monkeypatch):
+    from ratchet.services.hostagent import agent as agent_module
+
+    monkeypatch.setattr(agent_module, "HEARTBEAT_CHECKPOINT_BUDGET", 10)
+    agent, lease = await _agent_with_lease()
+    other = Lease(history_pb2.LeasedTask(shard_id=2, task_id="t2", lease_epoch=1))
+    agent._leases["t2"] = other
+    agent._checkpoint(lease, b"12345678")
+    agent._checkpoint(other, b"87654321")
+    agent.heartbeat_wanted.clear()
+    (first, seq1), (second, seq2) = agent.heartbeat_batch()
+    assert first.checkpoint_json == b"12345678" and seq1 == 1
+    assert not second.HasField("checkpoint_json") and seq2 == 0  # its turn comes next, and soon
+    assert agent.heartbeat_wanted.is_set()
+    await agent.close()
+
+
 async def test_checkpoints_of_a_lost_lease_are_dropped():
     agent, lease = await _agent_with_lease()
     lease.lost = True
