@@ -22,6 +22,8 @@ MAX_PAYLOAD_BYTES = 256 * 1024
 MAX_BATCH = 1000
 MAX_NAME = 200
 MAX_ERROR_TEXT = 64 * 1024
+MAX_CHECKPOINT_BYTES = 64 * 1024
+MAX_RULES = 100
 
 _OUTCOMES = {
     history_pb2.COMPLETION_OUTCOME_SUCCEEDED: "SUCCEEDED",
@@ -86,6 +88,11 @@ def new_task(p: history_pb2.NewTask, i: int) -> tuple[NewRow, str, float | None,
     timeouts = policy.timeouts_from_proto(p.timeouts, f"{w}.timeouts")
     for j, name in enumerate(p.non_retryable):
         _name(name, f"{w}.non_retryable[{j}]")
+    for j, name in enumerate(p.retry.non_retryable):
+        _name(name, f"{w}.retry.non_retryable[{j}]")
+    rules = _rules(p.retry, f"{w}.retry.rules")
+    schedule_id = _name(p.schedule_id, f"{w}.schedule_id", required=False) or None
+    scheduled_time = p.scheduled_time.ToDatetime(tzinfo=dt.timezone.utc) if p.HasField("scheduled_time") else None
     row = NewRow(
         task_id=task_id(p.task_id, f"{w}.task_id"),
         tenant_id=_name(p.tenant_id, f"{w}.tenant_id"),
@@ -95,8 +102,32 @@ def new_task(p: history_pb2.NewTask, i: int) -> tuple[NewRow, str, float | None,
         payload=_payload(p.payload_json, f"{w}.payload_json"),
         delay_s=delay_s, run_at=run_at, idempotency_key=key,
         max_attempts=retry.max_attempts, retry_policy=retry.to_json(), timeouts=timeouts.to_json(),
-        non_retryable=list(p.non_retryable))
+        non_retryable=sorted(set(p.non_retryable) | set(p.retry.non_retryable)),
+        retry_rules={k: r.to_json() for k, r in rules.items()} or None,
+        schedule_id=schedule_id, scheduled_time=scheduled_time)
     return row, p.fingerprint, timeouts.schedule_to_start_s, timeouts.schedule_to_close_s
+
+
+def _rules(p: tasks_pb2.RetryPolicy, where: str) -> dict[str, policy.Rule]:
+    if len(p.rules) > MAX_RULES:
+        raise InvalidArgument(f"{where} holds {len(p.rules)} rules; at most {MAX_RULES} are allowed")
+    out = {}
+    for name in sorted(p.rules):
+        _name(name, f"{where} key")
+        out[name] = policy.rule_from_proto(p.rules[name], f"{where}[{name!r}]")
+    return out
+
+
+def checkpoint(raw: bytes, where: str) -> bytes:
+    """A checkpoint as sent: JSON text of at most 64 KiB, else INVALID_ARGUMENT."""
+    if len(raw) > MAX_CHECKPOINT_BYTES:
+        raise InvalidArgument(f"{where} is {len(raw)} bytes; a checkpoint may be at most {MAX_CHECKPOINT_BYTES} "
+                              "bytes (store a cursor, not the data)")
+    try:
+        json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        raise InvalidArgument(f"{where} must be JSON text") from None
+    return raw
 
 
 def _error(p: tasks_pb2.TaskError) -> ErrorInfo | None:
@@ -119,16 +150,33 @@ def completion(p: history_pb2.Completion, i: int, shard_id: int) -> CompletionIn
     retry_after = policy.seconds(p.retry_after) if p.HasField("retry_after") else None
     if retry_after is not None and retry_after < 0:
         raise InvalidArgument(f"{w}.retry_after must not be negative")
+    cp = checkpoint(p.checkpoint_json, f"{w}.checkpoint_json") if p.HasField("checkpoint_json") else None
     return CompletionIn(task_id=task_id(p.task_id, f"{w}.task_id"), lease_epoch=p.lease_epoch,
                         outcome=outcome, result=result, error=_error(p.error), fatal=p.fatal,
-                        retry_after_s=retry_after)
+                        retry_after_s=retry_after, checkpoint=cp)
 
 
-def lease_ref(p: history_pb2.LeaseRef, i: int, shard_id: int) -> tuple[str, int]:
-    """Validate one LeaseRef: (task_id, lease_epoch)."""
+def lease_ref(p: history_pb2.LeaseRef, i: int, shard_id: int) -> tuple[str, int, bytes | None]:
+    """Validate one LeaseRef: (task_id, lease_epoch, checkpoint or None)."""
     if p.shard_id and p.shard_id != shard_id:
         raise InvalidArgument(f"leases[{i}].shard_id is {p.shard_id} but the request is for shard {shard_id}")
-    return task_id(p.task_id, f"leases[{i}].task_id"), p.lease_epoch
+    cp = checkpoint(p.checkpoint_json, f"leases[{i}].checkpoint_json") if p.HasField("checkpoint_json") else None
+    return task_id(p.task_id, f"leases[{i}].task_id"), p.lease_epoch, cp
+
+
+def type_limits(limits) -> list[tuple[tuple[str, str, str], int]]:
+    """Validate LeaseTasksRequest.type_limits: [((tenant_id, app_id, task_type), max_tasks)]."""
+    if len(limits) > MAX_BATCH:
+        raise InvalidArgument(f"type_limits holds {len(limits)} items; send at most {MAX_BATCH}")
+    out = []
+    for i, p in enumerate(limits):
+        w = f"type_limits[{i}]"
+        key = (_name(p.tenant_id, f"{w}.tenant_id"), _name(p.app_id, f"{w}.app_id"),
+               _name(p.task_type, f"{w}.task_type"))
+        if p.max_tasks < 0:
+            raise InvalidArgument(f"{w}.max_tasks must be 0 (paused) or more, got {p.max_tasks}")
+        out.append((key, p.max_tasks))
+    return out
 
 
 def lease_seconds(d, default_s: float, where: str = "lease_duration") -> float:
@@ -174,10 +222,11 @@ def attempt_to_proto(a) -> tasks_pb2.Attempt:
     return out
 
 
-def task_to_proto(row, attempts) -> tasks_pb2.Task:
-    """A task row and its attempt rows in the public shape."""
+def task_to_proto(row, attempts=()) -> tasks_pb2.Task:
+    """A task row and its attempt rows in the public shape (ListTasks passes none)."""
     state = TaskState(row["state"])
     retry = policy.Retry.from_json(_json(row["retry_policy"]))
+    rules = policy.rules_from_json(_json(row["retry_rules"]) if row["retry_rules"] is not None else None)
     timeouts = policy.Timeouts.from_json(_json(row["timeouts"]))
     out = tasks_pb2.Task(
         task_id=str(row["task_id"]), task_type=row["task_type"], queue=row["queue"],
@@ -186,8 +235,13 @@ def task_to_proto(row, attempts) -> tasks_pb2.Task:
         idempotency_key=row["idempotency_key"] or "", cancel_requested=row["cancel_requested"],
         created_at=timestamp(row["created_at"]), run_at=timestamp(row["run_at"]),
         updated_at=timestamp(row["updated_at"]), started_at=timestamp(row["started_at"]),
-        finished_at=timestamp(row["finished_at"]), retry=policy.retry_to_proto(retry),
-        timeouts=policy.timeouts_to_proto(timeouts), attempts=[attempt_to_proto(a) for a in attempts])
+        finished_at=timestamp(row["finished_at"]),
+        retry=policy.retry_to_proto(retry, row["non_retryable"] or (), rules),
+        timeouts=policy.timeouts_to_proto(timeouts), attempts=[attempt_to_proto(a) for a in attempts],
+        schedule_id=row["schedule_id"] or "", scheduled_time=timestamp(row["scheduled_time"]),
+        checkpoint=json_value(row["checkpoint"]),
+        retried_as=str(row["retried_as"]) if row["retried_as"] else "",
+        retry_of=str(row["retry_of"]) if row["retry_of"] else "")
     if state in (TaskState.FAILED, TaskState.EXPIRED):
         err = _task_error(row["error_class"], row["error_message"], row["error_stack"])
         if err is not None:
@@ -201,9 +255,12 @@ def leased_to_proto(shard_id: int, r, lease_s: float) -> history_pb2.LeasedTask:
         shard_id=shard_id, task_id=str(r["task_id"]), tenant_id=r["tenant_id"], app_id=r["app_id"],
         task_type=r["task_type"], queue=r["queue"], payload_json=bytes(r["payload"]), attempt=r["attempt"],
         max_attempts=r["max_attempts"], lease_epoch=r["lease_epoch"], lease_duration=policy.duration(lease_s),
-        scheduled_at=timestamp(r["run_at"]))
+        scheduled_at=timestamp(r["run_at"]), schedule_id=r["schedule_id"] or "",
+        scheduled_time=timestamp(r["scheduled_time"]))
     if r["start_to_close_s"] is not None:
         out.start_to_close.CopyFrom(policy.duration(r["start_to_close_s"]))
+    if r["checkpoint"] is not None:
+        out.last_checkpoint_json = bytes(r["checkpoint"])
     return out
 
 

@@ -58,16 +58,29 @@ def end_attempt(task: TaskView, outcome: AttemptOutcome, error: ErrorInfo | None
     if err.error_class in task.non_retryable:
         return Transition(to_state=TaskState.FAILED, error=err,
                           reason=f"non-retryable error {err.error_class}", **base)
-    if charged and task.attempt >= task.max_attempts:
+    rule = task.rules.get(err.error_class)
+    if rule is not None and rule.non_retryable:
         return Transition(to_state=TaskState.FAILED, error=err,
-                          reason=f"attempts exhausted ({task.attempt}/{task.max_attempts})", **base)
-    delay = retry_after_s if retry_after_s is not None else backoff_delay(task.retry, task.attempt, rand)
+                          reason=f"non-retryable error {err.error_class} (rule)", **base)
+    # A matching rule's budget and backoff replace the policy's for this failure.
+    policy = rule.apply(task.retry) if rule is not None else task.retry
+    max_attempts = policy.max_attempts if rule is not None and rule.max_attempts is not None else task.max_attempts
+    if charged and task.attempt >= max_attempts:
+        return Transition(to_state=TaskState.FAILED, error=err,
+                          reason=f"attempts exhausted ({task.attempt}/{max_attempts})", **base)
+    delay = retry_after_s if retry_after_s is not None else backoff_delay(policy, task.attempt, rand)
     return Transition(to_state=TaskState.RETRY_WAIT, delay_s=max(0.0, delay), error=err,
                       reason=reason or f"attempt {task.attempt} {outcome.value.lower()}, retrying", **base)
 
 
 def on_completion(task: TaskView, c: CompletionIn, *, rand: Rand = random.random) -> Transition:
-    """The transition for a completion that matched the current lease."""
+    """The transition for a completion that matched the current lease; a
+    checkpoint sent with it is stored by the same compare-and-set."""
+    t = _on_completion(task, c, rand)
+    return dataclasses.replace(t, checkpoint=c.checkpoint) if c.checkpoint is not None else t
+
+
+def _on_completion(task: TaskView, c: CompletionIn, rand: Rand) -> Transition:
     if c.outcome == "SUCCEEDED":
         # A success that races a cancel is still a success: the work is done.
         return Transition(task_id=task.task_id, from_state=TaskState.LEASED, to_state=TaskState.SUCCEEDED,

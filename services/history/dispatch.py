@@ -5,6 +5,11 @@ caller's cursor and wrapping around. Each tenant gets an equal share of the
 batch; what a tenant cannot use goes to the tenants that filled their share.
 So a tenant's 100k backlog cannot keep another tenant's single task out of
 the next lease, and the tenant scan costs one index probe per tenant.
+
+Type limits (circuit breakers) name (tenant, app, task_type) triples: 0
+leaves the type out of this call entirely (the tenant's share goes to its
+other work, or to other tenants); N > 0 claims at most N of it first, and
+the fair share-out then runs without it.
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ from typing import Sequence
 import asyncpg
 
 from ratchet.libs import gates
-from ratchet.services.history.store import Store
+from ratchet.services.history.store import Store, TypeKey
 
 MAX_ROUNDS = 4  # share-out passes per lease; each is one claim statement
 
@@ -40,18 +45,31 @@ def fair_shares(n: int, total: int) -> list[int]:
     return [base + (1 if i < extra else 0) for i in range(n)]
 
 
-async def ready_tenants(conn, store: Store, cursor: str, app_ids: Sequence[str], limit: int) -> list[str]:
+async def ready_tenants(conn, store: Store, cursor: str, app_ids: Sequence[str], limit: int,
+                        excluded: Sequence[TypeKey] = ()) -> list[str]:
     """Up to `limit` tenants with ready work, in round-robin order after `cursor`."""
-    tenants = await store.task_ready_tenants(conn, cursor, None, app_ids, limit)
+    tenants = await store.task_ready_tenants(conn, cursor, None, app_ids, limit, excluded)
     if len(tenants) < limit and cursor:
-        tenants += await store.task_ready_tenants(conn, "", cursor, app_ids, limit - len(tenants))
+        tenants += await store.task_ready_tenants(conn, "", cursor, app_ids, limit - len(tenants), excluded)
     return tenants
 
 
-async def claim_fair(conn, store: Store, tenants: list[str], max_tasks: int,
-                     app_ids: Sequence[str]) -> dict[str, list[str]]:
-    """Lock up to max_tasks ready tasks spread fairly over `tenants` -> {tenant: [task_id]}."""
+def split_limits(type_limits: Sequence[tuple[TypeKey, int]]) -> tuple[list[TypeKey], dict[TypeKey, int]]:
+    """(paused types, {capped type: cap}); a type named twice gets the smaller limit."""
+    lowest: dict[TypeKey, int] = {}
+    for key, n in type_limits:
+        lowest[key] = min(n, lowest.get(key, n))
+    return [k for k, n in lowest.items() if n <= 0], {k: n for k, n in lowest.items() if n > 0}
+
+
+async def claim_fair(conn, store: Store, tenants: list[str], max_tasks: int, app_ids: Sequence[str],
+                     excluded: Sequence[TypeKey] = (), taken: Sequence[str] = ()) -> dict[str, list[str]]:
+    """Lock up to max_tasks ready tasks spread fairly over `tenants` -> {tenant: [task_id]}.
+
+    `excluded` types are not claimed; `taken` ids are already claimed by this transaction.
+    """
     claimed: dict[str, list[str]] = {t: [] for t in tenants}
+    already = list(taken)
     taken: list[str] = []
     candidates = tenants
     for _ in range(MAX_ROUNDS):
@@ -60,7 +78,7 @@ async def claim_fair(conn, store: Store, tenants: list[str], max_tasks: int,
             break
         candidates = candidates[:remaining]
         quotas = {t: q for t, q in zip(candidates, fair_shares(len(candidates), remaining)) if q > 0}
-        got = await store.task_claim_ready(conn, quotas, app_ids, taken)
+        got = await store.task_claim_ready(conn, quotas, app_ids, already + taken, excluded)
         per: dict[str, int] = {}
         for task_id, tenant in got:
             claimed[tenant].append(task_id)
@@ -71,15 +89,27 @@ async def claim_fair(conn, store: Store, tenants: list[str], max_tasks: int,
     return claimed
 
 
+async def _claim_capped(conn, store: Store, caps: dict[TypeKey, int], max_tasks: int,
+                        app_ids: Sequence[str]) -> list[str]:
+    if not caps:
+        return []
+    got = await store.task_claim_capped(conn, {k: min(n, max_tasks) for k, n in caps.items()}, app_ids, [])
+    # Rows claimed past max_tasks stay ENQUEUED; their locks end with the transaction.
+    return [task_id for task_id, _ in got][:max_tasks]
+
+
 async def lease_tasks(conn: asyncpg.Connection, store: Store, *, worker_id: str, max_tasks: int,
-                      app_ids: Sequence[str], cursor: str, lease_s: float) -> LeaseOut:
-    """Lease up to max_tasks ready tasks in one transaction."""
+                      app_ids: Sequence[str], cursor: str, lease_s: float,
+                      type_limits: Sequence[tuple[TypeKey, int]] = ()) -> LeaseOut:
+    """Lease up to max_tasks ready tasks in one transaction, honouring per-type limits."""
+    paused, caps = split_limits(type_limits)
+    excluded = paused + list(caps)
     async with conn.transaction():
-        tenants = await ready_tenants(conn, store, cursor, app_ids, max_tasks)
-        if not tenants:
-            return LeaseOut([], cursor, False)
-        claimed = await claim_fair(conn, store, tenants, max_tasks, app_ids)
-        ids = [tid for t in tenants for tid in claimed[t]]
+        capped = await _claim_capped(conn, store, caps, max_tasks, app_ids)
+        room = max_tasks - len(capped)
+        tenants = await ready_tenants(conn, store, cursor, app_ids, room, excluded) if room > 0 else []
+        claimed = await claim_fair(conn, store, tenants, room, app_ids, excluded, capped) if tenants else {}
+        ids = capped + [tid for t in tenants for tid in claimed[t]]
         if not ids:
             return LeaseOut([], cursor, False)
         rows = await store.task_lease_batch(conn, ids, worker_id, lease_s)
@@ -87,4 +117,4 @@ async def lease_tasks(conn: asyncpg.Connection, store: Store, *, worker_id: str,
     order = {tid: i for i, tid in enumerate(ids)}
     rows = sorted(rows, key=lambda r: order[str(r["task_id"])])
     served = [t for t in tenants if claimed[t]]
-    return LeaseOut(rows, served[-1], len(rows) >= max_tasks)
+    return LeaseOut(rows, served[-1] if served else cursor, len(rows) >= max_tasks)

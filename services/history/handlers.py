@@ -95,10 +95,11 @@ class HistoryServicer(history_pb2_grpc.HistoryServiceServicer):
             raise InvalidArgument(f"max_tasks must be 1..{MAX_LEASE_BATCH}, got {request.max_tasks}")
         lease_s = convert.lease_seconds(request.lease_duration if request.HasField("lease_duration") else None,
                                         self.cfg.lease_duration_s)
+        limits = convert.type_limits(request.type_limits)
         async with shard.conn() as conn:
             out = await dispatch.lease_tasks(conn, self.store, worker_id=request.worker_id,
                                              max_tasks=request.max_tasks, app_ids=list(request.app_ids),
-                                             cursor=request.tenant_cursor, lease_s=lease_s)
+                                             cursor=request.tenant_cursor, lease_s=lease_s, type_limits=limits)
         return history_pb2.LeaseTasksResponse(
             tasks=[convert.leased_to_proto(shard.id, r, lease_s) for r in out.rows],
             next_tenant_cursor=out.next_cursor, more=out.more)

@@ -33,14 +33,16 @@ class HeartbeatOut:
     kill_after_s: float | None = None
 
 
-async def record_heartbeats(conn: asyncpg.Connection, store: Store, leases: Sequence[tuple[str, int]],
+async def record_heartbeats(conn: asyncpg.Connection, store: Store, leases: Sequence[tuple],
                             lease_s: float, grace_s: float) -> list[HeartbeatOut]:
-    """Extend the leases still held; one statement for the whole batch."""
-    rows = await store.task_heartbeat_batch(conn, [t for t, _ in leases], [e for _, e in leases],
-                                            lease_s, grace_s)
+    """Extend the leases still held, storing any checkpoint under the same
+    fence; one statement for the whole batch. `leases` holds
+    (task_id, lease_epoch) or (task_id, lease_epoch, checkpoint or None)."""
+    rows = await store.task_heartbeat_batch(conn, [x[0] for x in leases], [x[1] for x in leases],
+                                            lease_s, grace_s, [x[2] if len(x) > 2 else None for x in leases])
     held = {(str(r["task_id"]), r["lease_epoch"]): r for r in rows}
     out = []
-    for task_id, epoch in leases:
+    for task_id, epoch, *_ in leases:
         r = held.get((task_id, epoch))
         if r is None:
             out.append(HeartbeatOut(task_id, epoch, "LEASE_LOST",

@@ -7,7 +7,7 @@ import json
 
 from ratchet.libs import taskstate
 from ratchet.libs.taskstate import AttemptOutcome, CancelReason, TaskState
-from ratchet.services.history.policy import Retry
+from ratchet.services.history.policy import Retry, Rule, rules_from_json
 
 
 @dataclasses.dataclass(frozen=True)
@@ -35,6 +35,7 @@ class Transition:
     error: ErrorInfo | None = None
     attempt_outcome: AttemptOutcome | None = None
     attempt_error: ErrorInfo | None = None
+    checkpoint: bytes | None = None  # stored with the outcome when set (a completion's last checkpoint)
 
     def __post_init__(self) -> None:
         taskstate.check(self.from_state, self.to_state)
@@ -56,6 +57,7 @@ class TaskView:
     non_retryable: frozenset[str]
     cancel_requested: bool
     cancel_reason: CancelReason | None
+    rules: dict[str, Rule] = dataclasses.field(default_factory=dict)
 
     @classmethod
     def from_row(cls, row) -> "TaskView":
@@ -63,6 +65,9 @@ class TaskView:
         policy = row["retry_policy"]
         if isinstance(policy, str):
             policy = json.loads(policy)
+        rules = row.get("retry_rules")
+        if isinstance(rules, str):
+            rules = json.loads(rules)
         return cls(
             task_id=str(row["task_id"]),
             state=TaskState(row["state"]),
@@ -73,6 +78,7 @@ class TaskView:
             non_retryable=frozenset(row["non_retryable"] or ()),
             cancel_requested=row["cancel_requested"],
             cancel_reason=CancelReason(row["cancel_reason"]) if row["cancel_reason"] else None,
+            rules=rules_from_json(rules),
         )
 
 
@@ -87,6 +93,7 @@ class CompletionIn:
     error: ErrorInfo | None = None
     fatal: bool = False
     retry_after_s: float | None = None
+    checkpoint: bytes | None = None
 
 
 @dataclasses.dataclass(frozen=True)

@@ -89,10 +89,80 @@ def retry_from_proto(p: tasks_pb2.RetryPolicy, where: str = "retry") -> Retry:
     return Retry(max_attempts=max_attempts, base_s=base, factor=factor, cap_s=cap, jitter=jitter)
 
 
-def retry_to_proto(r: Retry) -> tasks_pb2.RetryPolicy:
-    """A resolved policy in the public RetryPolicy shape."""
-    return tasks_pb2.RetryPolicy(max_attempts=r.max_attempts, base=duration(r.base_s), factor=r.factor,
-                                 cap=duration(r.cap_s), jitter=r.jitter)
+def retry_to_proto(r: Retry, non_retryable=(), rules: "dict[str, Rule] | None" = None) -> tasks_pb2.RetryPolicy:
+    """A resolved policy (with its non-retryable classes and rules) in the public RetryPolicy shape."""
+    out = tasks_pb2.RetryPolicy(max_attempts=r.max_attempts, base=duration(r.base_s), factor=r.factor,
+                                cap=duration(r.cap_s), jitter=r.jitter, non_retryable=sorted(non_retryable))
+    for name, rule in (rules or {}).items():
+        out.rules[name].CopyFrom(rule_to_proto(rule))
+    return out
+
+
+@dataclasses.dataclass(frozen=True)
+class Rule:
+    """How one error class is retried; None fields inherit from the task's policy."""
+
+    non_retryable: bool = False
+    max_attempts: int | None = None
+    base_s: float | None = None
+    factor: float | None = None
+    cap_s: float | None = None
+    jitter: bool | None = None
+
+    def to_json(self) -> dict:
+        """The stored jsonb form (unset fields left out)."""
+        return {k: v for k, v in dataclasses.asdict(self).items() if v is not None and v is not False}
+
+    @classmethod
+    def from_json(cls, data: dict) -> "Rule":
+        """From the stored jsonb form."""
+        return cls(**{f.name: data[f.name] for f in dataclasses.fields(cls) if f.name in data})
+
+    def apply(self, policy: Retry) -> Retry:
+        """The policy with this rule's overrides."""
+        return Retry(
+            max_attempts=policy.max_attempts if self.max_attempts is None else self.max_attempts,
+            base_s=policy.base_s if self.base_s is None else self.base_s,
+            factor=policy.factor if self.factor is None else self.factor,
+            cap_s=policy.cap_s if self.cap_s is None else self.cap_s,
+            jitter=policy.jitter if self.jitter is None else self.jitter)
+
+
+def rule_from_proto(p: tasks_pb2.ErrorRule, where: str) -> Rule:
+    """Validate one ErrorRule; unset fields stay None (inherit)."""
+    max_attempts = p.max_attempts if p.HasField("max_attempts") else None
+    if max_attempts is not None and not 1 <= max_attempts <= MAX_ATTEMPTS_LIMIT:
+        raise InvalidArgument(f"{where}.max_attempts must be 1..{MAX_ATTEMPTS_LIMIT}, got {max_attempts}")
+    factor = p.factor if p.HasField("factor") else None
+    if factor is not None and not 1.0 <= factor <= 10.0:
+        raise InvalidArgument(f"{where}.factor must be 1.0..10.0, got {factor}")
+    base = seconds(p.base) if p.HasField("base") else None
+    cap = seconds(p.cap) if p.HasField("cap") else None
+    if (base is not None and base < 0) or (cap is not None and cap < 0):
+        raise InvalidArgument(f"{where}.base and {where}.cap must not be negative")
+    return Rule(non_retryable=p.non_retryable, max_attempts=max_attempts, base_s=base, factor=factor,
+                cap_s=cap, jitter=p.jitter if p.HasField("jitter") else None)
+
+
+def rule_to_proto(r: Rule) -> tasks_pb2.ErrorRule:
+    """A stored rule in the public ErrorRule shape (inherited fields unset)."""
+    out = tasks_pb2.ErrorRule(non_retryable=r.non_retryable)
+    if r.max_attempts is not None:
+        out.max_attempts = r.max_attempts
+    if r.base_s is not None:
+        out.base.CopyFrom(duration(r.base_s))
+    if r.factor is not None:
+        out.factor = r.factor
+    if r.cap_s is not None:
+        out.cap.CopyFrom(duration(r.cap_s))
+    if r.jitter is not None:
+        out.jitter = r.jitter
+    return out
+
+
+def rules_from_json(data: dict | None) -> dict[str, Rule]:
+    """Stored retry_rules (NULL when none) -> {error_class: Rule}."""
+    return {k: Rule.from_json(v) for k, v in (data or {}).items()}
 
 
 def timeouts_from_proto(p: tasks_pb2.Timeouts, where: str = "timeouts") -> Timeouts:

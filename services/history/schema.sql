@@ -1,5 +1,5 @@
 -- The history shard schema as it stands after every migration in
--- services/history/migrations/ (currently 0001). Read this to know the
+-- services/history/migrations/ (currently 0001 and 0002). Read this to know the
 -- schema; change it only together with a new migration.
 -- tests/integration/history/test_schema.py migrates one database, loads this
 -- file into another, and requires their catalogs to match.
@@ -34,6 +34,15 @@ CREATE TABLE tasks (
     updated_at       timestamptz NOT NULL,
     started_at       timestamptz,
     finished_at      timestamptz,
+    -- Issue 4 (migration 0002), see the comments there.
+    retry_rules      jsonb,
+    schedule_id      text,
+    scheduled_time   timestamptz,
+    checkpoint       bytea,
+    retry_of         uuid,
+    retried_as       uuid,
+    CONSTRAINT tasks_retried_only_when_terminal CHECK (
+        retried_as IS NULL OR state IN ('SUCCEEDED', 'FAILED', 'CANCELED', 'EXPIRED')),
     CONSTRAINT tasks_state_known CHECK (state IN
         ('ENQUEUED', 'LEASED', 'RETRY_WAIT', 'SUCCEEDED', 'FAILED', 'CANCELED', 'EXPIRED')),
     CONSTRAINT tasks_terminal_iff_finished CHECK (
@@ -61,6 +70,12 @@ CREATE TABLE tasks (
 -- cost it nothing, and ordered (tenant_id, run_at) so the tenant skip scan
 -- and each tenant's oldest-first claim are both index range reads.
 CREATE INDEX tasks_dispatch ON tasks (tenant_id, run_at) WHERE state = 'ENQUEUED';
+
+-- Search over finished tasks (the dead-letter search is state = 'FAILED'),
+-- newest first by (finished_at, task_id). Partial: written once, when a task
+-- becomes terminal, so enqueue, lease and heartbeat pay nothing for it.
+CREATE INDEX tasks_finished ON tasks (tenant_id, app_id, state, finished_at, task_id)
+    WHERE finished_at IS NOT NULL;
 
 CREATE TABLE task_attempts (
     task_id       uuid        NOT NULL,
@@ -134,4 +149,49 @@ CREATE TABLE idempotency_keys (
     PRIMARY KEY (tenant_id, app_id, key)
 ) WITH (
     autovacuum_vacuum_scale_factor = 0.05
+);
+
+-- One row per shard part of a bulk operation. The cursor columns are the
+-- position of the last task processed in the operation's scan order, and
+-- are committed with each batch, so a crashed operation resumes there.
+CREATE TABLE bulk_operations (
+    operation_id          text        PRIMARY KEY,
+    tenant_id             text        COLLATE "C" NOT NULL,
+    app_id                text        NOT NULL,
+    kind                  text        NOT NULL,
+    filter                jsonb       NOT NULL,
+    registered_task_types text[]      NOT NULL DEFAULT '{}',
+    state                 text        NOT NULL,
+    matched               bigint      NOT NULL DEFAULT 0,
+    processed             bigint      NOT NULL DEFAULT 0,
+    succeeded             bigint      NOT NULL DEFAULT 0,
+    failed                bigint      NOT NULL DEFAULT 0,
+    skipped               bigint      NOT NULL DEFAULT 0,
+    -- Tasks reaching the filter after this instant are not part of the operation.
+    bound_at              timestamptz NOT NULL,
+    cursor_state          text,
+    cursor_time           timestamptz,
+    cursor_task_id        uuid,
+    created_at            timestamptz NOT NULL,
+    updated_at            timestamptz NOT NULL,
+    finished_at           timestamptz,
+    CONSTRAINT bulk_operations_kind_known CHECK (kind IN ('RETRY', 'CANCEL')),
+    CONSTRAINT bulk_operations_state_known CHECK (state IN ('RUNNING', 'SUCCEEDED', 'CANCELED')),
+    CONSTRAINT bulk_operations_running_iff_open CHECK ((state = 'RUNNING') = (finished_at IS NULL)),
+    CONSTRAINT bulk_operations_counts_add_up CHECK (
+        processed = succeeded + failed + skipped AND least(matched, processed, succeeded, failed, skipped) >= 0)
+);
+
+-- The bulk loop's work list.
+CREATE INDEX bulk_operations_running ON bulk_operations (created_at) WHERE state = 'RUNNING';
+
+-- The first failures of each operation part (at most 1,000 are kept; the
+-- failed counter keeps counting).
+CREATE TABLE bulk_operation_failures (
+    operation_id text        NOT NULL,
+    seq          integer     NOT NULL,
+    task_id      uuid        NOT NULL,
+    reason       text        NOT NULL,
+    at           timestamptz NOT NULL,
+    PRIMARY KEY (operation_id, seq)
 );

@@ -25,6 +25,7 @@ QUERIES = load_queries(*sorted(_HERE.glob("*.sql")))
 
 Hook = Callable[[str], Awaitable[None]]
 Key = tuple[str, str, str]  # (tenant_id, app_id, key)
+TypeKey = tuple[str, str, str]  # (tenant_id, app_id, task_type)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,10 +45,17 @@ class NewRow:
     retry_policy: dict
     timeouts: dict
     non_retryable: list[str]
+    retry_rules: dict | None = None  # {error_class: Rule.to_json()}, None when there are none
+    schedule_id: str | None = None
+    scheduled_time: datetime | None = None
 
 
 def _uuids(ids: Sequence[str]) -> list[uuid.UUID]:
     return [uuid.UUID(str(i)) for i in ids]
+
+
+def _triples(keys: Sequence[TypeKey]) -> tuple[list[str], list[str], list[str]]:
+    return [k[0] for k in keys], [k[1] for k in keys], [k[2] for k in keys]
 
 
 class Store:
@@ -88,7 +96,8 @@ class Store:
             [r.delay_s for r in rows], [r.run_at for r in rows], [r.idempotency_key for r in rows],
             [r.max_attempts for r in rows], [json.dumps(r.retry_policy) for r in rows],
             [json.dumps(r.timeouts) for r in rows], [json.dumps(r.non_retryable) for r in rows],
-            list(s2s), list(s2c))
+            list(s2s), list(s2c), [json.dumps(r.retry_rules) if r.retry_rules else None for r in rows],
+            [r.schedule_id for r in rows], [r.scheduled_time for r in rows])
         return {str(r["task_id"]): r["due"] for r in recs}
 
     async def task_existing_batch(self, conn, ids: Sequence[str]) -> dict[str, str]:
@@ -110,17 +119,25 @@ class Store:
         return {str(r["task_id"]): r["state"] for r in recs}
 
     async def task_ready_tenants(self, conn, after: str, upto: str | None, app_ids: Sequence[str],
-                                 limit: int) -> list[str]:
-        """Tenants with ready work in (after, upto], tenant order, at most `limit`."""
-        recs = await self._run(conn, "task_ready_tenants", after, upto, list(app_ids), limit)
+                                 limit: int, excluded: Sequence[TypeKey] = ()) -> list[str]:
+        """Tenants with ready work (not of the excluded types) in (after, upto], tenant order, at most `limit`."""
+        recs = await self._run(conn, "task_ready_tenants", after, upto, list(app_ids), limit, *_triples(excluded))
         return [r["tenant_id"] for r in recs]
 
     async def task_claim_ready(self, conn, quotas: dict[str, int], app_ids: Sequence[str],
-                               exclude: Sequence[str]) -> list[tuple[str, str]]:
-        """Lock ready rows per tenant; returns [(task_id, tenant_id)]."""
+                               exclude: Sequence[str], excluded: Sequence[TypeKey] = ()) -> list[tuple[str, str]]:
+        """Lock ready rows per tenant (not of the excluded types); returns [(task_id, tenant_id)]."""
         recs = await self._run(conn, "task_claim_ready", list(quotas), list(quotas.values()), list(app_ids),
-                               _uuids(exclude))
+                               _uuids(exclude), *_triples(excluded))
         return [(str(r["task_id"]), r["tenant_id"]) for r in recs]
+
+    async def task_claim_capped(self, conn, caps: dict[TypeKey, int], app_ids: Sequence[str],
+                                exclude: Sequence[str]) -> list[tuple[str, TypeKey]]:
+        """Lock up to caps[type] ready rows of each capped type; returns [(task_id, type key)]."""
+        keys = list(caps)
+        recs = await self._run(conn, "task_claim_capped", *_triples(keys), [caps[k] for k in keys], list(app_ids),
+                               _uuids(exclude))
+        return [(str(r["task_id"]), (r["tenant_id"], r["app_id"], r["task_type"])) for r in recs]
 
     async def task_lease_batch(self, conn, ids: Sequence[str], worker_id: str,
                                lease_s: float) -> list[asyncpg.Record]:
@@ -128,9 +145,11 @@ class Store:
         return await self._run(conn, "task_lease_batch", _uuids(ids), worker_id, lease_s)
 
     async def task_heartbeat_batch(self, conn, ids: Sequence[str], epochs: Sequence[int], lease_s: float,
-                                   grace_s: float) -> list[asyncpg.Record]:
-        """Extend leases still held; returns a row per lease still held."""
-        return await self._run(conn, "task_heartbeat_batch", _uuids(ids), list(epochs), lease_s, grace_s)
+                                   grace_s: float, checkpoints: Sequence[bytes | None] | None = None
+                                   ) -> list[asyncpg.Record]:
+        """Extend leases still held, storing any checkpoint sent; returns a row per lease still held."""
+        cps = list(checkpoints) if checkpoints is not None else [None] * len(ids)
+        return await self._run(conn, "task_heartbeat_batch", _uuids(ids), list(epochs), lease_s, grace_s, cps)
 
     async def task_cancel_request_batch(self, conn, ids: Sequence[str], epochs: Sequence[int],
                                         reasons: Sequence[str], grace_s: float) -> set[str]:
@@ -162,7 +181,7 @@ class Store:
             [err(t.error, "stack") for t in ts], [t.reason for t in ts],
             [t.attempt_outcome.value if t.attempt_outcome else None for t in ts],
             [err(t.attempt_error, "error_class") for t in ts], [err(t.attempt_error, "message") for t in ts],
-            [err(t.attempt_error, "stack") for t in ts])
+            [err(t.attempt_error, "stack") for t in ts], [t.checkpoint for t in ts])
         return {str(r["task_id"]): (r["state"], r["version"]) for r in recs}
 
     async def attempt_list(self, conn, task_id: str) -> list[asyncpg.Record]:

@@ -14,18 +14,22 @@ WITH now AS (SELECT clock_timestamp() AS t),
 i AS (
     SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::bytea[],
                          $7::float8[], $8::timestamptz[], $9::text[], $10::int[], $11::jsonb[],
-                         $12::jsonb[], $13::jsonb[], $14::float8[], $15::float8[])
+                         $12::jsonb[], $13::jsonb[], $14::float8[], $15::float8[], $16::jsonb[], $17::text[],
+                         $18::timestamptz[])
         AS i(task_id, tenant_id, app_id, task_type, queue, payload, delay_s, run_at, idempotency_key,
-             max_attempts, retry_policy, timeouts, non_retryable, schedule_to_start_s, schedule_to_close_s)
+             max_attempts, retry_policy, timeouts, non_retryable, schedule_to_start_s, schedule_to_close_s,
+             retry_rules, schedule_id, scheduled_time)
 ),
 ins AS (
     INSERT INTO tasks (task_id, tenant_id, app_id, queue, task_type, state, version, attempt,
                        max_attempts, lease_epoch, payload, retry_policy, timeouts, non_retryable,
-                       idempotency_key, run_at, created_at, updated_at)
+                       idempotency_key, run_at, created_at, updated_at, retry_rules, schedule_id,
+                       scheduled_time)
     SELECT i.task_id, i.tenant_id, i.app_id, i.queue, i.task_type, 'ENQUEUED', 1, 0,
            i.max_attempts, 0, i.payload, i.retry_policy, i.timeouts,
            ARRAY(SELECT jsonb_array_elements_text(i.non_retryable)), i.idempotency_key,
-           COALESCE(i.run_at, now.t + make_interval(secs => COALESCE(i.delay_s, 0))), now.t, now.t
+           COALESCE(i.run_at, now.t + make_interval(secs => COALESCE(i.delay_s, 0))), now.t, now.t,
+           i.retry_rules, i.schedule_id, i.scheduled_time
       FROM i CROSS JOIN now
     ON CONFLICT (task_id) DO NOTHING
     RETURNING task_id, run_at, created_at
@@ -68,7 +72,10 @@ SELECT task_id, state FROM tasks WHERE task_id = ANY($1::uuid[])
 -- sorting after $1 and, when $2 is not NULL, not after $2; at most $4 of
 -- them, in tenant order. The recursive CTE is a loose index scan over the
 -- partial dispatch index: one probe per distinct tenant, so a tenant's
--- 100k-row backlog costs one probe, not 100k rows.
+-- 100k-row backlog costs one probe, not 100k rows. ($5, $6, $7) are
+-- (tenant, app, task_type) triples left out of this lease (paused or
+-- capped by a circuit breaker): a tenant whose only ready work is theirs
+-- does not count as ready.
 WITH RECURSIVE tenants(tenant_id) AS (
     (SELECT t.tenant_id FROM tasks t
       WHERE t.state = 'ENQUEUED' AND t.tenant_id > $1::text
@@ -86,13 +93,17 @@ SELECT tenants.tenant_id FROM tenants
    AND EXISTS (SELECT 1 FROM tasks r
                 WHERE r.state = 'ENQUEUED' AND r.tenant_id = tenants.tenant_id
                   AND r.run_at <= clock_timestamp()
-                  AND (cardinality($3::text[]) = 0 OR r.app_id = ANY($3::text[])))
+                  AND (cardinality($3::text[]) = 0 OR r.app_id = ANY($3::text[]))
+                  AND NOT EXISTS (SELECT 1 FROM unnest($5::text[], $6::text[], $7::text[]) AS x(tenant_id, app_id, task_type)
+                                   WHERE x.tenant_id = r.tenant_id AND x.app_id = r.app_id
+                                     AND x.task_type = r.task_type))
  LIMIT $4
 
 -- name: task_claim_ready
 -- Lock up to quota[i] ready tasks of each tenant[i], oldest due first,
 -- skipping ids in $4 (already claimed by this transaction: SKIP LOCKED does
--- not skip our own locks). SKIP LOCKED lets concurrent dispatchers of one
+-- not skip our own locks) and tasks of the (tenant, app, task_type)
+-- triples in ($5, $6, $7). SKIP LOCKED lets concurrent dispatchers of one
 -- shard take disjoint rows without waiting.
 SELECT c.task_id, q.tenant_id
   FROM unnest($1::text[], $2::int[]) AS q(tenant_id, quota)
@@ -102,8 +113,28 @@ SELECT c.task_id, q.tenant_id
           AND t.run_at <= clock_timestamp()
           AND (cardinality($3::text[]) = 0 OR t.app_id = ANY($3::text[]))
           AND t.task_id <> ALL($4::uuid[])
+          AND NOT EXISTS (SELECT 1 FROM unnest($5::text[], $6::text[], $7::text[]) AS x(tenant_id, app_id, task_type)
+                           WHERE x.tenant_id = t.tenant_id AND x.app_id = t.app_id AND x.task_type = t.task_type)
         ORDER BY t.run_at
         LIMIT q.quota
+          FOR NO KEY UPDATE SKIP LOCKED
+       ) c
+
+-- name: task_claim_capped
+-- Lock up to cap[i] ready tasks of each (tenant[i], app[i], task_type[i])
+-- (a circuit breaker's probe), oldest due first, with the same app filter
+-- ($5), own-claim exclusion ($6) and SKIP LOCKED as task_claim_ready.
+SELECT c.task_id, q.tenant_id, q.app_id, q.task_type
+  FROM unnest($1::text[], $2::text[], $3::text[], $4::int[]) AS q(tenant_id, app_id, task_type, cap)
+ CROSS JOIN LATERAL (
+       SELECT t.task_id FROM tasks t
+        WHERE t.state = 'ENQUEUED' AND t.tenant_id = q.tenant_id
+          AND t.app_id = q.app_id AND t.task_type = q.task_type
+          AND t.run_at <= clock_timestamp()
+          AND (cardinality($5::text[]) = 0 OR t.app_id = ANY($5::text[]))
+          AND t.task_id <> ALL($6::uuid[])
+        ORDER BY t.run_at
+        LIMIT q.cap
           FOR NO KEY UPDATE SKIP LOCKED
        ) c
 
@@ -151,7 +182,8 @@ moot AS (
 )
 SELECT upd.task_id, upd.tenant_id, upd.app_id, upd.task_type, upd.queue, upd.payload, upd.attempt,
        upd.max_attempts, upd.lease_epoch, upd.run_at,
-       (upd.timeouts->>'start_to_close_s')::float8 AS start_to_close_s
+       (upd.timeouts->>'start_to_close_s')::float8 AS start_to_close_s,
+       upd.schedule_id, upd.scheduled_time, upd.checkpoint
   FROM upd
 
 -- name: task_heartbeat_batch
@@ -159,12 +191,15 @@ SELECT upd.task_id, upd.tenant_id, upd.app_id, upd.task_type, upd.queue, upd.pay
 -- not touched: it is lazy and reschedules itself when it finds the lease
 -- extended. A passed attempt deadline turns into a start_to_close cancel
 -- here too, so the worker hears CANCEL without waiting for the timer. Once
--- kill_at has passed the lease is no longer extended.
+-- kill_at has passed the lease is no longer extended. A checkpoint ($5,
+-- NULL for none) is stored under the same fence; checkpoint is not indexed,
+-- so this stays one HOT update whether or not one is sent.
 WITH i AS (
-    SELECT * FROM unnest($1::uuid[], $2::bigint[]) AS i(task_id, lease_epoch)
+    SELECT * FROM unnest($1::uuid[], $2::bigint[], $5::bytea[]) AS i(task_id, lease_epoch, checkpoint)
 ),
 locked AS (
-    SELECT t.task_id, t.lease_epoch FROM tasks t JOIN i ON i.task_id = t.task_id AND i.lease_epoch = t.lease_epoch
+    SELECT t.task_id, t.lease_epoch, i.checkpoint
+      FROM tasks t JOIN i ON i.task_id = t.task_id AND i.lease_epoch = t.lease_epoch
      WHERE t.state = 'LEASED'
      ORDER BY t.task_id
        FOR NO KEY UPDATE OF t
@@ -178,7 +213,8 @@ upd AS (
            cancel_reason = CASE WHEN t.cancel_requested THEN t.cancel_reason
                                 WHEN t.attempt_deadline <= now.t THEN 'start_to_close' END,
            kill_at = CASE WHEN t.cancel_requested THEN t.kill_at
-                          WHEN t.attempt_deadline <= now.t THEN now.t + make_interval(secs => $4::float8) END
+                          WHEN t.attempt_deadline <= now.t THEN now.t + make_interval(secs => $4::float8) END,
+           checkpoint = COALESCE(locked.checkpoint, t.checkpoint)
       FROM locked, now
      WHERE t.task_id = locked.task_id AND t.lease_epoch = locked.lease_epoch AND t.state = 'LEASED'
     RETURNING t.task_id, t.lease_epoch, t.cancel_requested, t.cancel_reason,
@@ -208,7 +244,7 @@ RETURNING t.task_id
 -- name: task_complete_lock
 -- Lock the tasks whose lease (task_id, lease_epoch) is still current, in
 -- task_id order so concurrent batches cannot deadlock.
-SELECT t.task_id, t.state, t.lease_epoch, t.attempt, t.max_attempts, t.retry_policy,
+SELECT t.task_id, t.state, t.lease_epoch, t.attempt, t.max_attempts, t.retry_policy, t.retry_rules,
        t.non_retryable, t.cancel_requested, t.cancel_reason
   FROM tasks t JOIN unnest($1::uuid[], $2::bigint[]) AS i(task_id, lease_epoch)
     ON t.task_id = i.task_id AND t.lease_epoch = i.lease_epoch
@@ -219,7 +255,7 @@ SELECT t.task_id, t.state, t.lease_epoch, t.attempt, t.max_attempts, t.retry_pol
 -- name: task_complete_lock_unfenced
 -- TEST-ONLY (guards.epoch_check_on_complete = false): like task_complete_lock
 -- but ignores the lease epoch, so stale completions get through.
-SELECT t.task_id, t.state, t.lease_epoch, t.attempt, t.max_attempts, t.retry_policy,
+SELECT t.task_id, t.state, t.lease_epoch, t.attempt, t.max_attempts, t.retry_policy, t.retry_rules,
        t.non_retryable, t.cancel_requested, t.cancel_reason
   FROM tasks t
  WHERE t.task_id = ANY($1::uuid[]) AND t.state = 'LEASED'
@@ -233,15 +269,15 @@ SELECT t.task_id, t.state, t.lease_epoch, t.attempt, t.max_attempts, t.retry_pol
 -- against taskstate.ALLOWED before sending. In the same statement: the
 -- transition row, the end of the running attempt, timers (a lease ends:
 -- its timer goes; a terminal task: all its timers go; RETRY_WAIT: a retry
--- timer at the new run_at).
+-- timer at the new run_at), and a completion's checkpoint when it has one.
 WITH now AS (SELECT clock_timestamp() AS t),
 i AS (
     SELECT * FROM unnest($1::uuid[], $2::text[], $3::bigint[], $4::text[], $5::float8[], $6::bytea[],
                          $7::text[], $8::text[], $9::text[], $10::text[], $11::text[], $12::text[],
-                         $13::text[], $14::text[])
+                         $13::text[], $14::text[], $15::bytea[])
         AS i(task_id, from_state, lease_epoch, to_state, delay_s, result, error_class, error_message,
              error_stack, reason, attempt_outcome, attempt_error_class, attempt_error_message,
-             attempt_error_stack)
+             attempt_error_stack, checkpoint)
 ),
 upd AS (
     UPDATE tasks t
@@ -260,7 +296,8 @@ upd AS (
            kill_at = NULL,
            cancel_requested = CASE WHEN i.to_state IN ('RETRY_WAIT', 'ENQUEUED') THEN false
                                    ELSE t.cancel_requested END,
-           cancel_reason = CASE WHEN i.to_state IN ('RETRY_WAIT', 'ENQUEUED') THEN NULL ELSE t.cancel_reason END
+           cancel_reason = CASE WHEN i.to_state IN ('RETRY_WAIT', 'ENQUEUED') THEN NULL ELSE t.cancel_reason END,
+           checkpoint = COALESCE(i.checkpoint, t.checkpoint)
       FROM i, now
      WHERE t.task_id = i.task_id
        AND t.state = i.from_state AND t.lease_epoch = i.lease_epoch
@@ -301,10 +338,10 @@ WITH now AS (SELECT clock_timestamp() AS t),
 i AS (
     SELECT * FROM unnest($1::uuid[], $2::text[], $3::bigint[], $4::text[], $5::float8[], $6::bytea[],
                          $7::text[], $8::text[], $9::text[], $10::text[], $11::text[], $12::text[],
-                         $13::text[], $14::text[])
+                         $13::text[], $14::text[], $15::bytea[])
         AS i(task_id, from_state, lease_epoch, to_state, delay_s, result, error_class, error_message,
              error_stack, reason, attempt_outcome, attempt_error_class, attempt_error_message,
-             attempt_error_stack)
+             attempt_error_stack, checkpoint)
 ),
 upd AS (
     UPDATE tasks t
@@ -323,7 +360,8 @@ upd AS (
            kill_at = NULL,
            cancel_requested = CASE WHEN i.to_state IN ('RETRY_WAIT', 'ENQUEUED') THEN false
                                    ELSE t.cancel_requested END,
-           cancel_reason = CASE WHEN i.to_state IN ('RETRY_WAIT', 'ENQUEUED') THEN NULL ELSE t.cancel_reason END
+           cancel_reason = CASE WHEN i.to_state IN ('RETRY_WAIT', 'ENQUEUED') THEN NULL ELSE t.cancel_reason END,
+           checkpoint = COALESCE(i.checkpoint, t.checkpoint)
       FROM i, now
      WHERE t.task_id = i.task_id
     RETURNING t.task_id, t.version, t.state, t.lease_epoch, t.attempt, t.run_at, t.updated_at

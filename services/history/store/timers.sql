@@ -8,7 +8,7 @@
 -- the locked row version, so decisions see the latest committed state.
 WITH due AS (
     SELECT m.task_id, m.kind, m.fire_at, m.lease_epoch AS timer_epoch,
-           t.state, t.lease_epoch, t.attempt, t.max_attempts, t.retry_policy, t.non_retryable,
+           t.state, t.lease_epoch, t.attempt, t.max_attempts, t.retry_policy, t.retry_rules, t.non_retryable,
            t.cancel_requested, t.cancel_reason,
            t.run_at <= clock_timestamp() AS due_now,
            COALESCE(t.lease_expires_at <= clock_timestamp(), false) AS lease_expired,
@@ -34,7 +34,7 @@ SELECT due.* FROM due JOIN gone ON gone.task_id = due.task_id AND gone.kind = du
 -- locking or deleting them (the caller deletes the fired instances after
 -- applying them), so two firers can fire one timer twice.
 SELECT m.task_id, m.kind, m.fire_at, m.lease_epoch AS timer_epoch,
-       t.state, t.lease_epoch, t.attempt, t.max_attempts, t.retry_policy, t.non_retryable,
+       t.state, t.lease_epoch, t.attempt, t.max_attempts, t.retry_policy, t.retry_rules, t.non_retryable,
        t.cancel_requested, t.cancel_reason,
        t.run_at <= clock_timestamp() AS due_now,
        COALESCE(t.lease_expires_at <= clock_timestamp(), false) AS lease_expired,

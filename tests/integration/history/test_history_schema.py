@@ -44,7 +44,7 @@ async def _catalog(dsn: str) -> list[tuple[str, str, str]]:
 
 async def test_migrations_produce_the_committed_schema(fresh_db):
     migrated, committed = fresh_db("hist_migrated"), fresh_db("hist_committed")
-    assert await migrate.apply(migrated, "history", HISTORY / "migrations") == [1]
+    assert await migrate.apply(migrated, "history", HISTORY / "migrations") == [1, 2]
     assert await migrate.apply(migrated, "history", HISTORY / "migrations") == []  # idempotent
     conn = await asyncpg.connect(committed, timeout=10)
     try:
@@ -52,7 +52,8 @@ async def test_migrations_produce_the_committed_schema(fresh_db):
     finally:
         await conn.close()
     got, want = await _catalog(migrated), await _catalog(committed)
-    assert {r[1] for r in got} >= {"tasks", "task_attempts", "task_transitions", "timers", "idempotency_keys"}
+    assert {r[1] for r in got} >= {"tasks", "task_attempts", "task_transitions", "timers", "idempotency_keys",
+                                        "bulk_operations", "bulk_operation_failures"}
     missing = [r for r in want if r not in got]
     extra = [r for r in got if r not in want]
     assert not missing and not extra, f"schema.sql lacks {extra}; migrations lack {missing}"
