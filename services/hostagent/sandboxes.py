@@ -202,8 +202,8 @@ class Sandbox:
         if len(data) > MAX_CHECKPOINT_BYTES:
             raise ProtocolError(f"a checkpoint of {len(data)} bytes is over the {MAX_CHECKPOINT_BYTES}-byte limit")
         try:
-            json.loads(value)
-        except json.JSONDecodeError as e:
+            json.loads(value, parse_constant=_no_constant)
+        except (json.JSONDecodeError, ValueError) as e:
             raise ProtocolError(f"a checkpoint's value is not valid JSON: {e}") from None
         if self._checkpoint_sink is None or message.get("task_id") != self.task_id:
             # A thread the previous handler left behind: it cannot touch another task's progress.
@@ -285,6 +285,11 @@ class Sandbox:
     def _log_tail_suffix(self) -> str:
         tail = self.log_tail()
         return f"; its output ends with:\n{tail}" if tail else ""
+
+
+def _no_constant(name: str) -> None:
+    # Python's json accepts NaN and Infinity; JSON (and the SDK's encoder) does not.
+    raise ValueError(f"{name} is not JSON")
 
 
 def _peer_pid(writer: asyncio.StreamWriter) -> int:

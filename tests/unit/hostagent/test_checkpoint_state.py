@@ -96,6 +96,7 @@ def sandbox(tmp_path: pathlib.Path) -> Sandbox:
 
 @pytest.mark.parametrize("value, fragment", [
     (None, "JSON text"), ({"n": 1}, "JSON text"), ("{not json", "not valid JSON"),
+    ('{"x": NaN}', "NaN is not JSON"),
     ('"' + "x" * 70_000 + '"', "over the 65536-byte limit"),
 ])
 def test_malformed_checkpoint_frames_break_the_protocol(sandbox, value, fragment):
