@@ -7,7 +7,10 @@ second look at the previous task change a decision already acted on. A
 SENDING slot is re-sent until the gateway acknowledges it; the gateway's
 idempotency key `sched:<schedule_id>@<slot>` makes every re-send (after a
 crash, a timeout, or by a second cron process at the same moment) return
-the same task. No RPC runs inside a transaction.
+the same task. No RPC runs inside a transaction. The process that decides
+SENDING sends at once and holds the slot for `send_lease_s` (its own call
+deadlines fit inside); other processes re-send only after that, so in the
+normal case every slot is sent exactly once, and a crash costs one lease.
 
 Per schedule, slots are handled strictly in slot order, and every
 transaction that changes one locks the schedule row first: decisions read
@@ -41,11 +44,13 @@ class _View:
 class Delivery:
     """Acts on one schedule's open slots until nothing more can be done now."""
 
-    def __init__(self, store: Store, gateway: Gateway, history: History, buffer_check_s: float):
+    def __init__(self, store: Store, gateway: Gateway, history: History, buffer_check_s: float,
+                 send_lease_s: float):
         self.store = store
         self.gateway = gateway
         self.history = history
         self.buffer_check_s = buffer_check_s
+        self.send_lease_s = send_lease_s
 
     async def deliver_schedule(self, schedule_id: str) -> None:
         """Decide and send the schedule's open slots, oldest first."""
@@ -86,7 +91,10 @@ class Delivery:
                     await self._check_later(view.schedule, slot)
                 other_buffered = True
                 continue
-            await self._apply(view.schedule, slot, decision)
+            if await self._apply(view.schedule, slot, decision) and decision.state == "SENDING":
+                sending = dataclasses.replace(slot, state="SENDING", cancel_task_id=decision.cancel_task_id,
+                                              attempts=0)
+                await self._send(view.schedule, sending)
             return True
         return False
 
@@ -96,23 +104,24 @@ class Delivery:
         state = await self.history.task_state(schedule.last_task_id, schedule.tenant_id)
         return state is not None and state not in TERMINAL
 
-    async def _apply(self, schedule: ScheduleRow, slot: SlotRow, decision: Decision) -> None:
+    async def _apply(self, schedule: ScheduleRow, slot: SlotRow, decision: Decision) -> bool:
         """Commit the decision under the schedule lock, if what it was based on still holds."""
         async with self.store.tx() as tx:
             locked = await tx.schedule_lock(schedule.schedule_id)
             if locked is None or locked.last_task_id != schedule.last_task_id:
-                return  # the previous task moved on; decide again from a fresh read
+                return False  # the previous task moved on; decide again from a fresh read
             earlier_open, other_buffered = await tx.slot_decision_guards(schedule.schedule_id, slot.slot)
             if earlier_open:
-                return
+                return False
             if decision.state == "BUFFERED" and other_buffered:
                 decision = Decision("SKIPPED", "overlap policy buffer_one: a slot is already buffered")
-            recheck = self.buffer_check_s if decision.state == "BUFFERED" else 0.0
+            hold = {"SENDING": self.send_lease_s, "BUFFERED": self.buffer_check_s}.get(decision.state, 0.0)
             moved = await tx.slot_decide(schedule.schedule_id, slot.slot, slot.state, decision.state,
-                                         decision.reason, decision.cancel_task_id, recheck)
+                                         decision.reason, decision.cancel_task_id, hold)
         if moved and decision.state != "SENDING":
             log.info("schedule %s slot %s: %s%s", schedule.schedule_id, slot.slot.isoformat(), decision.state,
                      f" ({decision.reason})" if decision.reason else "")
+        return moved
 
     async def _send(self, schedule: ScheduleRow, slot: SlotRow) -> bool:
         try:
