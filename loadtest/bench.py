@@ -62,8 +62,8 @@ class Run:
         self.pg = BenchPostgres(registry, keep=args.keep_pg)
         self.machine: dict[str, str] = {}
         self.notes: list[str] = []
-        self.profile_md: list[str] = []
-        self.statements_md: list[str] = []
+        # Extra report sections (title, Markdown lines): statements and profiles.
+        self.sections: list[tuple[str, list[str]]] = []
         self.t0 = time.monotonic()
 
     def say(self, msg: str) -> None:
@@ -145,8 +145,7 @@ def write_report(run: Run) -> pathlib.Path:
     ratios = verdicts.ratios(cells)
     bars = verdicts.issue2_bar(cells)
     md = report.render(title="Ratchet benchmark", machine=run.machine, pg_settings=run.pg.settings,
-                       cells=cells, ratios=ratios, verdicts=bars, profile_md=run.profile_md,
-                       statements_md=run.statements_md,
+                       cells=cells, ratios=ratios, verdicts=bars, sections=run.sections,
                        notes=run.notes + verdicts.METHOD_NOTES, mode="quick" if run.quick else "full")
     path = run.log.path.with_suffix(".md")
     path.write_text(md)

@@ -159,10 +159,10 @@ async def statements_top(conn: asyncpg.Connection, dbs: list[str], tasks: int, l
     return out
 
 
-def statements_markdown(top: list[dict], tasks: int, wall_s: float) -> list[str]:
+def statements_markdown(top: list[dict], tasks: int, wall_s: float, during: str) -> list[str]:
     """A table of the statements where the shards' execution time went."""
     total = sum(t["total_ms"] for t in top)
-    lines = [f"pg_stat_statements over the shard databases during the drain ({tasks} tasks, {wall_s:.1f} s); "
+    lines = [f"pg_stat_statements over the shard databases during {during} ({tasks} tasks, {wall_s:.1f} s); "
              f"the top statements hold {total / 1000:.1f} s of execution time "
              f"({total / tasks:.3f} ms per task). Execution time only: parse, commit and fsync waits are not in it.",
              "", "| share | total ms | calls/task | mean ms | rows/call | WAL B/task | statement |",

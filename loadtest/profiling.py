@@ -163,11 +163,10 @@ class Recorder:
         return profiles, errors
 
 
-def markdown(profiles: list[Profile], seconds: float, rate: int, native: bool = False) -> list[str]:
+def markdown(profiles: list[Profile], seconds: float, rate: int, native: bool = False, when: str = "") -> list[str]:
     """Per-process tables: where the busy samples went, by area, by function, by our code."""
     mode = " with native frames" if native else ""
-    lines = [f"py-spy {rate} Hz{mode} for {seconds:.0f} s per process, starting once the drain was 2 % done "
-             "(sandboxes already started). Samples whose leaf is a wait "
+    lines = [f"py-spy {rate} Hz{mode} for {seconds:.0f} s per process{when}. Samples whose leaf is a wait "
              "(epoll, condition, socket read) are counted as idle and left out; percentages are of the "
              "busy samples. busy ≈ busy samples / (seconds × rate) of one core. Self = the sampled frame; "
              "time inside C extensions (grpc's Cython core, asyncpg's protocol, protobuf's upb) shows as "

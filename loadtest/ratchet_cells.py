@@ -8,7 +8,8 @@ Order (each cell leaves the state the next one needs):
   enqueue_ack_open_loop   Poisson arrivals at 50 % of the best enqueue_single rate
   enqueue_batch           100 and 1,000 tasks per call
   drain                   host agent started on the whole backlog; first start -> last finish
-  drain_profiled          a second backlog drained under py-spy (ratchet_drain.py)
+  drain_profiled          a second backlog drained under py-spy (ratchet_profiles.py)
+  enqueue_profiled        closed-loop enqueue under py-spy and pg_stat_statements
 """
 
 from __future__ import annotations
@@ -209,7 +210,7 @@ async def cell_enqueue_batch(b: Bench, batch: int, producers: int, total: int) -
 
 async def run_cells(b: Bench) -> None:
     """Every cell, in the order the module docstring gives."""
-    from loadtest import ratchet_drain
+    from loadtest import ratchet_drain, ratchet_profiles
     run, quick = b.run, b.run.quick
     run.say(f"warm-up task succeeded in {await warmup(b):.2f}s")
     await guarded(b, "idle", {}, lambda: cell_idle(b, 5.0 if quick else 15.0))
@@ -231,8 +232,10 @@ async def run_cells(b: Bench) -> None:
     drain_rate = await guarded(b, "drain", {}, lambda: ratchet_drain.cell_drain(
         b, min_backlog, limit_s=150 if quick else 600))
     if not run.args.no_profile:
-        await guarded(b, "drain_profiled", {}, lambda: ratchet_drain.cell_profiled_drain(
+        await guarded(b, "drain_profiled", {}, lambda: ratchet_profiles.cell_profiled_drain(
             b, drain_rate or 500.0, seconds=8 if quick else 20, native=run.args.native))
+        await guarded(b, "enqueue_profiled", {}, lambda: ratchet_profiles.cell_profiled_enqueue(
+            b, seconds=6 if quick else 15, native=run.args.native))
 
 
 async def run_all(run) -> None:

@@ -53,8 +53,8 @@ def cell_table(cells: list[Cell]) -> list[str]:
 
 
 def render(*, title: str, machine: dict[str, str], pg_settings: dict[str, str], cells: list[Cell],
-           ratios: list[dict], verdicts: list[dict], profile_md: list[str], notes: list[str],
-           mode: str, statements_md: list[str] | None = None) -> str:
+           ratios: list[dict], verdicts: list[dict], sections: list[tuple[str, list[str]]],
+           notes: list[str], mode: str) -> str:
     """The whole report as Markdown."""
     lines = [f"# {title}", "", f"Run {machine.get('date_utc', '?')}, mode `{mode}`, produced by "
              "`make bench` (`python -m loadtest.bench`).", "", "## Machine", "",
@@ -74,10 +74,8 @@ def render(*, title: str, machine: dict[str, str], pg_settings: dict[str, str], 
     if other:
         lines += ["", "## Ratchet cells", ""] + cell_table(other)
     lines += ["", "## Physical reference (raw Postgres, same cluster)", ""] + cell_table(phys)
-    if statements_md:
-        lines += ["", "## Postgres statements during the drain", ""] + statements_md
-    if profile_md:
-        lines += ["", "## Profile during the drain (py-spy)", ""] + profile_md
+    for title, body in sections:
+        lines += ["", f"## {title}", ""] + body
     if notes:
         lines += ["", "## Method and caveats", ""] + [f"- {n}" for n in notes]
     return "\n".join(lines) + "\n"
