@@ -70,6 +70,10 @@ class HistoryConfig:
     idempotency_window_s: float = field(86400.0, doc="Seconds an idempotency key keeps naming its task (24 h).")
     pool_max_size: int = field(8, doc="Connections per shard pool.")
     statement_timeout_ms: int = field(10_000, doc="Server-side bound on every statement, in milliseconds.")
+    bulk_batch_size: int = field(100, doc="Tasks a bulk operation processes per transaction.")
+    bulk_interval_s: float = field(
+        1.0, doc="Seconds the bulk loop waits between checks for running operations when idle "
+                 "(a StartBulkOperation wakes it at once).")
     log_level: str = field("INFO", doc="Python logging level.")
     guards: Guards = field(default_factory=Guards, doc="TEST-ONLY guard switches (see Guards); keep the defaults.")
 
@@ -87,6 +91,10 @@ class HistoryConfig:
         for name in ("lease_duration_s", "cancel_grace_s", "idempotency_window_s"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"config field {name!r} must be positive, got {getattr(self, name)}")
+        if not 1 <= self.bulk_batch_size <= 1000:
+            raise ConfigError(f"config field 'bulk_batch_size' must be 1..1000, got {self.bulk_batch_size}")
+        if self.bulk_interval_s <= 0:
+            raise ConfigError(f"config field 'bulk_interval_s' must be positive, got {self.bulk_interval_s}")
         if self.pool_max_size < 1:
             raise ConfigError(f"config field 'pool_max_size' must be at least 1, got {self.pool_max_size}")
         if not 0 <= self.grpc_port <= 65535:

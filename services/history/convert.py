@@ -3,6 +3,7 @@ what to fix) and the public Task / LeasedTask shapes."""
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import json
 
@@ -15,7 +16,7 @@ from ratchet.libs.shardmap import parse_task_id
 from ratchet.libs.taskstate import TaskState
 from ratchet.services.history import policy
 from ratchet.services.history.errors import InvalidArgument, PayloadTooLarge
-from ratchet.services.history.model import CompletionIn, ErrorInfo
+from ratchet.services.history.model import CompletionIn, ErrorInfo, TaskFilter
 from ratchet.services.history.store import NewRow
 
 MAX_PAYLOAD_BYTES = 256 * 1024
@@ -266,3 +267,116 @@ def leased_to_proto(shard_id: int, r, lease_s: float) -> history_pb2.LeasedTask:
 
 def _json(value) -> dict:
     return json.loads(value) if isinstance(value, (str, bytes)) else value
+
+
+MAX_PAGE = 1000
+DEFAULT_PAGE = 100
+_BULK_KINDS = {tasks_pb2.BULK_OPERATION_KIND_RETRY: "RETRY", tasks_pb2.BULK_OPERATION_KIND_CANCEL: "CANCEL"}
+_BULK_STATES = {"RUNNING": tasks_pb2.BULK_OPERATION_STATE_RUNNING,
+                "SUCCEEDED": tasks_pb2.BULK_OPERATION_STATE_SUCCEEDED,
+                "CANCELED": tasks_pb2.BULK_OPERATION_STATE_CANCELED}
+
+
+def scope(tenant_id: str, app_id: str) -> tuple[str, str]:
+    """(tenant_id, app_id), both required."""
+    return _name(tenant_id, "tenant_id"), _name(app_id, "app_id")
+
+
+def task_filter(p: tasks_pb2.TaskFilter, where: str = "filter") -> TaskFilter:
+    """Validate a TaskFilter."""
+    states = []
+    for i, v in enumerate(p.states):
+        try:
+            states.append(taskstate.from_proto(v))
+        except ValueError:
+            raise InvalidArgument(f"{where}.states[{i}] must be a task state, got {v}") from None
+    since = p.since.ToDatetime(tzinfo=dt.timezone.utc) if p.HasField("since") else None
+    until = p.until.ToDatetime(tzinfo=dt.timezone.utc) if p.HasField("until") else None
+    if since is not None and until is not None and since >= until:
+        raise InvalidArgument(f"{where}.since must be before {where}.until")
+    return TaskFilter(states=tuple(dict.fromkeys(states)),
+                      task_type=_name(p.task_type, f"{where}.task_type", required=False) or None,
+                      queue=_name(p.queue, f"{where}.queue", required=False) or None,
+                      error_class=_name(p.error_class, f"{where}.error_class", required=False) or None,
+                      since=since, until=until)
+
+
+def filter_to_proto(f: TaskFilter) -> tasks_pb2.TaskFilter:
+    """A stored filter in the public TaskFilter shape."""
+    return tasks_pb2.TaskFilter(states=[taskstate.to_proto(s) for s in f.states], task_type=f.task_type or "",
+                                queue=f.queue or "", error_class=f.error_class or "",
+                                since=timestamp(f.since), until=timestamp(f.until))
+
+
+def page_size(value: int) -> int:
+    """A ListTasks page size: 0 means the default."""
+    if value == 0:
+        return DEFAULT_PAGE
+    if not 1 <= value <= MAX_PAGE:
+        raise InvalidArgument(f"page_size must be 1..{MAX_PAGE}, got {value}")
+    return value
+
+
+def list_cursor(value: str) -> tuple[dt.datetime, str] | None:
+    """Parse "<sort time RFC 3339>|<task_id>"; empty means the first page."""
+    if not value:
+        return None
+    at, sep, tid = value.rpartition("|")
+    try:
+        when = dt.datetime.fromisoformat(at.replace("Z", "+00:00"))
+    except ValueError:
+        when = None
+    if not sep or when is None or when.tzinfo is None:
+        raise InvalidArgument("cursor must be \"<sort time RFC 3339>|<task_id>\" as returned in next_cursor")
+    return when, task_id(tid, "cursor task_id")
+
+
+def format_cursor(sort_at: dt.datetime, tid) -> str:
+    """The cursor naming one listed task (microsecond precision, UTC)."""
+    return f"{sort_at.astimezone(dt.timezone.utc).isoformat(timespec='microseconds').replace('+00:00', 'Z')}|{tid}"
+
+
+def bulk_kind(value: int) -> str:
+    """RETRY or CANCEL."""
+    kind = _BULK_KINDS.get(value)
+    if kind is None:
+        raise InvalidArgument("kind must be BULK_OPERATION_KIND_RETRY or BULK_OPERATION_KIND_CANCEL")
+    return kind
+
+
+def bulk_filter(p: tasks_pb2.TaskFilter, kind: str) -> TaskFilter:
+    """A filter valid for the kind: RETRY names terminal states (default FAILED),
+    CANCEL live ones (default all three)."""
+    f = task_filter(p)
+    if kind == "RETRY":
+        if any(not taskstate.is_terminal(s) for s in f.states):
+            raise InvalidArgument("a RETRY operation only applies to terminal states (FAILED, CANCELED, EXPIRED)")
+        states = f.states or (TaskState.FAILED,)
+    else:
+        if any(taskstate.is_terminal(s) for s in f.states):
+            raise InvalidArgument("a CANCEL operation only applies to ENQUEUED, LEASED and RETRY_WAIT")
+        states = f.states or (TaskState.ENQUEUED, TaskState.LEASED, TaskState.RETRY_WAIT)
+    return dataclasses.replace(f, states=states)
+
+
+def task_type_name(value: str, where: str) -> str:
+    """A required task type name."""
+    return _name(value, where)
+
+
+def operation_id(value: str) -> str:
+    """A bulk operation id: 1..200 printable ASCII characters."""
+    if not value or len(value) > MAX_NAME or not all(32 < ord(c) < 127 for c in value):
+        raise InvalidArgument(f"operation_id must be 1..{MAX_NAME} printable ASCII characters without spaces")
+    return value
+
+
+def bulk_to_proto(row, failures) -> tasks_pb2.BulkOperation:
+    """An operation part and its recorded failures in the public shape."""
+    return tasks_pb2.BulkOperation(
+        operation_id=row["operation_id"],
+        kind=tasks_pb2.BulkOperationKind.Value(f"BULK_OPERATION_KIND_{row['kind']}"),
+        state=_BULK_STATES[row["state"]], filter=filter_to_proto(TaskFilter.from_json(row["filter"])),
+        matched=row["matched"], processed=row["processed"], succeeded=row["succeeded"], failed=row["failed"],
+        skipped=row["skipped"], failures=[tasks_pb2.BulkItemFailure(task_id=t, reason=r) for t, r in failures],
+        created_at=timestamp(row["created_at"]), finished_at=timestamp(row["finished_at"]))

@@ -184,3 +184,62 @@ def plan_timers(task: TaskView, dues: list[TimerDue], *, charge: bool = True,
     for due in dues:
         fire_timer(task, due, plan, charge=charge, rand=rand)
     return plan
+
+
+def cancel_now(task_id: str, state: TaskState, lease_epoch: int, reason: str = "canceled by user") -> Transition | None:
+    """A user cancel of a waiting task (ENQUEUED/RETRY_WAIT -> CANCELED); None
+    for other states (LEASED gets a cancel request, terminal stays as it is)."""
+    if state not in (TaskState.ENQUEUED, TaskState.RETRY_WAIT):
+        return None
+    return Transition(task_id=task_id, from_state=state, to_state=TaskState.CANCELED,
+                      lease_epoch=lease_epoch, reason=reason)
+
+
+@dataclasses.dataclass
+class BulkPlan:
+    """What one batch of a bulk operation does to its items."""
+
+    retries: list[tuple[str, Transition]] = dataclasses.field(default_factory=list)  # (original, create)
+    cancels: list[Transition] = dataclasses.field(default_factory=list)
+    cancel_requests: list[tuple[str, int]] = dataclasses.field(default_factory=list)  # (task_id, lease_epoch)
+    failures: list[tuple[str, str]] = dataclasses.field(default_factory=list)  # (task_id, reason)
+    skipped: int = 0
+
+
+def unregistered_reason(task_type: str) -> str:
+    """Why a bulk retry item failed: its handler is gone."""
+    return f"task type {task_type} is no longer registered by the active deployment"
+
+
+def plan_bulk_retry(rows, registered: frozenset[str], new_id: Callable[[str], str], operation_id: str) -> BulkPlan:
+    """Retry each terminal task as a new task (its create transition), unless
+    it was retried already (skipped) or its type is no longer registered
+    (failed). `rows` carry task_id, task_type, retried_as."""
+    plan = BulkPlan()
+    for r in rows:
+        original = str(r["task_id"])
+        if r["retried_as"] is not None:
+            plan.skipped += 1
+        elif registered and r["task_type"] not in registered:
+            plan.failures.append((original, unregistered_reason(r["task_type"])))
+        else:
+            create = Transition(task_id=new_id(original), from_state=None, to_state=TaskState.ENQUEUED,
+                                lease_epoch=0, reason=f"bulk retry of {original} (operation {operation_id})")
+            plan.retries.append((original, create))
+    return plan
+
+
+def plan_bulk_cancel(rows, operation_id: str) -> BulkPlan:
+    """The normal cancel for each live task: waiting ones now, running ones by
+    a cancel request. `rows` carry task_id, state, lease_epoch."""
+    plan = BulkPlan()
+    for r in rows:
+        task_id, state = str(r["task_id"]), TaskState(r["state"])
+        t = cancel_now(task_id, state, r["lease_epoch"], f"canceled by bulk operation {operation_id}")
+        if t is not None:
+            plan.cancels.append(t)
+        elif state == TaskState.LEASED:
+            plan.cancel_requests.append((task_id, r["lease_epoch"]))
+        else:
+            plan.skipped += 1
+    return plan

@@ -53,6 +53,24 @@ class NotFound(HistoryError):
         super().__init__(f"task {task_id} not found")
 
 
+class OperationNotFound(HistoryError):
+    """No such bulk operation for this tenant (unknown and foreign ids look the same)."""
+
+    code = grpc.StatusCode.NOT_FOUND
+
+    def __init__(self, operation_id: str):
+        super().__init__(f"bulk operation {operation_id} not found")
+
+
+class OperationConflict(HistoryError):
+    """A bulk operation id already names another tenant's or app's operation."""
+
+    code = grpc.StatusCode.ALREADY_EXISTS
+
+    def __init__(self, operation_id: str):
+        super().__init__(f"bulk operation id {operation_id} is already taken; mint a new one")
+
+
 class ShardUnavailable(HistoryError):
     """The shard's database cannot be reached; nothing was done, retry later."""
 

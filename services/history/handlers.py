@@ -6,10 +6,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+from typing import Callable
 
 from ratchet.internal.history.v1 import history_pb2, history_pb2_grpc
 from ratchet.libs import gates, taskstate
-from ratchet.services.history import convert, dispatch, enqueue, lifecycle, policy, timerfire
+from ratchet.services.history import bulk, convert, dispatch, enqueue, lifecycle, policy, search, timerfire
 from ratchet.services.history.config import HistoryConfig
 from ratchet.services.history.errors import InvalidArgument, rpc, rpc_stream
 from ratchet.services.history.ready import ReadyHub
@@ -38,12 +39,13 @@ class HistoryServicer(history_pb2_grpc.HistoryServiceServicer):
     """HistoryService over a set of shard databases."""
 
     def __init__(self, cfg: HistoryConfig, shards: ShardSet, store: Store, hub: ReadyHub,
-                 rand: random.Random | None = None):
+                 rand: random.Random | None = None, on_bulk_start: Callable[[], None] = lambda: None):
         self.cfg = cfg
         self.shards = shards
         self.store = store
         self.hub = hub
         self.rand = (rand or random.Random()).random
+        self.on_bulk_start = on_bulk_start
 
     @rpc
     async def CreateTasks(self, request, context):
@@ -174,3 +176,65 @@ class HistoryServicer(history_pb2_grpc.HistoryServiceServicer):
             raise
         finally:
             self.hub.unwatch(watcher)
+
+    @rpc
+    async def ListTasks(self, request, context):
+        """See history.proto: one page of the tenant's matching tasks, newest first (no attempts)."""
+        shard = self.shards.get(request.shard_id)
+        tenant_id, app_id = convert.scope(request.tenant_id, request.app_id)
+        f = convert.task_filter(request.filter)
+        size = convert.page_size(request.page_size)
+        cursor = convert.list_cursor(request.cursor)
+        async with shard.conn() as conn:
+            page = await search.list_tasks(conn, self.store, tenant_id, app_id, f, cursor, size)
+        return history_pb2.ListTasksResponse(
+            tasks=[convert.task_to_proto(r) for r in page.rows],
+            next_cursor=convert.format_cursor(*page.next_cursor) if page.next_cursor else "")
+
+    @rpc
+    async def CountTasks(self, request, context):
+        """See history.proto: how many of the tenant's tasks match."""
+        shard = self.shards.get(request.shard_id)
+        tenant_id, app_id = convert.scope(request.tenant_id, request.app_id)
+        f = convert.task_filter(request.filter)
+        async with shard.conn() as conn:
+            n = await search.count_tasks(conn, self.store, tenant_id, app_id, f)
+        return history_pb2.CountTasksResponse(count=n)
+
+    @rpc
+    async def StartBulkOperation(self, request, context):
+        """See history.proto: start this shard's part (idempotent per operation_id)."""
+        shard = self.shards.get(request.shard_id)
+        tenant_id, app_id = convert.scope(request.tenant_id, request.app_id)
+        kind = convert.bulk_kind(request.kind)
+        _batch(request.registered_task_types, "registered_task_types", 10_000)
+        req = bulk.BulkStart(
+            operation_id=convert.operation_id(request.operation_id), tenant_id=tenant_id, app_id=app_id, kind=kind,
+            filter=convert.bulk_filter(request.filter, kind),
+            registered_task_types=tuple(convert.task_type_name(t, f"registered_task_types[{i}]")
+                                        for i, t in enumerate(request.registered_task_types)))
+        async with shard.conn() as conn:
+            await bulk.start(conn, self.store, req)
+            row, failures = await bulk.get(conn, self.store, req.operation_id, tenant_id)
+        self.on_bulk_start()
+        return history_pb2.StartBulkOperationResponse(operation=convert.bulk_to_proto(row, failures))
+
+    @rpc
+    async def GetBulkOperation(self, request, context):
+        """See history.proto: this shard's part; NOT_FOUND unless the tenant owns it."""
+        shard = self.shards.get(request.shard_id)
+        operation_id = convert.operation_id(request.operation_id)
+        tenant_id = convert.scope(request.tenant_id, "-")[0]
+        async with shard.conn() as conn:
+            row, failures = await bulk.get(conn, self.store, operation_id, tenant_id)
+        return history_pb2.GetBulkOperationResponse(operation=convert.bulk_to_proto(row, failures))
+
+    @rpc
+    async def CancelBulkOperation(self, request, context):
+        """See history.proto: stop this shard's part at its next batch."""
+        shard = self.shards.get(request.shard_id)
+        operation_id = convert.operation_id(request.operation_id)
+        tenant_id = convert.scope(request.tenant_id, "-")[0]
+        async with shard.conn() as conn:
+            row, failures = await bulk.cancel(conn, self.store, operation_id, tenant_id)
+        return history_pb2.CancelBulkOperationResponse(operation=convert.bulk_to_proto(row, failures))

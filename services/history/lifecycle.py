@@ -16,7 +16,7 @@ import asyncpg
 from ratchet.libs import gates
 from ratchet.libs.taskstate import CancelReason, TaskState
 from ratchet.services.history.config import Guards
-from ratchet.services.history.decide import Rand, on_completion
+from ratchet.services.history.decide import Rand, cancel_now, on_completion
 from ratchet.services.history.errors import NotFound
 from ratchet.services.history.model import CompletionIn, TaskView, Transition
 from ratchet.services.history.store import Store
@@ -119,9 +119,8 @@ async def cancel_task(conn: asyncpg.Connection, store: Store, task_id: str, tena
         if row is None or row["tenant_id"] != tenant_id:
             raise NotFound(task_id)
         state = TaskState(row["state"])
-        if state in (TaskState.ENQUEUED, TaskState.RETRY_WAIT):
-            t = Transition(task_id=task_id, from_state=state, to_state=TaskState.CANCELED,
-                           lease_epoch=row["lease_epoch"], reason="canceled by user")
+        t = cancel_now(task_id, state, row["lease_epoch"])
+        if t is not None:
             await store.task_transition_apply(conn, [t])
             return TaskState.CANCELED, False
         if state == TaskState.LEASED:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import json
 
 from ratchet.libs import taskstate
@@ -107,3 +108,58 @@ class TimerDue:
     lease_expired: bool
     deadline_passed: bool
     kill_passed: bool
+
+
+_UTC = dt.timezone.utc
+# Bounds passed instead of NULL (asyncpg sends these as -infinity/infinity),
+# so range conditions stay index conditions in generic plans.
+NEVER = dt.datetime.max.replace(tzinfo=_UTC)
+DAWN = dt.datetime.min.replace(tzinfo=_UTC)
+NIL_ID = "00000000-0000-0000-0000-000000000000"
+MAX_ID = "ffffffff-ffff-ffff-ffff-ffffffffffff"
+
+
+@dataclasses.dataclass(frozen=True)
+class TaskFilter:
+    """A validated TaskFilter: empty fields match everything; sort time
+    (finished_at when terminal, created_at otherwise) in [since, until)."""
+
+    states: tuple[TaskState, ...] = ()
+    task_type: str | None = None
+    queue: str | None = None
+    error_class: str | None = None
+    since: dt.datetime | None = None
+    until: dt.datetime | None = None
+
+    def terminal_states(self) -> list[str]:
+        """The terminal states it matches, by name."""
+        return [s.value for s in (self.states or tuple(TaskState)) if taskstate.is_terminal(s)]
+
+    def live_states(self) -> list[str]:
+        """The non-terminal states it matches, by name."""
+        return [s.value for s in (self.states or tuple(TaskState)) if not taskstate.is_terminal(s)]
+
+    def bounds(self) -> tuple[dt.datetime, dt.datetime]:
+        """[since, until) with open ends as -infinity/infinity."""
+        return self.since or DAWN, self.until or NEVER
+
+    def to_json(self) -> dict:
+        """The stored jsonb form (bulk_operations.filter)."""
+        out: dict = {"states": [s.value for s in self.states]}
+        for name in ("task_type", "queue", "error_class"):
+            if getattr(self, name) is not None:
+                out[name] = getattr(self, name)
+        for name in ("since", "until"):
+            if getattr(self, name) is not None:
+                out[name] = getattr(self, name).isoformat()
+        return out
+
+    @classmethod
+    def from_json(cls, data: dict | str) -> "TaskFilter":
+        """From the stored jsonb form."""
+        if isinstance(data, str):
+            data = json.loads(data)
+        return cls(states=tuple(TaskState(s) for s in data.get("states", ())),
+                   task_type=data.get("task_type"), queue=data.get("queue"), error_class=data.get("error_class"),
+                   since=dt.datetime.fromisoformat(data["since"]) if data.get("since") else None,
+                   until=dt.datetime.fromisoformat(data["until"]) if data.get("until") else None)

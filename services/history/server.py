@@ -1,5 +1,6 @@
 """Wiring of the history service: shards, store, ready hub, gRPC server
-(with health and reflection), and the shard reconnect loop."""
+(with health and reflection), the shard reconnect loop and the bulk
+operation loop."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from ratchet.internal.history.v1 import history_pb2, history_pb2_grpc
 from ratchet.libs.rpc.server import Server
 from ratchet.services.history.config import HistoryConfig
 from ratchet.services.history.handlers import HistoryServicer
+from ratchet.services.history.loops.bulk import BulkLoop
 from ratchet.services.history.loops.shard_connect import ShardConnectLoop
 from ratchet.services.history.ready import ReadyHub
 from ratchet.services.history.shards import ShardSet
@@ -28,7 +30,8 @@ class HistoryServer:
         self.shards = ShardSet(cfg)
         self.store = Store()
         self.hub = ReadyHub()
-        self.servicer = HistoryServicer(cfg, self.shards, self.store, self.hub, rand)
+        self.bulk = BulkLoop(cfg, self.shards, self.store, self.hub)
+        self.servicer = HistoryServicer(cfg, self.shards, self.store, self.hub, rand, on_bulk_start=self.bulk.wake)
         self.rpc = Server([(history_pb2_grpc.add_HistoryServiceServicer_to_server, self.servicer)],
                           [SERVICE_NAME], host=cfg.host, port=cfg.grpc_port)
         self.reconnect = ShardConnectLoop(self.shards, reconnect_interval_s)
@@ -47,6 +50,7 @@ class HistoryServer:
         """Migrate and connect every reachable shard, then serve; unreachable shards keep retrying."""
         await self.shards.connect_all()
         self.reconnect.start()
+        self.bulk.start()
         await self.rpc.start()
         await self.rpc.set_serving(True)
         log.info("history serving on %s for shards %s", self.address, self.shards.ids)
@@ -55,5 +59,6 @@ class HistoryServer:
         """Stop serving: end WatchReady streams, drain RPCs, close pools."""
         self.hub.close()
         await self.rpc.stop(grace)
+        await self.bulk.stop()
         await self.reconnect.stop()
         await self.shards.close()

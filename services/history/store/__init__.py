@@ -18,7 +18,7 @@ from typing import Any, Awaitable, Callable, Sequence
 import asyncpg
 
 from ratchet.libs.pg.queries import load_queries
-from ratchet.services.history.model import Transition
+from ratchet.services.history.model import MAX_ID, NEVER, NIL_ID, DAWN, TaskFilter, Transition
 
 _HERE = pathlib.Path(__file__).parent
 QUERIES = load_queries(*sorted(_HERE.glob("*.sql")))
@@ -191,6 +191,89 @@ class Store:
     async def transition_list(self, conn, task_id: str) -> list[asyncpg.Record]:
         """A task's transition log in version order."""
         return await self._run(conn, "transition_list", uuid.UUID(task_id))
+
+    async def task_retry_batch(self, conn, pairs: Sequence[tuple[str, Transition]]) -> dict[str, str]:
+        """Bulk retry (original id, create transition of the new task); returns {original: new id} done."""
+        recs = await self._run(conn, "task_retry_batch", _uuids([o for o, _ in pairs]),
+                               _uuids([t.task_id for _, t in pairs]), [t.reason for _, t in pairs])
+        return {str(r["original_id"]): str(r["task_id"]) for r in recs}
+
+    # -- search ---------------------------------------------------------------
+    @staticmethod
+    def _filter_args(f: TaskFilter) -> list:
+        since, until = f.bounds()
+        return [f.task_type, f.queue, f.error_class, since, until]
+
+    async def task_list_page(self, conn, tenant_id: str, app_id: str, f: TaskFilter,
+                             cursor: tuple[datetime, str] | None, limit: int) -> list[asyncpg.Record]:
+        """Up to `limit` tasks older than the cursor (sort time, task_id), newest first; rows carry sort_at."""
+        at, tid = cursor if cursor is not None else (NEVER, MAX_ID)
+        return await self._run(conn, "task_list_page", tenant_id, app_id, f.terminal_states(), f.live_states(),
+                               *self._filter_args(f), at, uuid.UUID(tid), limit)
+
+    async def task_count(self, conn, tenant_id: str, app_id: str, f: TaskFilter,
+                         bound: datetime | None = None) -> int:
+        """How many tasks match, counting only sort times up to `bound` when given."""
+        return await self._run(conn, "task_count", tenant_id, app_id, f.terminal_states(), f.live_states(),
+                               *self._filter_args(f), bound or NEVER, fetch="val")
+
+    async def task_bulk_retry_scan(self, conn, tenant_id: str, app_id: str, f: TaskFilter, bound: datetime,
+                                   cursor: tuple[str, datetime, str] | None, limit: int) -> list[asyncpg.Record]:
+        """Lock the next terminal tasks of a RETRY operation in (state, finished_at, task_id) order."""
+        state, at, tid = cursor if cursor is not None else ("", DAWN, NIL_ID)
+        since, until = f.bounds()
+        return await self._run(conn, "task_bulk_retry_scan", tenant_id, app_id, state, at, uuid.UUID(tid),
+                               f.terminal_states(), since, until, bound, f.task_type, f.queue, f.error_class, limit)
+
+    async def task_bulk_cancel_scan(self, conn, tenant_id: str, app_id: str, f: TaskFilter, bound: datetime,
+                                    cursor_id: str | None, limit: int) -> list[asyncpg.Record]:
+        """Lock the next live tasks of a CANCEL operation in task_id order."""
+        since, until = f.bounds()
+        return await self._run(conn, "task_bulk_cancel_scan", tenant_id, app_id, uuid.UUID(cursor_id or NIL_ID),
+                               f.live_states(), since, until, bound, f.task_type, f.queue, f.error_class, limit)
+
+    # -- bulk operations ------------------------------------------------------
+    async def bulk_operation_insert(self, conn, operation_id: str, tenant_id: str, app_id: str, kind: str,
+                                    f: TaskFilter, registered: Sequence[str], matched: int,
+                                    bound: datetime) -> asyncpg.Record | None:
+        """Insert a RUNNING operation part; None when the id already exists."""
+        return await self._run(conn, "bulk_operation_insert", operation_id, tenant_id, app_id, kind,
+                               json.dumps(f.to_json()), list(registered), matched, bound, fetch="row")
+
+    async def bulk_operation_get(self, conn, operation_id: str) -> asyncpg.Record | None:
+        """The operation part, or None."""
+        return await self._run(conn, "bulk_operation_get", operation_id, fetch="row")
+
+    async def bulk_operation_lock(self, conn, operation_id: str) -> asyncpg.Record | None:
+        """Lock the operation part if RUNNING and not locked by another batch."""
+        return await self._run(conn, "bulk_operation_lock", operation_id, fetch="row")
+
+    async def bulk_operation_running(self, conn, limit: int) -> list[str]:
+        """Ids of running operation parts, oldest first."""
+        return [r["operation_id"] for r in await self._run(conn, "bulk_operation_running", limit)]
+
+    async def bulk_operation_advance(self, conn, operation_id: str, succeeded: int, failed: int, skipped: int,
+                                     cursor: tuple[str | None, datetime | None, str | None],
+                                     done: bool) -> asyncpg.Record | None:
+        """Record one batch's counts and cursor (and the end when done)."""
+        state, at, tid = cursor
+        return await self._run(conn, "bulk_operation_advance", operation_id, succeeded, failed, skipped, state, at,
+                               uuid.UUID(tid) if tid else None, done, fetch="row")
+
+    async def bulk_operation_cancel(self, conn, operation_id: str) -> asyncpg.Record | None:
+        """Stop a running operation part; None if it was not running."""
+        return await self._run(conn, "bulk_operation_cancel", operation_id, fetch="row")
+
+    async def bulk_operation_failure_add_batch(self, conn, operation_id: str, recorded: int,
+                                               failures: Sequence[tuple[str, str]]) -> None:
+        """Record failures after the `recorded` ones (the first 1,000 are kept)."""
+        await self._run(conn, "bulk_operation_failure_add_batch", operation_id, recorded,
+                        _uuids([t for t, _ in failures]), [r for _, r in failures])
+
+    async def bulk_operation_failure_list(self, conn, operation_id: str) -> list[tuple[str, str]]:
+        """[(task_id, reason)] oldest first."""
+        recs = await self._run(conn, "bulk_operation_failure_list", operation_id)
+        return [(str(r["task_id"]), r["reason"]) for r in recs]
 
     # -- timers ---------------------------------------------------------------
     async def timer_claim_due(self, conn, max_timers: int, locked: bool = True) -> list[asyncpg.Record]:

@@ -25,7 +25,7 @@ SHARDS = (1, 2)
 _dbs = itertools.count()
 
 # Short times keep the suite fast: leases and grace periods of about a second.
-FAST = dict(lease_duration_s=1.0, cancel_grace_s=0.5, pool_max_size=4)
+FAST = dict(lease_duration_s=1.0, cancel_grace_s=0.5, pool_max_size=4, bulk_interval_s=0.1)
 
 
 def _new_dbs(pg_cluster) -> dict[int, str]:

@@ -181,15 +181,28 @@ def test_every_state_update_guards_on_the_expected_states():
                 assert re.search(r"(?<![\w.])state\s*=\s*i\.to_state\b", set_part), name
 
 
+def _only_links_a_retry(set_part: str) -> bool:
+    assignments = re.findall(r"(?<![\w.])(\w+)\s*=", set_part)
+    return assignments == ["retried_as"]
+
+
 def test_every_other_task_update_is_fenced_on_state_and_epoch():
+    links = []
     for name, sql in QUERIES.items():
         if _test_only(name):
             continue
         for set_part, where_part in _task_updates(sql):
             if _sets_state(set_part):
                 continue
+            if _only_links_a_retry(set_part):
+                # The bulk retry link is a compare-and-set on a terminal task's own column.
+                links.append(name)
+                assert re.search(r"\bretried_as IS NULL\b", where_part), f"{name}: retried_as set twice"
+                assert "state IN ('SUCCEEDED', 'FAILED', 'CANCELED', 'EXPIRED')" in where_part, name
+                continue
             assert re.search(r"\bstate\s*=\s*'LEASED'", where_part), f"{name}: unguarded UPDATE tasks"
             assert re.search(r"\blease_epoch\s*=", where_part), f"{name}: UPDATE tasks without an epoch fence"
+    assert links == ["task_retry_batch"]
 
 
 def test_test_only_variants_are_marked_and_differ_only_by_their_guard():

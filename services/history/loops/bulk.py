@@ -1,0 +1,87 @@
+"""Background loop: advance every running bulk operation part on every
+shard, one batch (one transaction) per operation per round, so several
+operations share the shard fairly. Progress is committed with each batch,
+so after a crash or restart the loop simply resumes from the cursors."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from ratchet.services.history import bulk
+from ratchet.services.history.config import HistoryConfig
+from ratchet.services.history.errors import HistoryError
+from ratchet.services.history.ready import ReadyHub
+from ratchet.services.history.shards import Shard, ShardSet
+from ratchet.services.history.store import Store
+
+log = logging.getLogger(__name__)
+
+MAX_OPS_PER_ROUND = 50
+ERROR_BACKOFF_S = 1.0
+
+
+class BulkLoop:
+    """Runs bulk operation batches until stopped; `wake()` after a Start skips the idle wait."""
+
+    def __init__(self, cfg: HistoryConfig, shards: ShardSet, store: Store, hub: ReadyHub):
+        self._cfg = cfg
+        self._shards = shards
+        self._store = store
+        self._hub = hub
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task | None = None
+
+    def start(self) -> None:
+        """Start the loop (idempotent)."""
+        if self._task is None:
+            self._task = asyncio.create_task(self._run(), name="history-bulk")
+
+    def wake(self) -> None:
+        """Run a round now (an operation was started)."""
+        self._wake.set()
+
+    async def stop(self) -> None:
+        """Stop the loop and wait for it (a batch in flight rolls back and is redone later)."""
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+            self._task = None
+
+    async def _run(self) -> None:
+        while True:
+            self._wake.clear()
+            busy = False
+            for shard in self._shards:
+                if not shard.available:
+                    continue
+                try:
+                    busy = await self.round(shard) or busy
+                except (HistoryError, OSError) as e:
+                    log.warning("bulk operations on shard %s: %s", shard.id, e)
+                    await asyncio.sleep(ERROR_BACKOFF_S)
+                except Exception:  # a bug must not stop every other operation for good
+                    log.exception("bulk operations on shard %s failed", shard.id)
+                    await asyncio.sleep(ERROR_BACKOFF_S)
+            if not busy:
+                try:
+                    await asyncio.wait_for(self._wake.wait(), self._cfg.bulk_interval_s)
+                except asyncio.TimeoutError:
+                    pass
+
+    async def round(self, shard: Shard) -> bool:
+        """One batch of each running operation part on the shard; True if any ran."""
+        async with shard.conn() as conn:
+            ids = await self._store.bulk_operation_running(conn, MAX_OPS_PER_ROUND)
+        ran = False
+        for operation_id in ids:
+            async with shard.conn() as conn:
+                out = await bulk.run_batch(conn, self._store, operation_id, batch_size=self._cfg.bulk_batch_size,
+                                           grace_s=self._cfg.cancel_grace_s)
+            if out.created:
+                self._hub.publish(shard.id)  # after commit, like an enqueue
+            ran = ran or out.ran
+        return ran

@@ -1,0 +1,37 @@
+"""ListTasks and CountTasks: a tenant's tasks on one shard, newest first by
+sort time (finished_at for terminal tasks, created_at otherwise), paged with
+a keyset cursor "<sort time RFC 3339>|<task_id>" (see history.proto)."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+
+import asyncpg
+
+from ratchet.services.history.model import TaskFilter
+from ratchet.services.history.store import Store
+
+
+@dataclasses.dataclass(frozen=True)
+class Page:
+    """One page: task rows (each with sort_at) and where the next one starts ("" at the end)."""
+
+    rows: list[asyncpg.Record]
+    next_cursor: tuple[dt.datetime, str] | None
+
+
+async def list_tasks(conn: asyncpg.Connection, store: Store, tenant_id: str, app_id: str, f: TaskFilter,
+                     cursor: tuple[dt.datetime, str] | None, page_size: int) -> Page:
+    """The page of tasks strictly older than the cursor; one statement, so one snapshot."""
+    rows = await store.task_list_page(conn, tenant_id, app_id, f, cursor, page_size + 1)
+    if len(rows) <= page_size:
+        return Page(list(rows), None)
+    rows = rows[:page_size]
+    last = rows[-1]
+    return Page(rows, (last["sort_at"], str(last["task_id"])))
+
+
+async def count_tasks(conn: asyncpg.Connection, store: Store, tenant_id: str, app_id: str, f: TaskFilter) -> int:
+    """How many of the tenant's tasks match."""
+    return await store.task_count(conn, tenant_id, app_id, f)
