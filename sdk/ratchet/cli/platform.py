@@ -35,7 +35,7 @@ from ratchet.libs.pg.cluster import LocalCluster, free_port
 log = logging.getLogger("ratchet.dev")
 
 # Start order: each service's dependencies come before it.
-SERVICES = ("history", "gateway", "dispatcher", "hostagent")
+SERVICES = ("history", "gateway", "cron", "dispatcher", "hostagent")
 DEV_TENANT = "dev"
 
 
@@ -44,7 +44,7 @@ class PlatformError(RuntimeError):
 
 
 class LocalPlatform:
-    """Postgres plus the four services of a local Ratchet, owned by this object.
+    """Postgres plus the five services of a local Ratchet, owned by this object.
 
     overrides: {service: {config field: value}} merged over the generated
     config. service_modules: {service: module} to run something else (fakes).
@@ -288,6 +288,7 @@ class LocalPlatform:
                 raise PlatformError(f"Postgres did not start in {cluster.data_dir}: {e}") from None
         self.cluster = cluster
         cluster.create_database("ratchet_control")
+        cluster.create_database("ratchet_cron")
         for i in range(self.shards):
             cluster.create_database(f"ratchet_shard_{i}")
 
@@ -311,6 +312,8 @@ class LocalPlatform:
         assert pg is not None, "Postgres must be started before configs are made"
         shard_ids = list(range(self.shards))
         token_sha = [hashlib.sha256(self._secret("host_token").encode()).hexdigest()]
+        # The cron service calls the gateway's ControlService with a token of its own.
+        cron_token_sha = hashlib.sha256(self._secret("cron_token").encode()).hexdigest()
         common = {"host": host, "log_level": self.log_level}
         configs = {
             "history": {**common, "grpc_port": self.ports["history"],
@@ -320,7 +323,10 @@ class LocalPlatform:
                         "history_target": self.grpc_address("history"), "shard_ids": shard_ids,
                         "blob_dir": str(self.dir / "blobs"),
                         "admin_key_sha256": hashlib.sha256(self._secret("admin_key").encode()).hexdigest(),
-                        "host_token_sha256": token_sha},
+                        "host_token_sha256": [*token_sha, cron_token_sha]},
+            "cron": {**common, "grpc_port": self.ports["cron"], "dsn": pg.dsn("ratchet_cron"),
+                     "gateway_target": self.grpc_address("gateway"), "history_target": self.grpc_address("history"),
+                     "shard_ids": shard_ids, "mesh_token": self._secret("cron_token")},
             "dispatcher": {**common, "grpc_port": self.ports["dispatcher"],
                            "history_target": self.grpc_address("history"), "shard_ids": shard_ids,
                            "host_token_sha256": token_sha},
