@@ -111,7 +111,10 @@ class Rule:
 
     def to_json(self) -> dict:
         """The stored jsonb form (unset fields left out)."""
-        return {k: v for k, v in dataclasses.asdict(self).items() if v is not None and v is not False}
+        out = {k: v for k, v in dataclasses.asdict(self).items() if v is not None}
+        if not self.non_retryable:
+            del out["non_retryable"]
+        return out
 
     @classmethod
     def from_json(cls, data: dict) -> "Rule":

@@ -2,7 +2,9 @@
 -- for the scans of bulk operations. Sort time is finished_at for terminal
 -- tasks and created_at otherwise (the CHECK makes finished_at IS NOT NULL
 -- mean terminal). Bounds are always passed (-infinity/infinity, the nil or
--- max uuid), never NULL, so they stay index conditions in generic plans.
+-- max uuid), never NULL, so they stay index conditions in generic plans;
+-- `cardinality(states) > 0` is a one-time filter that skips a part of the
+-- query whose state list is empty without scanning anything.
 
 -- name: task_list_page
 -- One page of (tenant $1, app $2) tasks, newest first by (sort time,
@@ -30,7 +32,8 @@ SELECT page.* FROM (
             ) x)
     UNION ALL
     (SELECT t.*, t.created_at AS sort_at FROM tasks t
-      WHERE t.tenant_id = $1::text AND t.app_id = $2::text AND t.state = ANY($4::text[])
+      WHERE cardinality($4::text[]) > 0
+        AND t.tenant_id = $1::text AND t.app_id = $2::text AND t.state = ANY($4::text[])
         AND t.finished_at IS NULL
         AND t.created_at >= $8::timestamptz AND t.created_at < $9::timestamptz
         AND (t.created_at, t.task_id) < ($10::timestamptz, $11::uuid)
@@ -48,7 +51,8 @@ LIMIT $12
 -- task_list_page), counting only tasks whose sort time is at most $10 (the
 -- bound of a bulk operation; infinity for CountTasks).
 SELECT (SELECT count(*) FROM tasks t
-         WHERE t.tenant_id = $1::text AND t.app_id = $2::text AND t.state = ANY($3::text[])
+         WHERE cardinality($3::text[]) > 0
+           AND t.tenant_id = $1::text AND t.app_id = $2::text AND t.state = ANY($3::text[])
            AND t.finished_at IS NOT NULL
            AND t.finished_at >= $8::timestamptz AND t.finished_at < $9::timestamptz
            AND t.finished_at <= $10::timestamptz
@@ -56,7 +60,8 @@ SELECT (SELECT count(*) FROM tasks t
            AND ($6::text IS NULL OR t.queue = $6::text)
            AND ($7::text IS NULL OR t.error_class = $7::text))
      + (SELECT count(*) FROM tasks t
-         WHERE t.tenant_id = $1::text AND t.app_id = $2::text AND t.state = ANY($4::text[])
+         WHERE cardinality($4::text[]) > 0
+           AND t.tenant_id = $1::text AND t.app_id = $2::text AND t.state = ANY($4::text[])
            AND t.finished_at IS NULL
            AND t.created_at >= $8::timestamptz AND t.created_at < $9::timestamptz
            AND t.created_at <= $10::timestamptz

@@ -56,8 +56,8 @@ class Hist:
     @staticmethod
     def task(tenant: str, app: str = "app", *, payload: bytes = b'{"n":1}', max_attempts: int | None = None,
              base_s: float | None = None, **kw) -> h.NewTask:
-        t = h.NewTask(task_id=new_task_id(), tenant_id=tenant, app_id=app, task_type="work",
-                      payload_json=payload, **kw)
+        kw.setdefault("task_type", "work")
+        t = h.NewTask(task_id=new_task_id(), tenant_id=tenant, app_id=app, payload_json=payload, **kw)
         if max_attempts is not None:
             t.retry.max_attempts = max_attempts
         if base_s is not None:
@@ -130,6 +130,41 @@ class Hist:
             return await self.state(task_id, tenant, shard) == want
         await eventually(reached, timeout)
         return await self.get(task_id, tenant, shard)
+
+    async def list_page(self, tenant: str, app: str, shard: int = 1, cursor: str = "", page_size: int = 0,
+                        **filter_kw) -> h.ListTasksResponse:
+        req = h.ListTasksRequest(shard_id=shard, tenant_id=tenant, app_id=app, page_size=page_size, cursor=cursor,
+                                 filter=tasks_pb2.TaskFilter(**filter_kw))
+        return await self.stub.ListTasks(req, timeout=RPC_TIMEOUT)
+
+    async def count(self, tenant: str, app: str, shard: int = 1, **filter_kw) -> int:
+        req = h.CountTasksRequest(shard_id=shard, tenant_id=tenant, app_id=app,
+                                  filter=tasks_pb2.TaskFilter(**filter_kw))
+        return (await self.stub.CountTasks(req, timeout=RPC_TIMEOUT)).count
+
+    async def start_bulk(self, op_id: str, tenant: str, app: str, kind: str = "RETRY", shard: int = 1,
+                         registered: tuple[str, ...] = (), **filter_kw) -> tasks_pb2.BulkOperation:
+        req = h.StartBulkOperationRequest(
+            shard_id=shard, operation_id=op_id, tenant_id=tenant, app_id=app,
+            kind=tasks_pb2.BulkOperationKind.Value(f"BULK_OPERATION_KIND_{kind}"),
+            filter=tasks_pb2.TaskFilter(**filter_kw), registered_task_types=registered)
+        return (await self.stub.StartBulkOperation(req, timeout=RPC_TIMEOUT)).operation
+
+    async def get_bulk(self, op_id: str, tenant: str, shard: int = 1) -> tasks_pb2.BulkOperation:
+        req = h.GetBulkOperationRequest(shard_id=shard, operation_id=op_id, tenant_id=tenant)
+        return (await self.stub.GetBulkOperation(req, timeout=RPC_TIMEOUT)).operation
+
+    async def cancel_bulk(self, op_id: str, tenant: str, shard: int = 1) -> tasks_pb2.BulkOperation:
+        req = h.CancelBulkOperationRequest(shard_id=shard, operation_id=op_id, tenant_id=tenant)
+        return (await self.stub.CancelBulkOperation(req, timeout=RPC_TIMEOUT)).operation
+
+    async def bulk_done(self, op_id: str, tenant: str, shard: int = 1, timeout: float = 10.0) -> tasks_pb2.BulkOperation:
+        """Wait until the operation part is no longer RUNNING."""
+        async def finished() -> bool:
+            op = await self.get_bulk(op_id, tenant, shard)
+            return op.state != tasks_pb2.BULK_OPERATION_STATE_RUNNING
+        await eventually(finished, timeout)
+        return await self.get_bulk(op_id, tenant, shard)
 
     # -- direct SQL -------------------------------------------------------------
     async def sql(self, shard: int, query: str, *args) -> list[asyncpg.Record]:
