@@ -13,6 +13,12 @@ CHANNEL_OPTIONS = [
     ("grpc.keepalive_timeout_ms", 10_000),
     ("grpc.keepalive_permit_without_calls", 1),
     ("grpc.enable_retries", 0),
+    # A restarted peer must be reachable again within ~2 s: the default
+    # reconnect backoff grows to 120 s and kept callers answering UNAVAILABLE
+    # long after the peer was back (found by the fault harness, kill_history).
+    ("grpc.initial_reconnect_backoff_ms", 100),
+    ("grpc.min_reconnect_backoff_ms", 100),
+    ("grpc.max_reconnect_backoff_ms", 2000),
 ]
 
 
