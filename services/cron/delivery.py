@@ -21,6 +21,7 @@ moved, so two cron processes cannot decide one slot two ways.
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import logging
 
 from ratchet.services.cron import convert, errors
@@ -38,7 +39,7 @@ MAX_OPEN = 16
 class _View:
     schedule: ScheduleRow
     slots: list[SlotRow]
-    now: object
+    now: dt.datetime
 
 
 class Delivery:

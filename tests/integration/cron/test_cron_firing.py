@@ -212,3 +212,39 @@ async def test_buffer_one_keeps_one_slot_and_fires_it_when_the_previous_task_end
 async def _count(db, schedule_id, state, at_least):
     return await db.fetchval("SELECT count(*) FROM schedule_slots WHERE schedule_id = $1 AND state = $2",
                              schedule_id, state) >= at_least
+
+
+async def test_two_processes_deciding_buffer_one_keep_at_most_one_buffered_slot(cron, mesh, db):
+    a, b = await cron(), await cron()
+    s = await create(a.stub, "* * * * * *", overlap_policy=spb.OVERLAP_POLICY_BUFFER_ONE)
+    await wait_for(lambda: len(mesh.tasks_of(s.schedule_id)) == 1, what="first firing")
+    states = "SELECT count(*) FILTER (WHERE state = 'BUFFERED') AS b, count(*) FILTER (WHERE state = 'SKIPPED') AS s " \
+             "FROM schedule_slots WHERE schedule_id = $1"
+    for _ in range(3):
+        skipped = (await db.fetchrow(states, s.schedule_id))["s"]
+
+        async def buffered_and_one_more_skipped():
+            row = await db.fetchrow(states, s.schedule_id)
+            assert row["b"] <= 1, "two slots buffered at once"
+            return row["b"] == 1 and row["s"] > skipped
+        await wait_for(buffered_and_one_more_skipped, what="a buffered slot and one skipped behind it")
+        n = len(mesh.tasks_of(s.schedule_id))
+        mesh.finish(mesh.tasks_of(s.schedule_id)[-1].task_id)
+        await wait_for(lambda: len(mesh.tasks_of(s.schedule_id)) == n + 1, what="the buffered slot fired")
+    assert set(mesh.sends_of(s.schedule_id).values()) == {1}
+    times = [t.scheduled_time for t in mesh.tasks_of(s.schedule_id)]
+    assert times == sorted(set(times))
+
+
+async def test_prune_deletes_finished_slots_past_retention(cron, mesh, db):
+    c = await cron()
+    s = await create(c.stub, "* * * * * *")
+    await wait_for(lambda: len(mesh.tasks_of(s.schedule_id)) >= 2, what="two firings")
+    await c.server.api.store.pool.execute(
+        "UPDATE schedule_slots SET finished_at = finished_at - interval '2 days' WHERE schedule_id = $1 "
+        "AND finished_at IS NOT NULL", s.schedule_id)
+    async with c.server.store.tx() as tx:
+        deleted = await tx.slot_prune(86400, 1000)
+    assert deleted >= 2
+    assert all(r["finished_at"] is None or r["finished_at"] > dt.datetime.now(UTC) - dt.timedelta(days=1)
+               for r in await slots(db, s.schedule_id))

@@ -159,3 +159,10 @@ def test_validate_accepts_at_the_floor_and_defaults_to_utc():
     expr, tz = validate("*/5 * * * * *", "", utc(2024, 1, 1), 5)
     assert tz is UTC and expr.has_seconds
     validate("0 9 * * MON-FRI", "Europe/Berlin", utc(2024, 1, 1), 60)
+
+
+def test_half_hour_dst_shift_lord_howe():
+    # Lord Howe Island moves its clocks by 30 minutes: 2024-10-06 02:00 -> 02:30.
+    howe = zone("Australia/Lord_Howe")
+    fires = run("*/15 2 * * *", howe, utc(2024, 10, 5, 15, 0), 3)
+    assert local(fires, howe) == ["10-06 02:30:00+1100", "10-06 02:45:00+1100", "10-07 02:00:00+1100"]
