@@ -108,7 +108,8 @@ async def _retry_batch(conn, store: Store, op, f: TaskFilter, limit: int) -> tup
     return plan, rows, cursor
 
 
-async def _cancel_batch(conn, store: Store, op, f: TaskFilter, limit: int, grace_s: float) -> tuple[BulkPlan, list, tuple]:
+async def _cancel_batch(conn, store: Store, op, f: TaskFilter, limit: int,
+                        grace_s: float) -> tuple[BulkPlan, list, tuple]:
     cur_id = str(op["cursor_task_id"]) if op["cursor_task_id"] else None
     rows = await store.task_bulk_cancel_scan(conn, op["tenant_id"], op["app_id"], f, op["bound_at"], cur_id, limit)
     plan = plan_bulk_cancel(rows, op["operation_id"])

@@ -158,7 +158,8 @@ class Hist:
         req = h.CancelBulkOperationRequest(shard_id=shard, operation_id=op_id, tenant_id=tenant)
         return (await self.stub.CancelBulkOperation(req, timeout=RPC_TIMEOUT)).operation
 
-    async def bulk_done(self, op_id: str, tenant: str, shard: int = 1, timeout: float = 10.0) -> tasks_pb2.BulkOperation:
+    async def bulk_done(self, op_id: str, tenant: str, shard: int = 1,
+                        timeout: float = 10.0) -> tasks_pb2.BulkOperation:
         """Wait until the operation part is no longer RUNNING."""
         async def finished() -> bool:
             op = await self.get_bulk(op_id, tenant, shard)

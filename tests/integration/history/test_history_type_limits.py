@@ -11,7 +11,8 @@ from ratchet.internal.history.v1 import history_pb2 as h
 from .helpers import RPC_TIMEOUT
 
 
-async def _lease(hist, max_tasks: int, limits: list[tuple[str, str, str, int]], cursor: str = "") -> h.LeaseTasksResponse:
+async def _lease(hist, max_tasks: int, limits: list[tuple[str, str, str, int]],
+                 cursor: str = "") -> h.LeaseTasksResponse:
     req = h.LeaseTasksRequest(shard_id=1, worker_id="w", max_tasks=max_tasks, tenant_cursor=cursor,
                               type_limits=[h.TaskTypeLimit(tenant_id=t, app_id=a, task_type=x, max_tasks=n)
                                            for t, a, x, n in limits])
