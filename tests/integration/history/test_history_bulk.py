@@ -228,3 +228,29 @@ async def test_bulk_operation_requests_are_checked(hist):
     assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "kind" in e.value.details()
     done = await hist.bulk_done(op.operation_id, tenant)
     assert (done.state, done.matched, done.processed) == (DONE, 0, 0)
+
+
+async def test_a_restarted_history_resumes_a_running_operation(pg_cluster):
+    """Stop the process in the middle of a batch: that batch rolls back, the
+    committed ones stay, and the next process carries on from the cursor."""
+    from .conftest import _new_dbs, start_hist, stop_hist
+    hist = await start_hist(_new_dbs(pg_cluster))
+    tenant, app = "t", "app"
+    originals = await _dead_letters(hist, tenant, app, 300)
+    with hooked(hist, "before", "task_retry_batch", Hold(at_call=2)) as hold:
+        op = await hist.start_bulk("op-restart", tenant, app, states=[FAILED])
+        await asyncio.wait_for(hold.reached.wait(), 10)
+        await hist.close()
+        await hist.server.stop(grace=1)
+    (row,) = await hist.sql(1, "SELECT state, processed, cursor_task_id IS NOT NULL AS has_cursor "
+                               "FROM bulk_operations")
+    assert (row["state"], row["processed"], row["has_cursor"]) == ("RUNNING", 100, True)
+    assert len(await _retries(hist, originals)) == 100
+    again = await start_hist(hist.dsns)
+    try:
+        done = await again.bulk_done(op.operation_id, tenant)
+        assert (done.state, done.matched, done.processed, done.succeeded) == (DONE, 300, 300, 300)
+        retries = await _retries(again, originals)
+        assert len(retries) == 300 and all(len(v) == 1 for v in retries.values())
+    finally:
+        await stop_hist(again)
