@@ -34,6 +34,11 @@ class Guards:
                   "LOCKED) and applies them as compare-and-sets. False: timers are read without locks "
                   "and applied without re-checking the task, so one timer can fire twice.")
 
+    retry_link_once: bool = field(
+        True, doc="True (safe): a bulk retry links each original to its new task once (retried_as is a "
+                  "compare-and-set) and skips originals already retried. False: every run retries them "
+                  "again, so one dead letter can become several new tasks.")
+
     @classmethod
     def from_value(cls, value: object) -> "Guards":
         """Guards from a Guards, a dict, or a JSON object string (env var)."""

@@ -211,14 +211,16 @@ def unregistered_reason(task_type: str) -> str:
     return f"task type {task_type} is no longer registered by the active deployment"
 
 
-def plan_bulk_retry(rows, registered: frozenset[str], new_id: Callable[[str], str], operation_id: str) -> BulkPlan:
+def plan_bulk_retry(rows, registered: frozenset[str], new_id: Callable[[str], str], operation_id: str,
+                    *, skip_retried: bool = True) -> BulkPlan:
     """Retry each terminal task as a new task (its create transition), unless
     it was retried already (skipped) or its type is no longer registered
-    (failed). `rows` carry task_id, task_type, retried_as."""
+    (failed). `rows` carry task_id, task_type, retried_as. skip_retried=False
+    is test-only (guards.retry_link_once off)."""
     plan = BulkPlan()
     for r in rows:
         original = str(r["task_id"])
-        if r["retried_as"] is not None:
+        if skip_retried and r["retried_as"] is not None:
             plan.skipped += 1
         elif registered and r["task_type"] not in registered:
             plan.failures.append((original, unregistered_reason(r["task_type"])))

@@ -80,7 +80,7 @@ class BulkLoop:
         for operation_id in ids:
             async with shard.conn() as conn:
                 out = await bulk.run_batch(conn, self._store, operation_id, batch_size=self._cfg.bulk_batch_size,
-                                           grace_s=self._cfg.cancel_grace_s)
+                                           grace_s=self._cfg.cancel_grace_s, guards=self._cfg.guards)
             if out.created:
                 self._hub.publish(shard.id)  # after commit, like an enqueue
             ran = ran or out.ran

@@ -192,9 +192,14 @@ class Store:
         """A task's transition log in version order."""
         return await self._run(conn, "transition_list", uuid.UUID(task_id))
 
-    async def task_retry_batch(self, conn, pairs: Sequence[tuple[str, Transition]]) -> dict[str, str]:
-        """Bulk retry (original id, create transition of the new task); returns {original: new id} done."""
-        recs = await self._run(conn, "task_retry_batch", _uuids([o for o, _ in pairs]),
+    async def task_retry_batch(self, conn, pairs: Sequence[tuple[str, Transition]],
+                               fenced: bool = True) -> dict[str, str]:
+        """Bulk retry (original id, create transition of the new task); returns {original: new id} done.
+
+        fenced=False (test-only, guards.retry_link_once off) retries originals already retried.
+        """
+        name = "task_retry_batch" if fenced else "task_retry_batch_unfenced"
+        recs = await self._run(conn, name, _uuids([o for o, _ in pairs]),
                                _uuids([t.task_id for _, t in pairs]), [t.reason for _, t in pairs])
         return {str(r["original_id"]): str(r["task_id"]) for r in recs}
 

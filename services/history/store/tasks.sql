@@ -444,3 +444,49 @@ tm AS (
      WHERE v.fire_at IS NOT NULL
 )
 SELECT ins.retry_of AS original_id, ins.task_id FROM ins
+
+-- name: task_retry_batch_unfenced
+-- transitions: (create)->ENQUEUED
+-- TEST-ONLY (guards.retry_link_once = false): task_retry_batch without its
+-- retried_as IS NULL compare-and-set, so a task can be retried twice. Kept
+-- identical to task_retry_batch but for the guard (a unit test checks).
+WITH now AS (SELECT clock_timestamp() AS t),
+i AS (
+    SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::text[]) AS i(original_id, task_id, reason)
+),
+orig AS (
+    UPDATE tasks o
+       SET retried_as = i.task_id
+      FROM i
+     WHERE o.task_id = i.original_id
+       AND o.state IN ('SUCCEEDED', 'FAILED', 'CANCELED', 'EXPIRED')
+    RETURNING o.task_id AS original_id, i.task_id, i.reason, o.tenant_id, o.app_id, o.queue, o.task_type,
+              o.max_attempts, o.payload, o.retry_policy, o.retry_rules, o.timeouts, o.non_retryable,
+              o.schedule_id, o.scheduled_time
+),
+ins AS (
+    INSERT INTO tasks (task_id, tenant_id, app_id, queue, task_type, state, version, attempt,
+                       max_attempts, lease_epoch, payload, retry_policy, retry_rules, timeouts, non_retryable,
+                       run_at, created_at, updated_at, schedule_id, scheduled_time, retry_of)
+    SELECT orig.task_id, orig.tenant_id, orig.app_id, orig.queue, orig.task_type, 'ENQUEUED', 1, 0,
+           orig.max_attempts, 0, orig.payload, orig.retry_policy, orig.retry_rules, orig.timeouts,
+           orig.non_retryable, now.t, now.t, now.t, orig.schedule_id, orig.scheduled_time, orig.original_id
+      FROM orig CROSS JOIN now
+    RETURNING task_id, run_at, created_at, timeouts, retry_of
+),
+tr AS (
+    INSERT INTO task_transitions (task_id, version, from_state, to_state, lease_epoch, at, reason)
+    SELECT ins.task_id, 1, NULL, 'ENQUEUED', 0, ins.created_at, orig.reason
+      FROM ins JOIN orig ON orig.task_id = ins.task_id
+),
+tm AS (
+    INSERT INTO timers (task_id, kind, fire_at, lease_epoch)
+    SELECT ins.task_id, v.kind, v.fire_at, 0
+      FROM ins
+     CROSS JOIN LATERAL (VALUES
+           ('schedule_to_start', ins.run_at + make_interval(secs => (ins.timeouts->>'schedule_to_start_s')::float8)),
+           ('schedule_to_close', ins.created_at + make_interval(secs => (ins.timeouts->>'schedule_to_close_s')::float8))
+         ) AS v(kind, fire_at)
+     WHERE v.fire_at IS NOT NULL
+)
+SELECT ins.retry_of AS original_id, ins.task_id FROM ins

@@ -254,3 +254,12 @@ async def test_a_restarted_history_resumes_a_running_operation(pg_cluster):
         assert len(retries) == 300 and all(len(v) == 1 for v in retries.values())
     finally:
         await stop_hist(again)
+
+
+async def test_the_retry_link_guard_is_what_keeps_a_rerun_from_retrying_twice(make_hist):
+    hist = await make_hist(guards={"retry_link_once": False})  # test-only: the guard off
+    originals = await _dead_letters(hist, "t", "app", 5)
+    for run in ("a", "b"):
+        await hist.bulk_done((await hist.start_bulk("op-" + run, "t", "app", states=[FAILED])).operation_id, "t")
+    retries = await _retries(hist, originals)
+    assert sorted(len(v) for v in retries.values()) == [2] * 5  # what the guard prevents

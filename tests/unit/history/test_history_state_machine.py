@@ -208,10 +208,15 @@ def test_every_other_task_update_is_fenced_on_state_and_epoch():
 def test_test_only_variants_are_marked_and_differ_only_by_their_guard():
     variants = [n for n in QUERIES if _test_only(n)]
     assert set(variants) == {"task_complete_lock_unfenced", "timer_claim_due_unlocked",
-                             "task_transition_apply_unfenced"}
+                             "task_transition_apply_unfenced", "task_retry_batch_unfenced"}
     for name in variants:
         assert "TEST-ONLY" in QUERIES[name], name
     guard = "       AND t.state = i.from_state AND t.lease_epoch = i.lease_epoch\n"
     fenced = _code(QUERIES["task_transition_apply"])
     assert guard in fenced
     assert _code(QUERIES["task_transition_apply_unfenced"]).strip() == fenced.replace(guard, "").strip()
+    link_guard = "     WHERE o.task_id = i.original_id AND o.retried_as IS NULL\n"
+    linked = _code(QUERIES["task_retry_batch"])
+    assert link_guard in linked
+    assert _code(QUERIES["task_retry_batch_unfenced"]).strip() == linked.replace(
+        link_guard, "     WHERE o.task_id = i.original_id\n").strip()
