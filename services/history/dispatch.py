@@ -63,13 +63,13 @@ def split_limits(type_limits: Sequence[tuple[TypeKey, int]]) -> tuple[list[TypeK
 
 
 async def claim_fair(conn, store: Store, tenants: list[str], max_tasks: int, app_ids: Sequence[str],
-                     excluded: Sequence[TypeKey] = (), taken: Sequence[str] = ()) -> dict[str, list[str]]:
+                     excluded: Sequence[TypeKey] = (), already: Sequence[str] = ()) -> dict[str, list[str]]:
     """Lock up to max_tasks ready tasks spread fairly over `tenants` -> {tenant: [task_id]}.
 
-    `excluded` types are not claimed; `taken` ids are already claimed by this transaction.
+    `excluded` types are not claimed; `already` ids were claimed earlier by this transaction.
     """
     claimed: dict[str, list[str]] = {t: [] for t in tenants}
-    already = list(taken)
+    already = list(already)
     taken: list[str] = []
     candidates = tenants
     for _ in range(MAX_ROUNDS):
