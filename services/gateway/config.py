@@ -23,6 +23,10 @@ class GatewayConfig:
     admin_key_sha256: str = field(doc="hex sha256 of the admin key that may call TenantService (required)")
     host_token_sha256: list[str] = field(default_factory=list,
                                          doc="hex sha256 of each host agent token accepted by ControlService; default none")
+    cron_target: str = field("", doc="host:port of the cron service (ScheduleService forwards to it); "
+                                     "default empty: schedule calls answer UNAVAILABLE")
+    dispatcher_target: str = field("", doc="host:port of the dispatcher (BreakerService forwards to its "
+                                           "BreakerAdminService); default empty: breaker calls answer UNAVAILABLE")
     host: str = field("127.0.0.1", doc="address both listeners bind; default 127.0.0.1")
     grpc_port: int = field(0, doc="gRPC port; 0 picks a free one; default 0")
     rest_port: int = field(0, doc="REST (HTTP/JSON) port; 0 picks a free one; default 0")
