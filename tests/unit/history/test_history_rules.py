@@ -141,3 +141,10 @@ def test_filters_and_cursors():
         convert.bulk_filter(tasks_pb2.TaskFilter(states=[tasks_pb2.TASK_STATE_ENQUEUED]), "RETRY")
     assert convert.bulk_filter(tasks_pb2.TaskFilter(), "RETRY").states == (S.FAILED,)
     assert len(convert.bulk_filter(tasks_pb2.TaskFilter(), "CANCEL").states) == 3
+
+
+def test_type_limits_split_into_paused_and_capped():
+    from ratchet.services.history.dispatch import split_limits
+    a, b, c = ("t", "app", "a"), ("t", "app", "b"), ("t", "app", "c")
+    paused, caps = split_limits([(a, 0), (b, 3), (b, 1), (c, 2), (c, 0)])
+    assert sorted(paused) == [a, c] and caps == {b: 1}
