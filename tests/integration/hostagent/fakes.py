@@ -100,6 +100,17 @@ def backfill(ctx, payload):
 
 
 @task
+def resumable(ctx, payload):
+    """Like backfill, but only the first attempt is slow (it is the one to kill)."""
+    start = (ctx.last_checkpoint or {}).get("next", 0)
+    for n in range(start, payload["to"]):
+        ctx.checkpoint({"next": n + 1})
+        if ctx.attempt == 1:
+            time.sleep(payload["pause"])
+    return {"started_at": start, "attempt": ctx.attempt}
+
+
+@task
 def ticker(ctx, payload):
     """Checkpoints every 10 ms for payload seconds."""
     deadline = time.monotonic() + payload
