@@ -43,7 +43,21 @@ class Gateway:
         try:
             return await self._stub.EnqueueScheduled(request, timeout=self.timeout, metadata=self._metadata)
         except grpc.aio.AioRpcError as e:
+            original = _original_task_id(e)
+            if original:
+                # The slot's key already names a task (e.g. a re-send after a deploy changed the
+                # resolved policy): the slot fired, as that task.
+                return control_pb2.EnqueueScheduledResponse(task_id=original, deduplicated=True)
             raise errors.from_rpc_error("gateway EnqueueScheduled", e) from None
+
+
+def _original_task_id(e: grpc.aio.AioRpcError) -> str | None:
+    if e.code() != grpc.StatusCode.ALREADY_EXISTS:
+        return None
+    for key, value in e.trailing_metadata() or ():
+        if key == "ratchet-original-task-id" and isinstance(value, str) and parse_task_id(value):
+            return value
+    return None
 
 
 class History:

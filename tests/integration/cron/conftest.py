@@ -60,6 +60,7 @@ class FakeMesh(control_pb2_grpc.ControlServiceServicer, history_pb2_grpc.History
         self.get_calls = 0
         self.fail_enqueues = 0
         self.refuse_enqueues: str | None = None
+        self.conflict_with: str | None = None
 
     async def EnqueueScheduled(self, request, context):
         if dict(context.invocation_metadata()).get("authorization") != f"Bearer {MESH_TOKEN}":
@@ -71,6 +72,9 @@ class FakeMesh(control_pb2_grpc.ControlServiceServicer, history_pb2_grpc.History
             await context.abort(grpc.StatusCode.UNAVAILABLE, "gateway restarting")
         if self.refuse_enqueues:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, self.refuse_enqueues)
+        if self.conflict_with:
+            await context.abort(grpc.StatusCode.ALREADY_EXISTS, "key taken by a different request",
+                                trailing_metadata=(("ratchet-original-task-id", self.conflict_with),))
         if key in self.by_key:
             return control_pb2.EnqueueScheduledResponse(task_id=self.by_key[key], deduplicated=True)
         task_id = new_task_id(slot_for_key(request.tenant_id, key))

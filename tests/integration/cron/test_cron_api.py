@@ -13,6 +13,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from ratchet.api.schedules.v1 import schedules_pb2 as spb
 from ratchet.internal.cron.v1 import cron_pb2 as cpb
+from ratchet.libs.shardmap import new_task_id
 
 from .conftest import CALLER, create, holds, slots, wait_for
 
@@ -200,6 +201,16 @@ async def test_trigger_refused_by_the_gateway_is_failed_precondition(cron, mesh,
     assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION and "not registered" in err.value.details()
     [row] = await slots(db, s.schedule_id)
     assert row["state"] == "FAILED" and "not registered" in row["reason"]
+
+
+async def test_a_key_conflict_counts_as_the_original_task(cron, mesh, db):
+    c = await cron()
+    s = await create(c.stub, "0 0 1 1 *")
+    mesh.conflict_with = new_task_id()
+    resp = await call(c.stub, "TriggerSchedule", s.schedule_id)
+    assert resp.task_id == mesh.conflict_with
+    [row] = await slots(db, s.schedule_id)
+    assert (row["state"], row["task_id"]) == ("FIRED", mesh.conflict_with)
 
 
 async def test_health_and_reflection(cron):
