@@ -87,10 +87,11 @@ class Authenticator:
             raise Unauthenticated("this call needs the platform's admin key")
 
     def host(self, metadata: Mapping[str, str]) -> None:
-        """A host agent token only (ControlService)."""
+        """A mesh token only (ControlService): a host agent's or the cron service's."""
         h = key_hash(bearer(metadata))
         if not any(hmac.compare_digest(h, known) for known in self.host_hashes):
-            raise Unauthenticated("this call needs a host agent token (config host_token_sha256)")
+            raise Unauthenticated("this call needs a mesh token (a host agent's or the cron service's; "
+                                  "config host_token_sha256)")
 
 
 def require_app(principal: Principal, app: str) -> None:

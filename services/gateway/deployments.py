@@ -19,7 +19,6 @@ from ratchet.services.gateway.store import ControlStore, DeploymentRow
 
 HANDLER_NAME = re.compile(r"^[A-Za-z0-9_.:\-]{1,200}$")
 _MODULE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
-_CLASS_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]{0,199}$")
 # Enqueues read the active handlers this often at most; a deploy through this
 # gateway clears the entry at once, another replica's deploy shows within it.
 HANDLER_CACHE_S = 1.0
@@ -43,10 +42,13 @@ def check_handlers(handlers, module: str) -> None:
             policy.check_retry(h.retry, f"{where}.retry")
         if h.HasField("timeouts"):
             policy.check_timeouts(h.timeouts, f"{where}.timeouts")
+        for i, c in enumerate(h.non_retryable):
+            policy.check_class_name(c, f"{where}.non_retryable[{i}]")
+        both = sorted(set(h.non_retryable) & set(h.retry.rules))
+        if both:
+            raise InvalidArgument(f"{where}: {', '.join(both)} is both in non_retryable and in retry.rules; "
+                                  f"keep one of them")
         policy.resolve(None, None, h, where=f"{where}.retry")
-        for c in h.non_retryable:
-            if not _CLASS_NAME.match(c):
-                raise InvalidArgument(f"{where}.non_retryable holds {c[:80]!r}, which is not an exception class name")
 
 
 def to_message(row: DeploymentRow, app_name: str, created: bool) -> apps_pb2.Deployment:
@@ -66,19 +68,24 @@ class Deployments:
         self.blobs = blobs
         self.max_bundle_bytes = max_bundle_bytes
         self.monotonic = monotonic
-        self._cache: dict[str, tuple[float, dict[str, apps_pb2.Handler] | None]] = {}
+        self._cache: dict[str, tuple[float, str | None, dict[str, apps_pb2.Handler] | None]] = {}
 
     async def handlers_for(self, app_id: str) -> dict[str, apps_pb2.Handler] | None:
         """The active deployment's handlers by name; None if the app never deployed."""
+        return (await self.owner_and_handlers(app_id))[1]
+
+    async def owner_and_handlers(self, app_id: str) -> tuple[str | None, dict[str, apps_pb2.Handler] | None]:
+        """(tenant_id, handlers by name) of the app's active deployment; (None, None) if it never deployed."""
         hit = self._cache.get(app_id)
         now = self.monotonic()
         if hit is not None and hit[0] > now:
-            return hit[1]
+            return hit[1], hit[2]
         row = await self.store.active_deployment_get(app_id)
         handlers = None if row is None else {
             h["name"]: json_format.ParseDict(h, apps_pb2.Handler()) for h in row.handlers}
-        self._cache[app_id] = (now + HANDLER_CACHE_S, handlers)
-        return handlers
+        tenant_id = None if row is None else row.tenant_id
+        self._cache[app_id] = (now + HANDLER_CACHE_S, tenant_id, handlers)
+        return tenant_id, handlers
 
     async def create(self, principal: Principal, req: apps_pb2.CreateDeploymentRequest) -> apps_pb2.Deployment:
         """Check everything, store the bundle, record the deployment and activate it."""

@@ -114,6 +114,21 @@ def from_code(code: grpc.StatusCode, message: str) -> GatewayError:
     return err
 
 
+def from_peer(e: grpc.aio.AioRpcError, peer: str, timeout: float) -> GatewayError:
+    """What another mesh service (the cron service, the dispatcher) answered, as a gateway error.
+
+    Its own refusals (a malformed cron expression, an unknown schedule) pass
+    through with their code and sentence; trouble reaching it names it.
+    """
+    code = e.code()
+    if code == grpc.StatusCode.UNAVAILABLE:
+        return Unavailable(f"the {peer} is unavailable ({e.details()}); retry later")
+    if code == grpc.StatusCode.DEADLINE_EXCEEDED:
+        return DeadlineExceeded(f"the {peer} did not answer within {timeout:g}s; the call may have taken effect: "
+                                f"retry it (with the same request_id when creating)")
+    return from_code(code, e.details() or f"the {peer} answered {code.name}")
+
+
 async def abort(context: grpc.aio.ServicerContext, err: GatewayError) -> None:
     """End a gRPC call with err (raises, as grpc.aio abort does)."""
     await context.abort(err.code, err.message, trailing_metadata=err.trailing_metadata())

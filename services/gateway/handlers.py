@@ -14,12 +14,17 @@ from google.protobuf import descriptor as _descriptor
 from google.protobuf.message import Message
 
 from ratchet.api.apps.v1 import apps_pb2, apps_pb2_grpc
-from ratchet.api.tasks.v1 import tasks_pb2, tasks_pb2_grpc
+from ratchet.api.schedules.v1 import schedules_pb2, schedules_pb2_grpc
+from ratchet.api.tasks.v1 import breakers_pb2, breakers_pb2_grpc, tasks_pb2, tasks_pb2_grpc
 from ratchet.api.tenants.v1 import tenants_pb2, tenants_pb2_grpc
 from ratchet.internal.gateway.v1 import control_pb2, control_pb2_grpc
 from ratchet.services.gateway import errors, tenants
 from ratchet.services.gateway.auth import Authenticator
+from ratchet.services.gateway.breakers import BreakerApi
+from ratchet.services.gateway.bulk import BulkApi
 from ratchet.services.gateway.deployments import Deployments
+from ratchet.services.gateway.listing import TaskLister
+from ratchet.services.gateway.schedules import ScheduleApi
 from ratchet.services.gateway.store import ControlStore
 from ratchet.services.gateway.tasks import TaskApi
 
@@ -43,8 +48,8 @@ class TaskHandlers:
     service = tasks_pb2.DESCRIPTOR.services_by_name["TaskService"]
     add_to_server = staticmethod(tasks_pb2_grpc.add_TaskServiceServicer_to_server)
 
-    def __init__(self, auth: Authenticator, tasks: TaskApi):
-        self.auth, self.tasks = auth, tasks
+    def __init__(self, auth: Authenticator, tasks: TaskApi, lister: TaskLister, bulk: BulkApi):
+        self.auth, self.tasks, self.lister, self.bulk = auth, tasks, lister, bulk
 
     async def EnqueueTask(self, req: tasks_pb2.EnqueueTaskRequest, call: Call) -> tasks_pb2.EnqueueTaskResponse:
         return await self.tasks.enqueue(await self.auth.app(call.metadata), req, call.timeout)
@@ -57,6 +62,76 @@ class TaskHandlers:
 
     async def CancelTask(self, req: tasks_pb2.CancelTaskRequest, call: Call) -> tasks_pb2.CancelTaskResponse:
         return await self.tasks.cancel(await self.auth.app(call.metadata), req, call.timeout)
+
+    async def ListTasks(self, req: tasks_pb2.ListTasksRequest, call: Call) -> tasks_pb2.ListTasksResponse:
+        return await self.lister.list(await self.auth.app(call.metadata), req, call.timeout)
+
+    async def RetryTasks(self, req: tasks_pb2.RetryTasksRequest, call: Call) -> tasks_pb2.RetryTasksResponse:
+        return await self.bulk.retry(await self.auth.app(call.metadata), req, call.timeout)
+
+    async def CancelTasks(self, req: tasks_pb2.CancelTasksRequest, call: Call) -> tasks_pb2.CancelTasksResponse:
+        return await self.bulk.cancel_tasks(await self.auth.app(call.metadata), req, call.timeout)
+
+    async def GetBulkOperation(self, req: tasks_pb2.GetBulkOperationRequest,
+                               call: Call) -> tasks_pb2.GetBulkOperationResponse:
+        return await self.bulk.get(await self.auth.app(call.metadata), req, call.timeout)
+
+    async def CancelBulkOperation(self, req: tasks_pb2.CancelBulkOperationRequest,
+                                  call: Call) -> tasks_pb2.CancelBulkOperationResponse:
+        return await self.bulk.cancel(await self.auth.app(call.metadata), req, call.timeout)
+
+
+class BreakerHandlers:
+    """ratchet.api.tasks.v1.BreakerService (forwarded to the dispatcher)."""
+
+    service = breakers_pb2.DESCRIPTOR.services_by_name["BreakerService"]
+    add_to_server = staticmethod(breakers_pb2_grpc.add_BreakerServiceServicer_to_server)
+
+    def __init__(self, auth: Authenticator, breakers: BreakerApi):
+        self.auth, self.breakers = auth, breakers
+
+    async def ListBreakers(self, req: breakers_pb2.ListBreakersRequest,
+                           call: Call) -> breakers_pb2.ListBreakersResponse:
+        return await self.breakers.list(await self.auth.app(call.metadata), req, call.timeout)
+
+    async def ResetBreaker(self, req: breakers_pb2.ResetBreakerRequest,
+                           call: Call) -> breakers_pb2.ResetBreakerResponse:
+        return await self.breakers.reset(await self.auth.app(call.metadata), req, call.timeout)
+
+
+class ScheduleHandlers:
+    """ratchet.api.schedules.v1.ScheduleService (forwarded to the cron service)."""
+
+    service = schedules_pb2.DESCRIPTOR.services_by_name["ScheduleService"]
+    add_to_server = staticmethod(schedules_pb2_grpc.add_ScheduleServiceServicer_to_server)
+
+    def __init__(self, auth: Authenticator, schedules: ScheduleApi):
+        self.auth, self.schedules = auth, schedules
+
+    async def CreateSchedule(self, req: schedules_pb2.CreateScheduleRequest,
+                             call: Call) -> schedules_pb2.CreateScheduleResponse:
+        return await self.schedules.create(await self.auth.app(call.metadata), req, call.timeout)
+
+    async def _forward(self, rpc: str, req: Message, call: Call) -> Message:
+        return await self.schedules.forward(rpc, await self.auth.app(call.metadata), req, call.timeout)
+
+    async def GetSchedule(self, req: schedules_pb2.GetScheduleRequest, call: Call) -> Message:
+        return await self._forward("GetSchedule", req, call)
+
+    async def ListSchedules(self, req: schedules_pb2.ListSchedulesRequest, call: Call) -> Message:
+        return await self._forward("ListSchedules", req, call)
+
+    async def PauseSchedule(self, req: schedules_pb2.PauseScheduleRequest, call: Call) -> Message:
+        return await self._forward("PauseSchedule", req, call)
+
+    async def ResumeSchedule(self, req: schedules_pb2.ResumeScheduleRequest, call: Call) -> Message:
+        return await self._forward("ResumeSchedule", req, call)
+
+    async def DeleteSchedule(self, req: schedules_pb2.DeleteScheduleRequest, call: Call) -> Message:
+        return await self._forward("DeleteSchedule", req, call)
+
+    async def TriggerSchedule(self, req: schedules_pb2.TriggerScheduleRequest, call: Call) -> Message:
+        return await self._forward("TriggerSchedule", req, call)
 
 
 class AppHandlers:
@@ -89,13 +164,14 @@ class TenantHandlers:
 
 
 class ControlHandlers:
-    """ratchet.internal.gateway.v1.ControlService (host agent tokens only; gRPC only)."""
+    """ratchet.internal.gateway.v1.ControlService (mesh tokens only: host agents and
+    the cron service, config host_token_sha256; gRPC only)."""
 
     service = control_pb2.DESCRIPTOR.services_by_name["ControlService"]
     add_to_server = staticmethod(control_pb2_grpc.add_ControlServiceServicer_to_server)
 
-    def __init__(self, auth: Authenticator, deployments: Deployments):
-        self.auth, self.deployments = auth, deployments
+    def __init__(self, auth: Authenticator, deployments: Deployments, tasks: TaskApi):
+        self.auth, self.deployments, self.tasks = auth, deployments, tasks
 
     async def GetActiveDeployment(self, req: control_pb2.GetActiveDeploymentRequest,
                                   call: Call) -> control_pb2.GetActiveDeploymentResponse:
@@ -106,6 +182,11 @@ class ControlHandlers:
     async def GetBundle(self, req: control_pb2.GetBundleRequest, call: Call) -> control_pb2.GetBundleResponse:
         self.auth.host(call.metadata)
         return control_pb2.GetBundleResponse(bundle=await self.deployments.bundle(req.digest))
+
+    async def EnqueueScheduled(self, req: control_pb2.EnqueueScheduledRequest,
+                               call: Call) -> control_pb2.EnqueueScheduledResponse:
+        self.auth.host(call.metadata)
+        return await self.tasks.enqueue_scheduled(req, call.timeout)
 
 
 def method(handlers: object, m: _descriptor.MethodDescriptor) -> Handler:

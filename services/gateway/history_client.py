@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import grpc
 
+from ratchet.api.tasks.v1 import tasks_pb2
 from ratchet.internal.history.v1 import history_pb2, history_pb2_grpc
 from ratchet.services.gateway import errors
 
@@ -42,18 +43,39 @@ class HistoryClient:
             raise errors.Internal(f"shard {shard_id} answered {len(resp.results)} results for {len(tasks)} tasks")
         return list(resp.results)
 
+    async def _call(self, rpc: str, shard_id: int, req, timeout: float):
+        try:
+            return await getattr(self.stub, rpc)(req, timeout=timeout)
+        except grpc.aio.AioRpcError as e:
+            raise self._error(e, shard_id, timeout) from None
+
     async def get_task(self, shard_id: int, task_id: str, tenant_id: str,
                        timeout: float) -> history_pb2.GetTaskResponse:
         req = history_pb2.GetTaskRequest(shard_id=shard_id, task_id=task_id, tenant_id=tenant_id)
-        try:
-            return await self.stub.GetTask(req, timeout=timeout)
-        except grpc.aio.AioRpcError as e:
-            raise self._error(e, shard_id, timeout) from None
+        return await self._call("GetTask", shard_id, req, timeout)
 
     async def cancel_task(self, shard_id: int, task_id: str, tenant_id: str,
                           timeout: float) -> history_pb2.CancelTaskResponse:
         req = history_pb2.CancelTaskRequest(shard_id=shard_id, task_id=task_id, tenant_id=tenant_id)
-        try:
-            return await self.stub.CancelTask(req, timeout=timeout)
-        except grpc.aio.AioRpcError as e:
-            raise self._error(e, shard_id, timeout) from None
+        return await self._call("CancelTask", shard_id, req, timeout)
+
+    async def list_tasks(self, req: history_pb2.ListTasksRequest, timeout: float) -> history_pb2.ListTasksResponse:
+        return await self._call("ListTasks", req.shard_id, req, timeout)
+
+    async def count_tasks(self, req: history_pb2.CountTasksRequest, timeout: float) -> int:
+        return (await self._call("CountTasks", req.shard_id, req, timeout)).count
+
+    async def start_bulk(self, req: history_pb2.StartBulkOperationRequest,
+                         timeout: float) -> tasks_pb2.BulkOperation:
+        return (await self._call("StartBulkOperation", req.shard_id, req, timeout)).operation
+
+    async def get_bulk(self, shard_id: int, operation_id: str, tenant_id: str,
+                       timeout: float) -> tasks_pb2.BulkOperation:
+        req = history_pb2.GetBulkOperationRequest(shard_id=shard_id, operation_id=operation_id, tenant_id=tenant_id)
+        return (await self._call("GetBulkOperation", shard_id, req, timeout)).operation
+
+    async def cancel_bulk(self, shard_id: int, operation_id: str, tenant_id: str,
+                          timeout: float) -> tasks_pb2.BulkOperation:
+        req = history_pb2.CancelBulkOperationRequest(shard_id=shard_id, operation_id=operation_id,
+                                                     tenant_id=tenant_id)
+        return (await self._call("CancelBulkOperation", shard_id, req, timeout)).operation

@@ -16,11 +16,15 @@ from ratchet.libs.rpc.server import Server
 from ratchet.libs.shardmap import ShardMap
 from ratchet.services.gateway import errors, handlers
 from ratchet.services.gateway.auth import Authenticator
+from ratchet.services.gateway.breakers import BreakerApi
+from ratchet.services.gateway.bulk import BulkApi
 from ratchet.services.gateway.bundles import LocalBlobStore
 from ratchet.services.gateway.config import GatewayConfig
 from ratchet.services.gateway.deployments import Deployments
 from ratchet.services.gateway.history_client import HistoryClient
+from ratchet.services.gateway.listing import TaskLister
 from ratchet.services.gateway.rest.app import RestServer
+from ratchet.services.gateway.schedules import ScheduleApi
 from ratchet.services.gateway.store import ControlStore
 from ratchet.services.gateway.tasks import TaskApi
 
@@ -63,6 +67,8 @@ class Gateway:
         self.rest_port = 0
         self._pool = None
         self._channel = None
+        self._cron_channel = None
+        self._dispatcher_channel = None
         self._grpc: Server | None = None
         self._rest_runner: web.AppRunner | None = None
 
@@ -76,11 +82,18 @@ class Gateway:
         auth = Authenticator(store, c.admin_key_sha256, c.host_token_sha256, c.auth_cache_s)
         deployments = Deployments(store, LocalBlobStore(c.blob_dir), c.max_bundle_bytes)
         self._channel = aio_channel(c.history_target)
-        task_api = TaskApi(HistoryClient(self._channel, c.history_target), ShardMap.even(c.shard_ids),
-                           deployments, c.max_payload_bytes)
-        public = [handlers.TaskHandlers(auth, task_api), handlers.AppHandlers(auth, deployments),
-                  handlers.TenantHandlers(auth, store)]
-        internal = [handlers.ControlHandlers(auth, deployments)]
+        # Cron and dispatcher are optional peers: without a target their APIs answer UNAVAILABLE.
+        self._cron_channel = aio_channel(c.cron_target) if c.cron_target else None
+        self._dispatcher_channel = aio_channel(c.dispatcher_target) if c.dispatcher_target else None
+        history = HistoryClient(self._channel, c.history_target)
+        task_api = TaskApi(history, ShardMap.even(c.shard_ids), deployments, c.max_payload_bytes)
+        public = [handlers.TaskHandlers(auth, task_api, TaskLister(history, c.shard_ids),
+                                        BulkApi(history, c.shard_ids, deployments)),
+                  handlers.BreakerHandlers(auth, BreakerApi(self._dispatcher_channel, c.dispatcher_target)),
+                  handlers.ScheduleHandlers(auth, ScheduleApi(self._cron_channel, c.cron_target, deployments,
+                                                              c.max_payload_bytes)),
+                  handlers.AppHandlers(auth, deployments), handlers.TenantHandlers(auth, store)]
+        internal = [handlers.ControlHandlers(auth, deployments, task_api)]
         every = public + internal
         self._grpc = Server([(h.add_to_server, servicer(h, c.rpc_timeout_s)) for h in every],
                             [h.service.full_name for h in every], host=c.host, port=c.grpc_port)
@@ -93,8 +106,9 @@ class Gateway:
         self.rest_port = site._server.sockets[0].getsockname()[1]
         await self._grpc.start()
         await self._grpc.set_serving(True)
-        log.info("gateway serving: gRPC %s:%d, REST http://%s:%d (shards %s, history %s)",
-                 c.host, self.grpc_port, c.host, self.rest_port, c.shard_ids, c.history_target)
+        log.info("gateway serving: gRPC %s:%d, REST http://%s:%d (shards %s, history %s, cron %s, dispatcher %s)",
+                 c.host, self.grpc_port, c.host, self.rest_port, c.shard_ids, c.history_target,
+                 c.cron_target or "-", c.dispatcher_target or "-")
 
     async def stop(self, grace: float = 5.0) -> None:
         """Stop taking calls, let in-flight ones finish within grace, then release everything."""
@@ -102,7 +116,8 @@ class Gateway:
             await self._grpc.stop(grace)
         if self._rest_runner is not None:
             await self._rest_runner.cleanup()
-        if self._channel is not None:
-            await self._channel.close()
+        for channel in (self._channel, self._cron_channel, self._dispatcher_channel):
+            if channel is not None:
+                await channel.close()
         if self._pool is not None:
             await self._pool.close()

@@ -2,16 +2,22 @@
 
 Ids: new_task_id() for unkeyed enqueues; new_task_id(slot_for_key(tenant,
 key)) for keyed ones (follow-up Q1), so a retried keyed enqueue always lands
-on the shard holding the original and its unique index deduplicates it.
+on the shard holding the original and its unique index deduplicates it. A
+schedule's slot (EnqueueScheduled, from the cron service) is a keyed enqueue
+whose key is the slot, so a double firing yields one task.
 """
 
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 from typing import Callable
 
+from google.protobuf import timestamp_pb2
+
 from ratchet.api.tasks.v1 import tasks_pb2
+from ratchet.internal.gateway.v1 import control_pb2
 from ratchet.internal.history.v1 import history_pb2
 from ratchet.libs.shardmap import ShardMap, new_task_id, parse_task_id, slot_for_key
 from ratchet.services.gateway import validation
@@ -19,6 +25,9 @@ from ratchet.services.gateway.auth import Principal
 from ratchet.services.gateway.deployments import Deployments
 from ratchet.services.gateway.errors import AlreadyExists, GatewayError, InvalidArgument, NotFound
 from ratchet.services.gateway.history_client import HistoryClient
+
+SCHEDULE_ID = re.compile(r"^[A-Za-z0-9_.:\-]{1,128}$")
+_MIN_TS, _MAX_TS = -62135596800, 253402300799
 
 
 def _new_task(p: Principal, t: validation.ValidTask) -> history_pb2.NewTask:
@@ -32,6 +41,30 @@ def _new_task(p: Principal, t: validation.ValidTask) -> history_pb2.NewTask:
     if t.run_at is not None:
         msg.run_at.CopyFrom(t.run_at)
     return msg
+
+
+def schedule_key(schedule_id: str, scheduled_time: timestamp_pb2.Timestamp) -> str:
+    """The idempotency key of one slot: `sched:<schedule_id>@<scheduled time, RFC 3339 UTC>`."""
+    return f"sched:{schedule_id}@{scheduled_time.ToJsonString()}"
+
+
+def _check_slot(req: control_pb2.EnqueueScheduledRequest) -> None:
+    for name in ("tenant_id", "app_id"):
+        if not getattr(req, name):
+            raise InvalidArgument(f"{name} is required")
+    if not SCHEDULE_ID.match(req.schedule_id):
+        raise InvalidArgument(f"schedule_id must be 1..128 characters of [A-Za-z0-9_.:-], "
+                              f"got {req.schedule_id[:80]!r}")
+    ts = req.scheduled_time
+    if not req.HasField("scheduled_time") or not (_MIN_TS <= ts.seconds <= _MAX_TS and 0 <= ts.nanos < 10 ** 9):
+        raise InvalidArgument("scheduled_time is required: the slot's time, a valid timestamp")
+    if not req.HasField("task"):
+        raise InvalidArgument("task is required: the schedule's task template as an enqueue")
+    for name in ("idempotency_key", "delay", "run_at"):
+        given = bool(req.task.idempotency_key) if name == "idempotency_key" else req.task.HasField(name)
+        if given:
+            raise InvalidArgument(f"task.{name} must be empty: a scheduled task is due at its slot and keyed "
+                                  f"by it (sched:<schedule_id>@<scheduled_time>)")
 
 
 def _conflict(key: str, task_id: str, where: str = "") -> AlreadyExists:
@@ -102,6 +135,30 @@ class TaskApi:
         for f in failures:
             raise f if isinstance(f, GatewayError) else GatewayError(f"shard call failed: {f}")
         return tasks_pb2.EnqueueTasksResponse(task_ids=ids)
+
+    async def enqueue_scheduled(self, req: control_pb2.EnqueueScheduledRequest,
+                                timeout: float) -> control_pb2.EnqueueScheduledResponse:
+        """One slot of a schedule: a public enqueue for (tenant, app), keyed by the slot.
+
+        The key routes every re-send of the slot to one shard, whose unique
+        index returns the original task (deduplicated) instead of a second one.
+        """
+        _check_slot(req)
+        owner, handlers = await self.deployments.owner_and_handlers(req.app_id)
+        if owner is not None and owner != req.tenant_id:
+            raise InvalidArgument(f"app {req.app_id[:64]} does not belong to tenant {req.tenant_id[:64]}")
+        keyed = tasks_pb2.EnqueueTaskRequest()
+        keyed.CopyFrom(req.task)
+        keyed.idempotency_key = schedule_key(req.schedule_id, req.scheduled_time)
+        t = validation.validate_task(keyed, handlers, max_payload_bytes=self.max_payload_bytes, now_s=self.wall(),
+                                     where="task.")
+        new = _new_task(Principal(req.tenant_id, req.app_id, ""), t)
+        new.schedule_id = req.schedule_id
+        new.scheduled_time.CopyFrom(req.scheduled_time)
+        (res,) = await self.history.create_tasks(self.shard_map.shard_for_task(new.task_id), [new], timeout)
+        if res.conflict:
+            raise _conflict(t.idempotency_key, res.task_id, "task.")
+        return control_pb2.EnqueueScheduledResponse(task_id=res.task_id, deduplicated=res.deduplicated)
 
     def _route(self, task_id: str) -> tuple[str, int]:
         canonical = parse_task_id(task_id)

@@ -23,7 +23,7 @@ MAX_BATCH = 1000
 MAX_DELAY_S = 365 * 86400
 MAX_KEY_LEN = 200
 DEFAULT_QUEUE = "default"
-_QUEUE = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
+QUEUE_NAME = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
 _PRINTABLE = re.compile(r"^[\x20-\x7e]{1,200}$")
 _MIN_TS, _MAX_TS = -62135596800, 253402300799  # 0001-01-01 .. 9999-12-31, Timestamp's range
 _SAFE_INT = 2 ** 53
@@ -96,7 +96,7 @@ def _check_schedule(req: tasks_pb2.EnqueueTaskRequest, where: str, now_s: float)
 
 def _check_names(req: tasks_pb2.EnqueueTaskRequest, where: str) -> str:
     queue = req.queue or DEFAULT_QUEUE
-    if not _QUEUE.match(queue):
+    if not QUEUE_NAME.match(queue):
         raise InvalidArgument(f"{where}queue must be 1..64 characters of [A-Za-z0-9_.-], got {queue[:80]!r}")
     key = req.idempotency_key
     if key and not _PRINTABLE.match(key):
@@ -128,9 +128,12 @@ def fingerprint(req: tasks_pb2.EnqueueTaskRequest, queue: str) -> str:
 
 
 def validate_task(req: tasks_pb2.EnqueueTaskRequest, handlers: dict[str, apps_pb2.Handler] | None,
-                  *, max_payload_bytes: int, now_s: float, index: int | None = None) -> ValidTask:
-    """Check one request and resolve its policy; raise InvalidArgument/TooLarge naming the field."""
-    where = "" if index is None else f"tasks[{index}]."
+                  *, max_payload_bytes: int, now_s: float, index: int | None = None,
+                  where: str | None = None) -> ValidTask:
+    """Check one request and resolve its policy; raise InvalidArgument/TooLarge naming the field
+    (prefixed with where, e.g. "task_template.", else "tasks[i]." in a batch)."""
+    if where is None:
+        where = "" if index is None else f"tasks[{index}]."
     queue = _check_names(req, where)
     _check_schedule(req, where, now_s)
     if req.HasField("retry"):
@@ -149,7 +152,7 @@ def validate_task(req: tasks_pb2.EnqueueTaskRequest, handlers: dict[str, apps_pb
         task_type=req.task_type, queue=queue, payload_json=payload, idempotency_key=req.idempotency_key,
         delay=req.delay if req.HasField("delay") else None,
         run_at=req.run_at if req.HasField("run_at") else None,
-        retry=retry, timeouts=timeouts, non_retryable=list(handler.non_retryable),
+        retry=retry, timeouts=timeouts, non_retryable=list(retry.non_retryable),
         fingerprint=fingerprint(req, queue))
 
 

@@ -18,6 +18,7 @@ from google.protobuf.message import Message
 
 from ratchet.services.gateway import errors, handlers as _handlers
 from ratchet.services.gateway.rest import openapi
+from ratchet.services.gateway.rest import query as query_params
 from ratchet.services.gateway.rest.routes import Route, needs_large_body, routes_for
 
 log = logging.getLogger(__name__)
@@ -118,9 +119,8 @@ class RestServer:
             else:
                 _set_path(data, route.body, parsed)
         else:
-            for key in set(query):
-                vals = query.getall(key)
-                _set_path(data, key, vals if len(vals) > 1 else vals[0])
+            data = query_params.parse_query(query, route.method.input_type, route.path_fields)
+            query_params.check_values(data, message_factory.GetMessageClass(route.method.input_type)())
         for field_path, value in values.items():
             _set_path(data, field_path, value)
         msg = message_factory.GetMessageClass(route.method.input_type)()

@@ -12,6 +12,7 @@ import pathlib
 
 from google.protobuf import descriptor as _descriptor
 
+from ratchet.services.gateway.rest import query
 from ratchet.services.gateway.rest.routes import Route, routes_for
 
 COMMITTED = pathlib.Path(__file__).resolve().parents[1] / "openapi.json"
@@ -101,6 +102,16 @@ class _Schemas:
         return _ref(name)
 
 
+def _query_schema(f: _descriptor.FieldDescriptor, schemas: _Schemas) -> dict:
+    """A query parameter's schema: enums also accept their short names (FAILED);
+    a repeated field is the parameter repeated (form style, exploded)."""
+    if f.type == _FD.TYPE_ENUM:
+        one = {"type": "string", "enum": query.enum_names(f.enum_type)}
+    else:
+        one = schemas.single(f)
+    return {"type": "array", "items": one} if f.is_repeated else one
+
+
 def _operation(route: Route, schemas: _Schemas) -> dict:
     m = route.method
     svc = m.containing_service
@@ -126,9 +137,8 @@ def _operation(route: Route, schemas: _Schemas) -> dict:
         f = m.input_type.fields_by_name[route.body]
         op["requestBody"] = {"required": True, "content": {"application/json": {"schema": schemas.field(f)}}}
     else:
-        for f in m.input_type.fields:
-            if f.name not in path_fields and f.type != _FD.TYPE_MESSAGE:
-                params.append({"name": f.name, "in": "query", "required": False, "schema": schemas.field(f)})
+        for name, f in query.query_fields(m.input_type, path_fields):
+            params.append({"name": name, "in": "query", "required": False, "schema": _query_schema(f, schemas)})
     if params:
         op["parameters"] = params
     if svc.name == "TenantService":
@@ -159,9 +169,12 @@ def generate(services: list[_descriptor.ServiceDescriptor]) -> dict:
 def public_services() -> list[_descriptor.ServiceDescriptor]:
     """The services the REST listener serves."""
     from ratchet.api.apps.v1 import apps_pb2
-    from ratchet.api.tasks.v1 import tasks_pb2
+    from ratchet.api.schedules.v1 import schedules_pb2
+    from ratchet.api.tasks.v1 import breakers_pb2, tasks_pb2
     from ratchet.api.tenants.v1 import tenants_pb2
     return [tasks_pb2.DESCRIPTOR.services_by_name["TaskService"],
+            breakers_pb2.DESCRIPTOR.services_by_name["BreakerService"],
+            schedules_pb2.DESCRIPTOR.services_by_name["ScheduleService"],
             apps_pb2.DESCRIPTOR.services_by_name["AppService"],
             tenants_pb2.DESCRIPTOR.services_by_name["TenantService"]]
 

@@ -104,6 +104,11 @@ class Route:
     body: str
     method: _descriptor.MethodDescriptor
 
+    @property
+    def path_fields(self) -> frozenset[str]:
+        """Top-level request fields bound by the path (they never come from the query)."""
+        return frozenset(v.split(".")[0] for v in self.template.variables)
+
 
 def _bindings(rule: http_pb2.HttpRule):
     yield rule

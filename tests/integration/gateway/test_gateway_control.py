@@ -154,7 +154,7 @@ async def test_unknown_route_and_wrong_method(env):
     r = await env.http.get("/v1/nothing", headers=env.auth())
     assert r.status_code == 404 and r.json()["error"]["code"] == "NOT_FOUND"
     r = await env.http.delete("/v1/tasks", headers=env.auth())
-    assert r.status_code == 405 and r.headers["Allow"] == "POST"
+    assert r.status_code == 405 and r.headers["Allow"] == "GET, POST"
     r = await env.http.get("/v1/tasks/abc?extra=1", headers=env.auth())
     assert r.status_code == 400 and "extra" in r.json()["error"]["message"]
 

@@ -7,6 +7,8 @@ import pytest
 from ratchet.services.gateway.rest import openapi
 from ratchet.services.gateway.rest.routes import compile_template, needs_large_body, routes_for
 
+SCHEDULES = "ratchet.api.schedules.v1.ScheduleService"
+
 
 def test_plain_variable_matches_one_segment_and_decodes():
     t = compile_template("/v1/tasks/{task_id}")
@@ -50,9 +52,32 @@ def test_routes_come_from_the_public_protos():
         ("POST", "/v1/tasks:batch"): ("ratchet.api.tasks.v1.TaskService.EnqueueTasks", "*"),
         ("GET", "/v1/tasks/{task_id}"): ("ratchet.api.tasks.v1.TaskService.GetTask", ""),
         ("POST", "/v1/tasks/{task_id}/cancel"): ("ratchet.api.tasks.v1.TaskService.CancelTask", "*"),
+        ("GET", "/v1/tasks"): ("ratchet.api.tasks.v1.TaskService.ListTasks", ""),
+        ("POST", "/v1/tasks:retry"): ("ratchet.api.tasks.v1.TaskService.RetryTasks", "*"),
+        ("POST", "/v1/tasks:cancel"): ("ratchet.api.tasks.v1.TaskService.CancelTasks", "*"),
+        ("GET", "/v1/operations/{operation_id}"): ("ratchet.api.tasks.v1.TaskService.GetBulkOperation", ""),
+        ("POST", "/v1/operations/{operation_id}/cancel"):
+            ("ratchet.api.tasks.v1.TaskService.CancelBulkOperation", "*"),
+        ("GET", "/v1/breakers"): ("ratchet.api.tasks.v1.BreakerService.ListBreakers", ""),
+        ("POST", "/v1/breakers/{task_type}:reset"): ("ratchet.api.tasks.v1.BreakerService.ResetBreaker", "*"),
+        ("POST", "/v1/schedules"): (f"{SCHEDULES}.CreateSchedule", "*"),
+        ("GET", "/v1/schedules/{schedule_id}"): (f"{SCHEDULES}.GetSchedule", ""),
+        ("GET", "/v1/schedules"): (f"{SCHEDULES}.ListSchedules", ""),
+        ("POST", "/v1/schedules/{schedule_id}/pause"): (f"{SCHEDULES}.PauseSchedule", "*"),
+        ("POST", "/v1/schedules/{schedule_id}/resume"): (f"{SCHEDULES}.ResumeSchedule", "*"),
+        ("DELETE", "/v1/schedules/{schedule_id}"): (f"{SCHEDULES}.DeleteSchedule", ""),
+        ("POST", "/v1/schedules/{schedule_id}/trigger"): (f"{SCHEDULES}.TriggerSchedule", "*"),
         ("POST", "/v1/apps/{app}/deployments"): ("ratchet.api.apps.v1.AppService.CreateDeployment", "*"),
         ("POST", "/v1/tenants"): ("ratchet.api.tenants.v1.TenantService.CreateTenant", "*"),
     }
+
+
+def test_custom_verb_routes_do_not_shadow_variables():
+    routes = routes_for(openapi.public_services())
+    reset = next(r for r in routes if r.method.name == "ResetBreaker")
+    assert reset.template.match("/v1/breakers/billing.charge:reset") == {"task_type": "billing.charge"}
+    get = next(r for r in routes if r.method.name == "GetTask")
+    assert get.template.match("/v1/tasks:retry") is None
 
 
 def test_only_bundle_upload_gets_the_large_body_limit():
