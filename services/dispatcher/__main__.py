@@ -1,5 +1,6 @@
-"""`python -m ratchet.services.dispatcher --config FILE`: run one dispatcher
-until SIGTERM/SIGINT. It owns no database, so there are no migrations."""
+"""`python -m ratchet.services.dispatcher --config FILE`: migrate the
+dispatcher database (circuit breakers), then run one dispatcher until
+SIGTERM/SIGINT."""
 
 from __future__ import annotations
 

@@ -7,6 +7,7 @@ import logging
 import re
 
 from ratchet.libs.config import ConfigError, field, load_config
+from ratchet.services.dispatcher.breakers import MAX_CRASH_TIMES
 
 ENV_PREFIX = "RATCHET_DISPATCHER_"
 
@@ -25,13 +26,22 @@ class DispatcherConfig:
     shard_ids: list[int] = field(doc="shard ids this process owns (required, non-empty, e.g. [0, 1, 2, 3])")
     host_token_sha256: list[str] = field(
         doc="hex sha256 of each accepted host-agent bearer token (required, non-empty)")
+    dsn: str = field(doc="Postgres DSN of the dispatcher's own database, ratchet_dispatch (required): the "
+                         "circuit breakers; migrated at start-up")
     host: str = field("127.0.0.1", doc="address the gRPC server binds")
     grpc_port: int = field(0, doc="gRPC port; 0 picks a free port (logged at start-up)")
     timer_interval_s: float = field(0.25, doc="seconds between FireTimers calls per shard when idle (default 0.25)")
     lease_duration_s: float = field(30.0, doc="seconds a lease lasts before it must be extended (default 30)")
     poll_max_wait_s: float = field(20.0, doc="seconds a poll waits for work when the request sets no max_wait "
                                              "(default 20, at most 60)")
-    rpc_timeout_s: float = field(10.0, doc="deadline in seconds of every call to history (default 10)")
+    rpc_timeout_s: float = field(10.0, doc="deadline in seconds of every call to history and of every "
+                                           "breakers-database statement (default 10)")
+    breaker_crash_threshold: int = field(5, doc="sandbox crashes of one task type (per tenant and app) within "
+                                                "breaker_window_s that open its circuit breaker (default 5)")
+    breaker_window_s: float = field(60.0, doc="seconds of the sliding window crashes are counted in (default 60)")
+    breaker_cooldown_s: float = field(300.0, doc="seconds an open breaker pauses its task type before one probe "
+                                                 "task may run (default 300)")
+    pool_max_size: int = field(4, doc="connections to the dispatcher database at most (default 4)")
     log_level: str = field("INFO", doc="logging level: DEBUG, INFO, WARNING or ERROR (default INFO)")
 
     def __post_init__(self) -> None:
@@ -43,6 +53,17 @@ class DispatcherConfig:
         for name in ("timer_interval_s", "lease_duration_s", "poll_max_wait_s", "rpc_timeout_s"):
             if not getattr(self, name) > 0:
                 raise ConfigError(f"config field {name!r} must be > 0 seconds, got {getattr(self, name)!r}")
+        if not (self.dsn or "").strip():
+            raise ConfigError("config field 'dsn' must be a Postgres DSN of the dispatcher database, "
+                              "e.g. 'postgresql://127.0.0.1:5432/ratchet_dispatch'")
+        for name in ("breaker_window_s", "breaker_cooldown_s"):
+            if not getattr(self, name) > 0:
+                raise ConfigError(f"config field {name!r} must be > 0 seconds, got {getattr(self, name)!r}")
+        if not 1 <= self.breaker_crash_threshold <= MAX_CRASH_TIMES:
+            raise ConfigError(f"config field 'breaker_crash_threshold' must be 1..{MAX_CRASH_TIMES} crashes, "
+                              f"got {self.breaker_crash_threshold}")
+        if not 1 <= self.pool_max_size <= 100:
+            raise ConfigError(f"config field 'pool_max_size' must be 1..100, got {self.pool_max_size}")
         if self.poll_max_wait_s > MAX_POLL_WAIT_S:
             raise ConfigError(f"config field 'poll_max_wait_s' must be at most {MAX_POLL_WAIT_S:g} seconds, "
                               f"got {self.poll_max_wait_s:g}")

@@ -72,6 +72,21 @@ class HistoryRejected(DispatcherError):
         self.shard_id = shard_id
 
 
+class BreakersUnavailable(DispatcherError):
+    """The breakers database did not answer (or not in time); retry shortly.
+    Dispatch goes on meanwhile with the breakers as last loaded."""
+
+    code = grpc.StatusCode.UNAVAILABLE
+
+
+class BreakerConflict(DispatcherError):
+    """A breaker changed between reading it and writing it (its compare-and-set
+    matched no row). Writers lock the row first, so this means a bug or a
+    writer that skipped the lock; the change was not applied."""
+
+    code = grpc.StatusCode.ABORTED
+
+
 def from_rpc_error(shard_id: int, err: grpc.aio.AioRpcError) -> DispatcherError:
     """Classify a failed history call for `shard_id`."""
     code = err.code()

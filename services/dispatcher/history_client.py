@@ -58,11 +58,13 @@ class HistoryClient:
         return response
 
     async def lease_tasks(self, shard_id: int, worker_id: str, max_tasks: int, app_ids: Sequence[str],
-                          tenant_cursor: str, timeout: float | None = None) -> hpb.LeaseTasksResponse:
-        """Lease up to max_tasks ready tasks of shard_id, round-robin after tenant_cursor."""
+                          tenant_cursor: str, timeout: float | None = None,
+                          type_limits: Sequence[hpb.TaskTypeLimit] = ()) -> hpb.LeaseTasksResponse:
+        """Lease up to max_tasks ready tasks of shard_id, round-robin after
+        tenant_cursor, within the per-type caps of the circuit breakers."""
         request = hpb.LeaseTasksRequest(shard_id=shard_id, worker_id=worker_id, max_tasks=max_tasks,
                                         app_ids=list(app_ids), tenant_cursor=tenant_cursor,
-                                        lease_duration=self._lease)
+                                        lease_duration=self._lease, type_limits=list(type_limits))
         return await self._call(shard_id, self._stub.LeaseTasks, request, timeout)
 
     async def record_heartbeats(self, shard_id: int, leases: Sequence[hpb.LeaseRef],

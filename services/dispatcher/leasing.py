@@ -17,6 +17,7 @@ from typing import Awaitable, Callable, Sequence
 
 from ratchet.internal.history.v1 import history_pb2 as hpb
 from ratchet.libs.clock import Clock
+from ratchet.services.dispatcher.breaker_gate import BreakerGate
 from ratchet.services.dispatcher.errors import HistoryRejected, ShardUnavailable
 from ratchet.services.dispatcher.history_client import HistoryClient
 from ratchet.services.dispatcher.rotation import split_capacity
@@ -57,10 +58,11 @@ class LeaseAsk:
 class Leaser:
     """Runs leasing rounds against history for the owned shards."""
 
-    def __init__(self, history: HistoryClient, book: ShardBook, clock: Clock):
+    def __init__(self, history: HistoryClient, book: ShardBook, clock: Clock, gate: BreakerGate | None = None):
         self._history = history
         self._book = book
         self._clock = clock
+        self._gate = gate
 
     @property
     def rpc_timeout_s(self) -> float:
@@ -128,8 +130,7 @@ class Leaser:
             if budget < MIN_CALL_S:
                 return None
             state.busy_since = self._clock.monotonic()
-            response = await self._history.lease_tasks(shard, ask.worker_id, n, ask.app_ids,
-                                                       state.tenant_cursor, timeout=budget)
+            response = await self._call(ask, shard, n, state.tenant_cursor, budget)
         except ShardUnavailable as err:
             backoff = self._book.failed(shard)
             log.warning("LeaseTasks on shard %d failed (%s%s); skipping it for %.2fs", shard, err,
@@ -144,4 +145,19 @@ class Leaser:
             state.lock.release()
         self._book.succeeded(shard)
         self._book.advance_cursor(shard, response.next_tenant_cursor)
+        return response
+
+    async def _call(self, ask: LeaseAsk, shard: int, n: int, cursor: str, budget: float) -> hpb.LeaseTasksResponse:
+        """LeaseTasks with the circuit breakers' type limits; a probe token the
+        call carried is settled by what it leased, or returned if it failed."""
+        if self._gate is None:
+            return await self._history.lease_tasks(shard, ask.worker_id, n, ask.app_ids, cursor, timeout=budget)
+        limits, probes = self._gate.limits(ask.app_ids)
+        try:
+            response = await self._history.lease_tasks(shard, ask.worker_id, n, ask.app_ids, cursor,
+                                                       timeout=budget, type_limits=limits)
+        except BaseException:
+            self._gate.release(probes)
+            raise
+        self._gate.settle(probes, response.tasks)
         return response

@@ -8,6 +8,7 @@ from typing import Sequence
 
 from ratchet.internal.dispatcher.v1 import dispatcher_pb2 as dpb
 from ratchet.internal.history.v1 import history_pb2 as hpb
+from ratchet.services.dispatcher.breakers import BreakerKey
 from ratchet.services.dispatcher.config import MAX_POLL_WAIT_S
 from ratchet.services.dispatcher.errors import InvalidRequest
 from ratchet.services.dispatcher.polling import PollSpec
@@ -59,6 +60,19 @@ def completions(items: Sequence[hpb.Completion]) -> None:
         _check_ref(f"completions[{i}]", item.shard_id, item.task_id, item.lease_epoch)
         if item.outcome == hpb.COMPLETION_OUTCOME_UNSPECIFIED:
             raise InvalidRequest(f"completions[{i}].outcome must be set (SUCCEEDED, FAILED, CANCELED or CRASHED)")
+
+
+def breaker_app(request) -> None:
+    """Refuse a breaker admin request that does not name its tenant and app."""
+    _check_id("tenant_id", request.tenant_id)
+    _check_id("app_id", request.app_id)
+
+
+def breaker_key(request: dpb.ResetBreakerRequest) -> BreakerKey:
+    """The breaker a ResetBreaker names, or InvalidRequest."""
+    breaker_app(request)
+    _check_id("task_type", request.task_type)
+    return BreakerKey(request.tenant_id, request.app_id, request.task_type)
 
 
 def _check_id(name: str, value: str) -> None:

@@ -289,6 +289,7 @@ class LocalPlatform:
         self.cluster = cluster
         cluster.create_database("ratchet_control")
         cluster.create_database("ratchet_cron")
+        cluster.create_database("ratchet_dispatch")
         for i in range(self.shards):
             cluster.create_database(f"ratchet_shard_{i}")
 
@@ -324,13 +325,14 @@ class LocalPlatform:
                         "blob_dir": str(self.dir / "blobs"),
                         "admin_key_sha256": hashlib.sha256(self._secret("admin_key").encode()).hexdigest(),
                         "host_token_sha256": [*token_sha, cron_token_sha],
-                        "cron_target": self.grpc_address("cron")},
+                        "cron_target": self.grpc_address("cron"),
+                        "dispatcher_target": self.grpc_address("dispatcher")},
             "cron": {**common, "grpc_port": self.ports["cron"], "dsn": pg.dsn("ratchet_cron"),
                      "gateway_target": self.grpc_address("gateway"), "history_target": self.grpc_address("history"),
                      "shard_ids": shard_ids, "mesh_token": self._secret("cron_token")},
             "dispatcher": {**common, "grpc_port": self.ports["dispatcher"],
                            "history_target": self.grpc_address("history"), "shard_ids": shard_ids,
-                           "host_token_sha256": token_sha},
+                           "host_token_sha256": token_sha, "dsn": pg.dsn("ratchet_dispatch")},
             "hostagent": {**common, "grpc_port": self.ports["hostagent"],
                           "dispatcher_target": self.grpc_address("dispatcher"),
                           "control_target": self.grpc_address("gateway"),

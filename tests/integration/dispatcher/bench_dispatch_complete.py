@@ -22,12 +22,15 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import hashlib
 import json
 import pathlib
 import statistics
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 
 import grpc
@@ -38,7 +41,7 @@ sys.path.insert(0, str(HERE))
 from ratchet.internal.dispatcher.v1 import dispatcher_pb2 as dpb  # noqa: E402  (after the sys.path insert)
 from ratchet.internal.dispatcher.v1 import dispatcher_pb2_grpc as dgrpc  # noqa: E402
 from ratchet.internal.history.v1 import history_pb2 as hpb  # noqa: E402
-from ratchet.libs.pg.cluster import free_port  # noqa: E402
+from ratchet.libs.pg.cluster import LocalCluster, free_port  # noqa: E402
 
 TOKEN = "bench-token"
 AUTH = (("authorization", f"Bearer {TOKEN}"),)
@@ -72,13 +75,13 @@ def _fake_history_main(port: int) -> None:
     asyncio.run(run())
 
 
-def _dispatcher_main(history_target: str, port: int, mode: str, shards: list[int]) -> None:
+def _dispatcher_main(history_target: str, port: int, mode: str, shards: list[int], dsn: str) -> None:
     """Child process: one dispatcher; mode "off" (no coalescing) or the max in-flight calls per shard."""
     from ratchet.services.dispatcher.config import DispatcherConfig
     from ratchet.services.dispatcher.server import DispatcherServer
 
     async def run():
-        config = DispatcherConfig(history_target=history_target, shard_ids=shards, grpc_port=port,
+        config = DispatcherConfig(history_target=history_target, shard_ids=shards, grpc_port=port, dsn=dsn,
                                   host_token_sha256=[hashlib.sha256(TOKEN.encode()).hexdigest()])
         server = DispatcherServer(config, complete_max_in_flight=None if mode == "off" else int(mode))
         await server.start()
@@ -126,13 +129,13 @@ async def _drive(target: str, completions: list[hpb.Completion], clients: int) -
             "p99_ms": round(latencies[int(len(latencies) * 0.99) - 1] * 1e3, 2)}
 
 
-async def _fake_run(mode: str, clients: int, n: int) -> dict:
+async def _fake_run(mode: str, clients: int, n: int, dsn: str) -> dict:
     hport, dport = free_port(), free_port()
     history = _spawn("--serve-fake-history", str(hport))
     dispatcher = None
     try:
         await _wait_port(hport)
-        dispatcher = _spawn("--serve-dispatcher", f"127.0.0.1:{hport}", str(dport), mode, "[0,1]")
+        dispatcher = _spawn("--serve-dispatcher", f"127.0.0.1:{hport}", str(dport), mode, "[0,1]", dsn)
         await _wait_port(dport)
         completions = [hpb.Completion(shard_id=i % 2, task_id=f"t{i}", lease_epoch=1,
                                       outcome=hpb.COMPLETION_OUTCOME_SUCCEEDED) for i in range(n)]
@@ -145,11 +148,26 @@ async def _fake_run(mode: str, clients: int, n: int) -> dict:
                 proc.wait(timeout=10)
 
 
+@contextlib.contextmanager
+def _breakers_db():
+    """The dispatcher's own database (its circuit breakers), on a private cluster."""
+    root = pathlib.Path(tempfile.mkdtemp(prefix="ratchet-bench-breakers-"))
+    root.chmod(0o755)
+    cluster = LocalCluster(root / "data")
+    cluster.ensure_started()
+    try:
+        cluster.create_database("bench_dispatch")
+        yield cluster.dsn("bench_dispatch")
+    finally:
+        cluster.stop(mode="immediate")
+        shutil.rmtree(root, ignore_errors=True)
+
+
 def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "--serve-fake-history":
         return _fake_history_main(int(sys.argv[2]))
     if len(sys.argv) > 1 and sys.argv[1] == "--serve-dispatcher":
-        return _dispatcher_main(sys.argv[2], int(sys.argv[3]), sys.argv[4], json.loads(sys.argv[5]))
+        return _dispatcher_main(sys.argv[2], int(sys.argv[3]), sys.argv[4], json.loads(sys.argv[5]), sys.argv[6])
     parser = argparse.ArgumentParser()
     parser.add_argument("--real", action="store_true", help="real history on Postgres (see module doc)")
     parser.add_argument("--clients", type=int, default=32)
@@ -160,7 +178,9 @@ def main() -> None:
         from bench_dispatch_real import real_runs
         results = asyncio.run(real_runs(args.modes.split(","), args.clients, args.n, _spawn, _wait_port, _drive))
     else:
-        results = {f"in_flight_{m}": asyncio.run(_fake_run(m, args.clients, args.n)) for m in args.modes.split(",")}
+        with _breakers_db() as dsn:
+            results = {f"in_flight_{m}": asyncio.run(_fake_run(m, args.clients, args.n, dsn))
+                       for m in args.modes.split(",")}
     print(json.dumps({"clients": args.clients, "n": args.n, "real": args.real, **results}, indent=1))
 
 

@@ -65,6 +65,7 @@ async def real_runs(modes: list[str], clients: int, n: int, spawn, wait_port, dr
         for s in SHARDS:
             cluster.create_database(f"bench_shard{s}")
             shards[str(s)] = cluster.dsn(f"bench_shard{s}")
+        cluster.create_database("bench_dispatch")
         config = root / "history.json"
         hport = free_port()
         config.write_text(json.dumps({"shards": shards, "grpc_port": hport, "lease_duration_s": 600,
@@ -77,7 +78,7 @@ async def real_runs(modes: list[str], clients: int, n: int, spawn, wait_port, dr
                 await _create(hgrpc.HistoryServiceStub(channel), n)
                 dport = free_port()
                 dispatcher = spawn("--serve-dispatcher", f"127.0.0.1:{hport}", str(dport), mode,
-                                   json.dumps(SHARDS))
+                                   json.dumps(SHARDS), cluster.dsn("bench_dispatch"))
                 try:
                     await wait_port(dport)
                     completions = await _lease_all(f"127.0.0.1:{dport}", n)

@@ -1,5 +1,6 @@
 """Fixtures: a fake history on a free port, the dispatcher in-process in
-front of it, and an authenticated DispatchService stub."""
+front of it (its breakers in a real database), and an authenticated
+DispatchService stub."""
 
 from __future__ import annotations
 
@@ -24,15 +25,24 @@ async def history():
     await server.stop()
 
 
+@pytest.fixture(scope="session")
+def dispatch_dsn(pg_cluster):
+    """One breakers database shared by the tests that trip no breaker (creating
+    a database per test would cost more than the tests). Breaker tests use
+    fresh_db."""
+    pg_cluster.create_database("dispatch_shared")
+    return pg_cluster.dsn("dispatch_shared")
+
+
 @pytest.fixture
-async def make_dispatcher(history):
+async def make_dispatcher(history, dispatch_dsn):
     """make_dispatcher(**config_overrides) -> started DispatcherServer (stopped after the test)."""
     started: list[DispatcherServer] = []
 
     async def make(target: str | None = None, tick_s: float | None = None, **overrides) -> DispatcherServer:
         fields = dict(history_target=target or history.target, shard_ids=[0, 1],
                       host_token_sha256=[hashlib.sha256(TOKEN.encode()).hexdigest()],
-                      timer_interval_s=0.05, rpc_timeout_s=2.0)
+                      timer_interval_s=0.05, rpc_timeout_s=2.0, dsn=dispatch_dsn)
         fields.update(overrides)
         server = DispatcherServer(DispatcherConfig(**fields))
         if tick_s is not None:

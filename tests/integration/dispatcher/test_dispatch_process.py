@@ -34,7 +34,7 @@ async def test_a_broken_watch_stream_is_reopened_and_still_wakes_polls(make_disp
     assert [t.task_id for t in await asyncio.wait_for(pending, 2)] == [task_id]
 
 
-async def test_reflection_lists_the_dispatch_service(dispatcher):
+async def test_reflection_lists_the_dispatch_and_breaker_admin_services(dispatcher):
     async with grpc.aio.insecure_channel(dispatcher.target) as channel:
         stub = reflection_pb2_grpc.ServerReflectionStub(channel)
         call = stub.ServerReflectionInfo(timeout=5)
@@ -43,6 +43,7 @@ async def test_reflection_lists_the_dispatch_service(dispatcher):
         await call.done_writing()
     names = {s.name for s in reply.list_services_response.service}
     assert "ratchet.internal.dispatcher.v1.DispatchService" in names
+    assert "ratchet.internal.dispatcher.v1.BreakerAdminService" in names
     assert "grpc.health.v1.Health" in names
 
 
@@ -51,10 +52,11 @@ def _health(port: int) -> int:
         return health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=1).status
 
 
-async def test_the_process_serves_and_stops_on_sigterm(history, tmp_path):
+async def test_the_process_serves_and_stops_on_sigterm(history, tmp_path, dispatch_dsn):
     port = free_port()
     config = tmp_path / "dispatcher.json"
     config.write_text(json.dumps({"history_target": history.target, "shard_ids": [0, 1], "grpc_port": port,
+                                  "dsn": dispatch_dsn,
                                   "host_token_sha256": [hashlib.sha256(TOKEN.encode()).hexdigest()]}))
     proc = subprocess.Popen([sys.executable, "-m", "ratchet.services.dispatcher", "--config", str(config)],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -82,7 +84,8 @@ async def test_the_process_serves_and_stops_on_sigterm(history, tmp_path):
 
 async def test_a_bad_config_exits_2_naming_the_field(tmp_path):
     config = tmp_path / "dispatcher.json"
-    config.write_text(json.dumps({"history_target": "127.0.0.1:1", "shard_ids": [], "host_token_sha256": ["x"]}))
+    config.write_text(json.dumps({"history_target": "127.0.0.1:1", "shard_ids": [], "host_token_sha256": ["x"],
+                                  "dsn": "postgresql://127.0.0.1:1/x"}))
     proc = await asyncio.to_thread(subprocess.run, [sys.executable, "-m", "ratchet.services.dispatcher",
                                                     "--config", str(config)], capture_output=True, text=True,
                                    timeout=30)

@@ -81,6 +81,7 @@ async def real(pg_cluster, tmp_path_factory):
     for s in SHARDS:
         pg_cluster.create_database(f"disp_shard{s}_{tag}")
         shards[str(s)] = pg_cluster.dsn(f"disp_shard{s}_{tag}")
+    pg_cluster.create_database(f"disp_breakers_{tag}")
     config = tmp_path_factory.mktemp("dispatcher-real") / "history.json"
     hport = free_port()
     config.write_text(json.dumps({"shards": shards, "grpc_port": hport}))
@@ -91,7 +92,8 @@ async def real(pg_cluster, tmp_path_factory):
         await asyncio.to_thread(_wait_serving, hport, proc)
         server = DispatcherServer(DispatcherConfig(
             history_target=f"127.0.0.1:{hport}", shard_ids=SHARDS,
-            host_token_sha256=[hashlib.sha256(TOKEN.encode()).hexdigest()]))
+            host_token_sha256=[hashlib.sha256(TOKEN.encode()).hexdigest()],
+            dsn=pg_cluster.dsn(f"disp_breakers_{tag}")))
         await server.start()
         channel = grpc.aio.insecure_channel(server.target)
         history_channel = grpc.aio.insecure_channel(f"127.0.0.1:{hport}")
