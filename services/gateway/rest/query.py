@@ -102,6 +102,9 @@ def _scalar(f: _descriptor.FieldDescriptor, text: str, name: str):
             return float(text)
         except ValueError:
             raise InvalidArgument(f"query parameter {name}={text[:80]!r} must be a number") from None
+    if f.type == _FD.TYPE_MESSAGE and f.message_type.full_name == "google.protobuf.Timestamp":
+        # An unencoded "+01:00" offset arrives as " 01:00" ('+' means space in a query string).
+        return re.sub(r" ([0-9]{2}:[0-9]{2})$", r"+\1", text)
     return text
 
 

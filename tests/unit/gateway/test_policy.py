@@ -49,3 +49,52 @@ def test_malformed_duration_is_refused():
     d.base.seconds, d.base.nanos = 1, -5
     with pytest.raises(InvalidArgument, match="not a valid duration"):
         policy.check_retry(d, "retry")
+
+
+def rules_policy(data: dict) -> tasks_pb2.RetryPolicy:
+    return json_format.ParseDict(data, tasks_pb2.RetryPolicy())
+
+
+@pytest.mark.parametrize("data, needle", [
+    ({"non_retryable": ["not a class"]}, "retry.non_retryable[0] holds 'not a class'"),
+    ({"rules": {"9Bad": {}}}, "retry.rules key holds '9Bad'"),
+    ({"rules": {"E": {"max_attempts": 0}}}, "retry.rules['E'].max_attempts must be 1..100"),
+    ({"rules": {"E": {"factor": 11}}}, "retry.rules['E'].factor must be 1.0..10.0"),
+    ({"rules": {"E": {"base": "0s"}}}, "retry.rules['E'].base must be > 0"),
+    ({"rules": {"E": {"base": "5s", "cap": "1s"}}}, "retry.rules['E'].cap (1.0s) must be >="),
+    ({"rules": {"E": {"non_retryable": True, "max_attempts": 3}}}, "its max_attempts would never apply"),
+    ({"non_retryable": ["E"], "rules": {"E": {"max_attempts": 3}}}, "E is both in non_retryable and in rules"),
+    ({"non_retryable": [f"E{i}" for i in range(101)]}, "at most 100"),
+])
+def test_bad_rules_are_refused(data, needle):
+    with pytest.raises(InvalidArgument) as e:
+        policy.check_retry(rules_policy(data), "retry")
+    assert needle in e.value.message
+
+
+def test_rules_and_non_retryable_travel_resolved():
+    h = handler(non_retryable=["OldStyle"], retry={"non_retryable": ["KeyError"],
+                                                   "rules": {"TimeoutError": {"max_attempts": 10, "base": "5s"},
+                                                             "ValueError": {"non_retryable": True}}})
+    r, _ = policy.resolve(None, None, h)
+    assert list(r.non_retryable) == ["OldStyle", "KeyError"]
+    assert set(r.rules) == {"TimeoutError", "ValueError"} and r.rules["TimeoutError"].max_attempts == 10
+    assert r.rules["ValueError"].non_retryable and not r.rules["TimeoutError"].HasField("factor")
+
+
+def test_enqueue_rules_or_non_retryable_replace_the_handlers_as_wholes():
+    h = handler(retry={"non_retryable": ["KeyError", "IOError"], "rules": {"TimeoutError": {"max_attempts": 10}}})
+    r, _ = policy.resolve(rules_policy({"rules": {"KeyError": {"max_attempts": 2}}}), None, h)
+    # The enqueue's rules replace the handler's; a class it rules leaves the inherited non_retryable.
+    assert set(r.rules) == {"KeyError"} and list(r.non_retryable) == ["IOError"]
+    r, _ = policy.resolve(rules_policy({"non_retryable": ["TimeoutError"]}), None, h)
+    assert list(r.non_retryable) == ["TimeoutError"] and not r.rules
+    r, _ = policy.resolve(rules_policy({"max_attempts": 2}), None, h)
+    assert list(r.non_retryable) == ["KeyError", "IOError"] and set(r.rules) == {"TimeoutError"}
+
+
+def test_a_rule_must_stay_consistent_once_it_inherits_the_policy():
+    with pytest.raises(InvalidArgument, match=r"rules\['E'\]: cap \(3600s\) would be smaller than base \(7200s\)"):
+        policy.resolve(rules_policy({"rules": {"E": {"base": "7200s"}}}), None, handler())
+    r, _ = policy.resolve(rules_policy({"rules": {"E": {"base": "7200s", "cap": "7200s"}}}), None, handler())
+    assert r.rules["E"].base.seconds == 7200
