@@ -1,10 +1,9 @@
-"""Fixtures for the gateway's integration tests: a real control database, a
-fake in-memory HistoryService on a real grpc.aio server, and the gateway
-itself (gRPC + REST) in-process."""
+"""Fixtures for the gateway's integration tests: a real control database,
+fake in-memory history, cron and dispatcher services on a real grpc.aio
+server (fakes.py), and the gateway itself (gRPC + REST) in-process."""
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import dataclasses
 import hashlib
@@ -15,84 +14,19 @@ import tempfile
 import grpc
 import httpx
 import pytest_asyncio
-from google.protobuf import json_format, struct_pb2
 
 from ratchet.api.apps.v1 import apps_pb2, apps_pb2_grpc
 from ratchet.api.tasks.v1 import tasks_pb2, tasks_pb2_grpc
 from ratchet.api.tenants.v1 import tenants_pb2, tenants_pb2_grpc
-from ratchet.internal.history.v1 import history_pb2, history_pb2_grpc
 from ratchet.libs.pg.cluster import free_port
-from ratchet.libs.shardmap import ShardMap
 from ratchet.services.gateway import config as gw_config
 from ratchet.services.gateway.server import Gateway
+
+from .fakes import FakeCron, FakeDispatcher, FakeHistory, start_peers
 
 ADMIN_KEY = "admin-secret-for-tests"
 HOST_TOKEN = "host-token-for-tests"
 SHARDS = [0, 1, 2, 3]
-
-
-class FakeHistory(history_pb2_grpc.HistoryServiceServicer):
-    """An in-memory history: idempotency by (tenant, app, key), tenant-scoped reads.
-
-    It checks the gateway's routing (each task on the shard its id names) and
-    records every call, so tests can assert that bad input sent nothing.
-    """
-
-    def __init__(self, shard_ids: list[int]):
-        self.shard_map = ShardMap.even(shard_ids)
-        self.tasks: dict[str, history_pb2.NewTask] = {}
-        self.states: dict[str, int] = {}
-        self.keys: dict[tuple[str, str, str], tuple[str, str]] = {}
-        self.calls: list[tuple[str, object]] = []
-        self.delay_s = 0.0
-
-    async def CreateTasks(self, request, context):
-        self.calls.append(("CreateTasks", request))
-        if self.delay_s:
-            await asyncio.sleep(self.delay_s)
-        results, conflict, new = [], False, []
-        for t in request.tasks:
-            if self.shard_map.shard_for_task(t.task_id) != request.shard_id:
-                await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"task {t.task_id} is not on {request.shard_id}")
-            known = self.keys.get((t.tenant_id, t.app_id, t.idempotency_key)) if t.idempotency_key else None
-            if known is None:
-                results.append(history_pb2.CreateResult(task_id=t.task_id))
-                new.append(t)
-            elif known[1] == t.fingerprint:
-                results.append(history_pb2.CreateResult(task_id=known[0], deduplicated=True))
-            else:
-                conflict = True
-                results.append(history_pb2.CreateResult(task_id=known[0], conflict=True))
-        if not conflict:
-            for t in new:
-                self.tasks[t.task_id] = t
-                self.states[t.task_id] = tasks_pb2.TASK_STATE_ENQUEUED
-                if t.idempotency_key:
-                    self.keys[(t.tenant_id, t.app_id, t.idempotency_key)] = (t.task_id, t.fingerprint)
-        return history_pb2.CreateTasksResponse(results=results)
-
-    async def _owned(self, request, context) -> history_pb2.NewTask:
-        t = self.tasks.get(request.task_id)
-        if t is None or t.tenant_id != request.tenant_id or \
-                self.shard_map.shard_for_task(request.task_id) != request.shard_id:
-            await context.abort(grpc.StatusCode.NOT_FOUND, "no such task")
-        return t
-
-    async def GetTask(self, request, context):
-        self.calls.append(("GetTask", request))
-        t = await self._owned(request, context)
-        payload = json_format.Parse(t.payload_json.decode(), struct_pb2.Value())
-        task = tasks_pb2.Task(task_id=t.task_id, task_type=t.task_type, queue=t.queue,
-                              state=self.states[t.task_id], max_attempts=t.retry.max_attempts, version=1,
-                              payload=payload, idempotency_key=t.idempotency_key, retry=t.retry,
-                              timeouts=t.timeouts)
-        return history_pb2.GetTaskResponse(task=task)
-
-    async def CancelTask(self, request, context):
-        self.calls.append(("CancelTask", request))
-        await self._owned(request, context)
-        self.states[request.task_id] = tasks_pb2.TASK_STATE_CANCELED
-        return history_pb2.CancelTaskResponse(state=tasks_pb2.TASK_STATE_CANCELED)
 
 
 def make_bundle(files: dict[str, bytes] | None = None) -> tuple[bytes, str]:
@@ -120,6 +54,8 @@ class Env:
     app_id: str
     cluster: object
     blob_dir: str
+    cron: FakeCron = dataclasses.field(default_factory=FakeCron)
+    dispatcher: FakeDispatcher = dataclasses.field(default_factory=FakeDispatcher)
 
     @property
     def tasks(self) -> tasks_pb2_grpc.TaskServiceStub:
@@ -155,14 +91,6 @@ def sha(s: str) -> str:
     return hashlib.sha256(s.encode()).hexdigest()
 
 
-async def start_history(fake: FakeHistory) -> tuple[grpc.aio.Server, int]:
-    server = grpc.aio.server()
-    history_pb2_grpc.add_HistoryServiceServicer_to_server(fake, server)
-    port = server.add_insecure_port("127.0.0.1:0")
-    await server.start()
-    return server, port
-
-
 async def start_gateway(control_dsn: str, history_port: int, blob_dir: str, **overrides) -> Gateway:
     cfg = gw_config.load(overrides={
         "control_dsn": control_dsn, "history_target": f"127.0.0.1:{history_port}", "shard_ids": SHARDS,
@@ -178,13 +106,14 @@ async def env(pg_cluster):
     name = f"gw_control_{free_port()}"
     pg_cluster.create_database(name)
     dsn = pg_cluster.dsn(name)
-    fake = FakeHistory(SHARDS)
-    hserver, hport = await start_history(fake)
+    fake, cron, dispatcher = FakeHistory(SHARDS), FakeCron(), FakeDispatcher()
+    peers, port = await start_peers(fake, cron, dispatcher)
     blob_dir = tempfile.mkdtemp(prefix="ratchet-gw-blobs-")
-    gw = await start_gateway(dsn, hport, blob_dir)
+    gw = await start_gateway(dsn, port, blob_dir, cron_target=f"127.0.0.1:{port}",
+                             dispatcher_target=f"127.0.0.1:{port}")
     channel = grpc.aio.insecure_channel(f"127.0.0.1:{gw.grpc_port}")
     http = httpx.AsyncClient(base_url=f"http://127.0.0.1:{gw.rest_port}", timeout=30)
-    e = Env(gw, fake, channel, http, "", "", "", pg_cluster, blob_dir)
+    e = Env(gw, fake, channel, http, "", "", "", pg_cluster, blob_dir, cron, dispatcher)
     t = await e.new_tenant("acme")
     e.api_key, e.tenant_id, e.app_id = t.api_key, t.tenant_id, t.app_id
     await e.deploy(t.api_key)
@@ -192,7 +121,7 @@ async def env(pg_cluster):
     await http.aclose()
     await channel.close()
     await gw.stop(grace=1)
-    await hserver.stop(0)
+    await peers.stop(0)
 
 
 def b64(data: bytes) -> str:

@@ -1,0 +1,308 @@
+"""In-memory peers of the gateway on real grpc.aio servers: history (tasks,
+search, bulk operations), the cron service and the dispatcher's breaker admin.
+
+They check what the gateway sends (routing, tenant scoping, cursors) and
+record every call, so tests can assert that bad input sent nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import datetime as dt
+import uuid
+
+import grpc
+from google.protobuf import json_format, struct_pb2, timestamp_pb2
+
+from ratchet.api.schedules.v1 import schedules_pb2 as spb
+from ratchet.api.tasks.v1 import breakers_pb2, tasks_pb2
+from ratchet.internal.cron.v1 import cron_pb2 as cpb
+from ratchet.internal.cron.v1 import cron_pb2_grpc
+from ratchet.internal.dispatcher.v1 import dispatcher_pb2, dispatcher_pb2_grpc
+from ratchet.internal.history.v1 import history_pb2, history_pb2_grpc
+from ratchet.libs.shardmap import ShardMap, new_task_id
+
+S = tasks_pb2
+TERMINAL = {S.TASK_STATE_SUCCEEDED, S.TASK_STATE_FAILED, S.TASK_STATE_CANCELED, S.TASK_STATE_EXPIRED}
+UTC = dt.timezone.utc
+
+
+def stamp(when: dt.datetime) -> timestamp_pb2.Timestamp:
+    t = timestamp_pb2.Timestamp()
+    t.FromDatetime(when)
+    return t
+
+
+@dataclasses.dataclass
+class Row:
+    """What the fake keeps of a task beyond its NewTask."""
+
+    state: int
+    created_at: dt.datetime
+    finished_at: dt.datetime | None = None
+    error_class: str = ""
+
+    @property
+    def sort_at(self) -> dt.datetime:
+        return self.finished_at if self.state in TERMINAL and self.finished_at else self.created_at
+
+
+class FakeHistory(history_pb2_grpc.HistoryServiceServicer):
+    """An in-memory history: idempotency by (tenant, app, key), tenant-scoped reads,
+    ListTasks with history's cursor format, CountTasks, and bulk operations that
+    finish at once (or stay RUNNING while hold_bulk is set)."""
+
+    def __init__(self, shard_ids: list[int]):
+        self.shard_map = ShardMap.even(shard_ids)
+        self.tasks: dict[str, history_pb2.NewTask] = {}
+        self.states: dict[str, int] = {}
+        self.rows: dict[str, Row] = {}
+        self.keys: dict[tuple[str, str, str], tuple[str, str]] = {}
+        self.calls: list[tuple[str, object]] = []
+        self.delay_s = 0.0
+        self.down: set[int] = set()
+        self.hold_bulk = False
+        self.ops: dict[tuple[int, str], tuple[history_pb2.StartBulkOperationRequest, tasks_pb2.BulkOperation]] = {}
+
+    # -- tasks -------------------------------------------------------------
+    async def CreateTasks(self, request, context):
+        self.calls.append(("CreateTasks", request))
+        if self.delay_s:
+            await asyncio.sleep(self.delay_s)
+        results, conflict, new = [], False, []
+        for t in request.tasks:
+            if self.shard_map.shard_for_task(t.task_id) != request.shard_id:
+                await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"task {t.task_id} is not on {request.shard_id}")
+            known = self.keys.get((t.tenant_id, t.app_id, t.idempotency_key)) if t.idempotency_key else None
+            if known is None:
+                results.append(history_pb2.CreateResult(task_id=t.task_id))
+                new.append(t)
+            elif known[1] == t.fingerprint:
+                results.append(history_pb2.CreateResult(task_id=known[0], deduplicated=True))
+            else:
+                conflict = True
+                results.append(history_pb2.CreateResult(task_id=known[0], conflict=True))
+        if not conflict:
+            for t in new:
+                self._insert(t, S.TASK_STATE_ENQUEUED, dt.datetime.now(UTC))
+                if t.idempotency_key:
+                    self.keys[(t.tenant_id, t.app_id, t.idempotency_key)] = (t.task_id, t.fingerprint)
+        return history_pb2.CreateTasksResponse(results=results)
+
+    def _insert(self, t: history_pb2.NewTask, state: int, created: dt.datetime, finished=None, error_class=""):
+        self.tasks[t.task_id] = t
+        self.states[t.task_id] = state
+        self.rows[t.task_id] = Row(state, created, finished, error_class)
+
+    def add(self, tenant_id: str, app_id: str, task_type: str, state: int, created: dt.datetime,
+            finished: dt.datetime | None = None, error_class: str = "", queue: str = "default") -> str:
+        """A task placed directly (as if it had run), for search and bulk tests."""
+        t = history_pb2.NewTask(task_id=new_task_id(), tenant_id=tenant_id, app_id=app_id, task_type=task_type,
+                                queue=queue, payload_json=b"null")
+        self._insert(t, state, created, finished, error_class)
+        return t.task_id
+
+    async def _owned(self, request, context) -> history_pb2.NewTask:
+        t = self.tasks.get(request.task_id)
+        if t is None or t.tenant_id != request.tenant_id or \
+                self.shard_map.shard_for_task(request.task_id) != request.shard_id:
+            await context.abort(grpc.StatusCode.NOT_FOUND, "no such task")
+        return t
+
+    def _task(self, task_id: str, with_payload: bool = True) -> tasks_pb2.Task:
+        t, row = self.tasks[task_id], self.rows[task_id]
+        task = S.Task(task_id=t.task_id, task_type=t.task_type, queue=t.queue, state=self.states[task_id],
+                      max_attempts=t.retry.max_attempts, version=1, idempotency_key=t.idempotency_key,
+                      retry=t.retry, timeouts=t.timeouts, created_at=stamp(row.created_at),
+                      schedule_id=t.schedule_id)
+        if with_payload:
+            task.payload.CopyFrom(json_format.Parse(t.payload_json.decode(), struct_pb2.Value()))
+        if row.finished_at:
+            task.finished_at.CopyFrom(stamp(row.finished_at))
+        if row.error_class:
+            task.error.error_class = row.error_class
+        if t.HasField("scheduled_time"):
+            task.scheduled_time.CopyFrom(t.scheduled_time)
+        return task
+
+    async def GetTask(self, request, context):
+        self.calls.append(("GetTask", request))
+        await self._owned(request, context)
+        return history_pb2.GetTaskResponse(task=self._task(request.task_id))
+
+    async def CancelTask(self, request, context):
+        self.calls.append(("CancelTask", request))
+        await self._owned(request, context)
+        self.states[request.task_id] = S.TASK_STATE_CANCELED
+        self.rows[request.task_id].state = S.TASK_STATE_CANCELED
+        return history_pb2.CancelTaskResponse(state=S.TASK_STATE_CANCELED)
+
+    # -- search ------------------------------------------------------------
+    async def _up(self, name: str, request, context) -> None:
+        self.calls.append((name, request))
+        if request.shard_id in self.down:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, f"shard {request.shard_id} database unreachable")
+
+    def _matching(self, shard_id: int, tenant_id: str, app_id: str, f: tasks_pb2.TaskFilter) -> list[str]:
+        out = []
+        for task_id, t in self.tasks.items():
+            row = self.rows[task_id]
+            if self.shard_map.shard_for_task(task_id) != shard_id or (t.tenant_id, t.app_id) != (tenant_id, app_id):
+                continue
+            if (f.states and row.state not in f.states) or (f.task_type and t.task_type != f.task_type) or \
+                    (f.queue and t.queue != f.queue) or (f.error_class and row.error_class != f.error_class):
+                continue
+            if f.HasField("since") and row.sort_at < f.since.ToDatetime(UTC):
+                continue
+            if f.HasField("until") and row.sort_at >= f.until.ToDatetime(UTC):
+                continue
+            out.append(task_id)
+        return out
+
+    async def ListTasks(self, request, context):
+        await self._up("ListTasks", request, context)
+        ids = sorted(self._matching(request.shard_id, request.tenant_id, request.app_id, request.filter),
+                     key=lambda i: (self.rows[i].sort_at, i), reverse=True)
+        if request.cursor:
+            at, _, tid = request.cursor.rpartition("|")
+            key = (dt.datetime.fromisoformat(at.replace("Z", "+00:00")), tid)
+            ids = [i for i in ids if (self.rows[i].sort_at, i) < key]
+        page = ids[:request.page_size]
+        out = history_pb2.ListTasksResponse(tasks=[self._task(i, with_payload=False) for i in page])
+        if len(ids) > request.page_size:
+            last = page[-1]
+            at = self.rows[last].sort_at.isoformat(timespec="microseconds").replace("+00:00", "Z")
+            out.next_cursor = f"{at}|{last}"
+        return out
+
+    async def CountTasks(self, request, context):
+        await self._up("CountTasks", request, context)
+        return history_pb2.CountTasksResponse(
+            count=len(self._matching(request.shard_id, request.tenant_id, request.app_id, request.filter)))
+
+    # -- bulk operations -----------------------------------------------------
+    async def StartBulkOperation(self, request, context):
+        await self._up("StartBulkOperation", request, context)
+        key = (request.shard_id, request.operation_id)
+        if key not in self.ops:
+            ids = sorted(self._matching(request.shard_id, request.tenant_id, request.app_id, request.filter))
+            failures = [S.BulkItemFailure(task_id=i, reason="handler removed by a deploy") for i in ids
+                        if request.kind == S.BULK_OPERATION_KIND_RETRY
+                        and self.tasks[i].task_type not in request.registered_task_types]
+            now = dt.datetime.now(UTC)
+            op = S.BulkOperation(operation_id=request.operation_id, kind=request.kind, filter=request.filter,
+                                 matched=len(ids), created_at=stamp(now), state=S.BULK_OPERATION_STATE_RUNNING)
+            if not self.hold_bulk:
+                op.state = S.BULK_OPERATION_STATE_SUCCEEDED
+                op.processed, op.failed, op.succeeded = len(ids), len(failures), len(ids) - len(failures)
+                op.failures.extend(failures)
+                op.finished_at.CopyFrom(stamp(now))
+            self.ops[key] = (request, op)
+        return history_pb2.StartBulkOperationResponse(operation=self.ops[key][1])
+
+    async def _op(self, request, context) -> tasks_pb2.BulkOperation:
+        found = self.ops.get((request.shard_id, request.operation_id))
+        if found is None or found[0].tenant_id != request.tenant_id:
+            await context.abort(grpc.StatusCode.NOT_FOUND, f"bulk operation {request.operation_id} not found")
+        return found[1]
+
+    async def GetBulkOperation(self, request, context):
+        await self._up("GetBulkOperation", request, context)
+        return history_pb2.GetBulkOperationResponse(operation=await self._op(request, context))
+
+    async def CancelBulkOperation(self, request, context):
+        await self._up("CancelBulkOperation", request, context)
+        op = await self._op(request, context)
+        if op.state == S.BULK_OPERATION_STATE_RUNNING:
+            op.state = S.BULK_OPERATION_STATE_CANCELED
+            op.finished_at.GetCurrentTime()
+        return history_pb2.CancelBulkOperationResponse(operation=op)
+
+
+class FakeCron(cron_pb2_grpc.CronServiceServicer):
+    """Schedules in memory, scoped to the Caller; cron "bad" is refused as the real one would."""
+
+    def __init__(self):
+        self.schedules: dict[str, tuple[cpb.Caller, spb.Schedule]] = {}
+        self.calls: list[tuple[str, object]] = []
+
+    async def _mine(self, name: str, request, context) -> spb.Schedule:
+        self.calls.append((name, request))
+        found = self.schedules.get(request.request.schedule_id)
+        if found is None or found[0] != request.caller:
+            await context.abort(grpc.StatusCode.NOT_FOUND, f"schedule {request.request.schedule_id} not found")
+        return found[1]
+
+    async def CreateSchedule(self, request, context):
+        self.calls.append(("CreateSchedule", request))
+        r = request.request
+        if r.cron == "bad":
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "cron 'bad' is malformed: expected 5 or 6 fields")
+        s = spb.Schedule(schedule_id=str(uuid.uuid4()), cron=r.cron, timezone=r.timezone or "UTC",
+                         task_template=r.task_template, overlap_policy=r.overlap_policy or spb.OVERLAP_POLICY_ALLOW,
+                         state=spb.SCHEDULE_STATE_ACTIVE)
+        self.schedules[s.schedule_id] = (request.caller, s)
+        return cpb.CreateScheduleResponse(response=spb.CreateScheduleResponse(schedule=s))
+
+    async def GetSchedule(self, request, context):
+        s = await self._mine("GetSchedule", request, context)
+        return cpb.GetScheduleResponse(response=spb.GetScheduleResponse(schedule=s))
+
+    async def ListSchedules(self, request, context):
+        self.calls.append(("ListSchedules", request))
+        mine = [s for c, s in self.schedules.values() if c == request.caller]
+        return cpb.ListSchedulesResponse(response=spb.ListSchedulesResponse(schedules=mine))
+
+    async def PauseSchedule(self, request, context):
+        s = await self._mine("PauseSchedule", request, context)
+        s.state = spb.SCHEDULE_STATE_PAUSED
+        return cpb.PauseScheduleResponse(response=spb.PauseScheduleResponse(schedule=s))
+
+    async def ResumeSchedule(self, request, context):
+        s = await self._mine("ResumeSchedule", request, context)
+        s.state = spb.SCHEDULE_STATE_ACTIVE
+        return cpb.ResumeScheduleResponse(response=spb.ResumeScheduleResponse(schedule=s))
+
+    async def DeleteSchedule(self, request, context):
+        s = await self._mine("DeleteSchedule", request, context)
+        del self.schedules[s.schedule_id]
+        return cpb.DeleteScheduleResponse()
+
+    async def TriggerSchedule(self, request, context):
+        await self._mine("TriggerSchedule", request, context)
+        return cpb.TriggerScheduleResponse(response=spb.TriggerScheduleResponse(task_id=new_task_id()))
+
+
+class FakeDispatcher(dispatcher_pb2_grpc.BreakerAdminServiceServicer):
+    """Breakers keyed (tenant, app, task_type)."""
+
+    def __init__(self):
+        self.breakers: dict[tuple[str, str, str], breakers_pb2.Breaker] = {}
+        self.calls: list[tuple[str, object]] = []
+
+    async def ListBreakers(self, request, context):
+        self.calls.append(("ListBreakers", request))
+        return dispatcher_pb2.ListBreakersResponse(breakers=[
+            b for (t, a, _), b in sorted(self.breakers.items()) if (t, a) == (request.tenant_id, request.app_id)])
+
+    async def ResetBreaker(self, request, context):
+        self.calls.append(("ResetBreaker", request))
+        key = (request.tenant_id, request.app_id, request.task_type)
+        b = self.breakers.setdefault(key, breakers_pb2.Breaker(task_type=request.task_type))
+        b.state, b.reason, b.crashes = breakers_pb2.BREAKER_STATE_CLOSED, "", 0
+        b.ClearField("opened_at")
+        b.ClearField("probe_at")
+        return dispatcher_pb2.ResetBreakerResponse(breaker=b)
+
+
+async def start_peers(history: FakeHistory, cron: FakeCron, dispatcher: FakeDispatcher
+                      ) -> tuple[grpc.aio.Server, int]:
+    """One real grpc.aio server serving all three fakes (each target points at it)."""
+    server = grpc.aio.server()
+    history_pb2_grpc.add_HistoryServiceServicer_to_server(history, server)
+    cron_pb2_grpc.add_CronServiceServicer_to_server(cron, server)
+    dispatcher_pb2_grpc.add_BreakerAdminServiceServicer_to_server(dispatcher, server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    return server, port
