@@ -111,31 +111,34 @@ class BulkApi:
                                       "first (`ratchet deploy DIR --app NAME`)")
             registered = sorted(handlers)
         op_id = operation_id(p.tenant_id, p.app_id, req.request_id)
-        start = history_pb2.StartBulkOperationRequest(
+        op = await self._start(history_pb2.StartBulkOperationRequest(
             operation_id=op_id, tenant_id=p.tenant_id, app_id=p.app_id, kind=kind, filter=f,
-            registered_task_types=registered)
+            registered_task_types=registered), bool(req.request_id), timeout)
+        if op.kind != kind or not filters.same_filter(op.filter, f):
+            raise AlreadyExists(f"request_id {req.request_id!r} was already used for a different bulk operation "
+                                f"({op_id}); repeat the original request or use a new request_id",
+                                operation_id=op_id)
+        return op.matched, op
 
+    async def _start(self, start: history_pb2.StartBulkOperationRequest, keyed: bool,
+                     timeout: float) -> tasks_pb2.BulkOperation:
+        """Start the operation's part on every shard; the parts aggregated."""
         async def one(shard: int) -> tasks_pb2.BulkOperation:
             msg = history_pb2.StartBulkOperationRequest()
             msg.CopyFrom(start)
             msg.shard_id = shard
             return await self.history.start_bulk(msg, timeout)
 
+        op_id = start.operation_id
         try:
             parts = await each_shard(self.shard_ids, one)
         except (Unavailable, DeadlineExceeded) as e:
             e.fields.setdefault("operation_id", op_id)
-            e.message += (f"; operation {op_id} may have started on the other shards: repeat the request with "
-                          f"the same request_id to start it everywhere" if req.request_id else
-                          f"; operation {op_id} may have started on the other shards: send a request_id to make "
-                          f"repeating the request safe")
+            e.message += f"; operation {op_id} may have started on the other shards: " + (
+                "repeat the request with the same request_id to start it everywhere" if keyed else
+                "send a request_id to make repeating the request safe")
             raise
-        op = aggregate(op_id, [parts[s] for s in self.shard_ids])
-        if op.kind != kind or not filters.same_filter(op.filter, f):
-            raise AlreadyExists(f"request_id {req.request_id!r} was already used for a different bulk operation "
-                                f"({op_id}); repeat the original request or use a new request_id",
-                                operation_id=op_id)
-        return op.matched, op
+        return aggregate(op_id, [parts[s] for s in self.shard_ids])
 
     async def _parts(self, p: Principal, op_id: str, call, timeout: float) -> tasks_pb2.BulkOperation:
         if not op_id:

@@ -56,7 +56,11 @@ ERROR_SCHEMA = {
             "message": {"type": "string", "description": "What went wrong and what to do about it."},
             "original_task_id": {"type": "string",
                                  "description": "With 409 on enqueue: the task that holds the idempotency key."},
-            "shard_id": {"type": "string", "description": "With 503/504: the shard that did not answer."},
+            "shard_id": {"type": "string",
+                         "description": "With 503/504: the shard that did not answer (comma-separated when "
+                                        "several did, for calls that span every shard)."},
+            "operation_id": {"type": "string",
+                             "description": "With 409 or 503 on a bulk retry/cancel: the operation concerned."},
         },
     }},
 }
