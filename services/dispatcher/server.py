@@ -84,6 +84,7 @@ class DispatcherServer:
         self.tick = FallbackTick(config.shard_ids, self.lot.signal, self.clock)
         self.breaker_loop = BreakerLoop(self.breakers, self.clock)
         self._pool = None
+        self._stopped = False
         self._tasks: list[asyncio.Task] = []
 
     @property
@@ -141,6 +142,9 @@ class DispatcherServer:
 
     async def stop(self, grace: float = 5.0) -> None:
         """Stop: NOT_SERVING, parked polls close empty, loops stop, in-flight calls finish within grace."""
+        if self._stopped:
+            return
+        self._stopped = True
         await self.rpc.set_serving(False)
         self.lot.close()
         for task in self._tasks:

@@ -39,7 +39,8 @@ async def make_dispatcher(history, dispatch_dsn):
     """make_dispatcher(**config_overrides) -> started DispatcherServer (stopped after the test)."""
     started: list[DispatcherServer] = []
 
-    async def make(target: str | None = None, tick_s: float | None = None, **overrides) -> DispatcherServer:
+    async def make(target: str | None = None, tick_s: float | None = None, refresh_s: float | None = None,
+                   **overrides) -> DispatcherServer:
         fields = dict(history_target=target or history.target, shard_ids=[0, 1],
                       host_token_sha256=[hashlib.sha256(TOKEN.encode()).hexdigest()],
                       timer_interval_s=0.05, rpc_timeout_s=2.0, dsn=dispatch_dsn)
@@ -47,6 +48,8 @@ async def make_dispatcher(history, dispatch_dsn):
         server = DispatcherServer(DispatcherConfig(**fields))
         if tick_s is not None:
             server.tick._tick_s = tick_s
+        if refresh_s is not None:
+            server.breaker_loop.refresh_s = refresh_s
         await server.start()
         started.append(server)
         return server

@@ -29,6 +29,11 @@ class FakeTask:
     state: int = tpb.TASK_STATE_ENQUEUED
     epoch: int = 0
     due_at: float = 0.0  # time.monotonic(); 0 means ready now
+    task_type: str = "noop"
+
+    @property
+    def type_key(self) -> tuple[str, str, str]:
+        return (self.tenant_id, self.app_id, self.task_type)
 
 
 @dataclasses.dataclass
@@ -55,12 +60,17 @@ class FakeHistory(hgrpc.HistoryServiceServicer):
         self._seq = itertools.count(1)
 
     # ----- test controls -------------------------------------------------
-    def add_task(self, shard_id: int, tenant_id: str = "tenant-a", app_id: str = "app", delay_s: float = 0.0) -> str:
+    def add_task(self, shard_id: int, tenant_id: str = "tenant-a", app_id: str = "app", delay_s: float = 0.0,
+                 task_type: str = "noop") -> str:
         task_id = str(uuid.uuid4())
         due = time.monotonic() + delay_s if delay_s else 0.0
-        self.tasks[task_id] = FakeTask(task_id, shard_id, tenant_id, app_id, due_at=due,
+        self.tasks[task_id] = FakeTask(task_id, shard_id, tenant_id, app_id, due_at=due, task_type=task_type,
                                        state=tpb.TASK_STATE_RETRY_WAIT if delay_s else tpb.TASK_STATE_ENQUEUED)
         return task_id
+
+    def requeue(self, task_id: str) -> None:
+        """Put a task back to ENQUEUED (as a retry or an expired lease would)."""
+        self.tasks[task_id].state = tpb.TASK_STATE_ENQUEUED
 
     def notify(self, shard_id: int) -> None:
         for queue in self._watchers:
@@ -86,23 +96,39 @@ class FakeHistory(hgrpc.HistoryServiceServicer):
         if shard_id in self.unavailable:
             await context.abort(grpc.StatusCode.UNAVAILABLE, f"shard {shard_id} is down (fake)")
 
-    def _ready(self, shard_id: int, app_ids) -> list[FakeTask]:
+    def _ready(self, shard_id: int, app_ids, paused=frozenset()) -> list[FakeTask]:
         return [t for t in self.tasks.values() if t.shard_id == shard_id and t.state == tpb.TASK_STATE_ENQUEUED
-                and (not app_ids or t.app_id in app_ids)]
+                and (not app_ids or t.app_id in app_ids) and t.type_key not in paused]
+
+    @staticmethod
+    def _limits(request) -> dict[tuple[str, str, str], int]:
+        # As history does: a type named twice gets the smaller limit.
+        out: dict[tuple[str, str, str], int] = {}
+        for lim in request.type_limits:
+            key = (lim.tenant_id, lim.app_id, lim.task_type)
+            out[key] = min(lim.max_tasks, out.get(key, lim.max_tasks))
+        return out
 
     # ----- HistoryService -------------------------------------------------
     async def LeaseTasks(self, request, context):
         await self._enter("LeaseTasks", request.shard_id, request, context)
         if self.lease_latency_s:
             await asyncio.sleep(self.lease_latency_s)
-        ready = self._ready(request.shard_id, set(request.app_ids))
+        limits = self._limits(request)
+        # Capped types (a breaker's probe) are claimed first, then left out of the share-out.
+        capped: list[FakeTask] = []
+        for t in self._ready(request.shard_id, set(request.app_ids)):
+            cap = limits.get(t.type_key)
+            if cap and len(capped) < request.max_tasks and sum(c.type_key == t.type_key for c in capped) < cap:
+                capped.append(t)
+        ready = self._ready(request.shard_id, set(request.app_ids), paused=set(limits))
         by_tenant: dict[str, list[FakeTask]] = {}
         for t in ready:
             by_tenant.setdefault(t.tenant_id, []).append(t)
         tenants = sorted(by_tenant)
         # Round-robin: tenants after the cursor first, then wrap.
         tenants = [t for t in tenants if t > request.tenant_cursor] + [t for t in tenants if t <= request.tenant_cursor]
-        picked, last = [], request.tenant_cursor
+        picked, last = list(capped), request.tenant_cursor
         while len(picked) < request.max_tasks and any(by_tenant.values()):
             for tenant in tenants:
                 if by_tenant[tenant] and len(picked) < request.max_tasks:
@@ -112,7 +138,7 @@ class FakeHistory(hgrpc.HistoryServiceServicer):
         for t in picked:
             t.state, t.epoch = tpb.TASK_STATE_LEASED, t.epoch + 1
             out.append(hpb.LeasedTask(shard_id=t.shard_id, task_id=t.task_id, tenant_id=t.tenant_id,
-                                      app_id=t.app_id, task_type="noop", attempt=t.epoch, max_attempts=5,
+                                      app_id=t.app_id, task_type=t.task_type, attempt=t.epoch, max_attempts=5,
                                       lease_epoch=t.epoch, lease_duration=request.lease_duration))
         if request.shard_id in self.cursor_names and picked:
             last = f"{self.cursor_names[request.shard_id]}-{next(self._seq)}"
