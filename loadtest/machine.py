@@ -28,6 +28,19 @@ def _filesystem(path: str) -> str:
         return "?"
 
 
+def code_version(repo: str) -> str:
+    """HEAD of the tree under test, and whether platform code had uncommitted changes
+    (engineers share the tree while the platform is being written)."""
+    try:
+        head = subprocess.run(["git", "-C", repo, "rev-parse", "--short", "HEAD"], capture_output=True,
+                              text=True, timeout=10).stdout.strip()
+        dirty = subprocess.run(["git", "-C", repo, "status", "--porcelain", "--", "services", "libs", "sdk",
+                                "gen"], capture_output=True, text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.TimeoutExpired):
+        return "?"
+    return f"{head}" + (f" + uncommitted changes in {len(dirty.splitlines())} platform files" if dirty else "")
+
+
 def describe(data_dir: str) -> dict[str, str]:
     """CPU, cores, memory, kernel, OS, Python, and the filesystem under Postgres."""
     mem_kb = _first("/proc/meminfo", "MemTotal").split()[0] if _first("/proc/meminfo", "MemTotal") != "?" else "0"
@@ -43,4 +56,5 @@ def describe(data_dir: str) -> dict[str, str]:
         "postgres_fs": _filesystem(data_dir),
         "loadavg_at_start": f"{load1:.2f} {load5:.2f}",
         "hostname": platform.node(),
+        "ratchet_code": code_version(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
     }

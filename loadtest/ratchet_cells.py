@@ -225,12 +225,12 @@ async def run_cells(b: Bench) -> None:
         for frac in ((0.5,) if quick else (0.25, 0.5, 0.75)):
             await guarded(b, "enqueue_ack_open_loop", {"fraction": frac},
                           lambda frac=frac: cell_open_loop(b, capacity, frac, run.seconds + 3))
-    total = 5_000 if quick else 20_000
+    total = 3_000 if quick else 20_000
     await guarded(b, "enqueue_batch", {"batch": 100}, lambda: cell_enqueue_batch(b, 100, 4, total))
     await guarded(b, "enqueue_batch", {"batch": 1000}, lambda: cell_enqueue_batch(b, 1000, 2, total))
     min_backlog = run.args.drain_tasks or (10_000 if quick else 50_000)
     drain_rate = await guarded(b, "drain", {}, lambda: ratchet_drain.cell_drain(
-        b, min_backlog, limit_s=150 if quick else 600))
+        b, min_backlog, limit_s=40 if quick else 600))
     if not run.args.no_profile:
         await guarded(b, "drain_profiled", {}, lambda: ratchet_profiles.cell_profiled_drain(
             b, drain_rate or 500.0, seconds=8 if quick else 20, native=run.args.native))

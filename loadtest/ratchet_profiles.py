@@ -13,7 +13,7 @@ import time
 
 from loadtest import dbstats, loadgen, profiling
 from loadtest.ratchet_cells import Bench
-from loadtest.ratchet_drain import summary, top_up, wait_drained
+from loadtest.ratchet_drain import summary, top_up
 
 
 async def _wait_started(b: Bench, backlog: int, limit_s: float) -> None:
@@ -26,7 +26,7 @@ async def _wait_started(b: Bench, backlog: int, limit_s: float) -> None:
 async def cell_profiled_drain(b: Bench, drain_rate: float, seconds: float, native: bool = False) -> None:
     """A second backlog sized to outlast the profile, drained while py-spy records every service."""
     await b.pt.stop_hostagent()
-    want = int(min(40_000, max(2_000, drain_rate * (seconds + 8))))
+    want = int(min(40_000, max(2_000, drain_rate * (seconds + 15))))
     backlog = await top_up(b, want)
     since = await b.shard_clock()
     out_dir = b.run.log.path.parent / f"{b.run.log.run_id}-pyspy"
@@ -35,10 +35,12 @@ async def cell_profiled_drain(b: Bench, drain_rate: float, seconds: float, nativ
     await b.pt.start_hostagent()
     await _wait_started(b, backlog, 15.0)
     rec.start(b.pt.service_pids(), seconds)
-    left = await wait_drained(b, seconds * 4 + 30)
-    wall = time.monotonic() - t0
     profiles, errors = await asyncio.to_thread(rec.finish, seconds + 30)
-    s = await summary(b, since)
+    until = await b.shard_clock()
+    left = await b.unfinished()
+    await b.pt.stop_hostagent()
+    wall = time.monotonic() - t0
+    s = await summary(b, since, until)
     b.run.sections.append(("Profile during the drain (py-spy)", profiling.markdown(
         profiles, seconds, rec.rate, native, ", starting once the drain was 2 % done (sandboxes already up)")
         + [f"- py-spy error: {e}" for e in errors]))

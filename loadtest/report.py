@@ -31,7 +31,9 @@ def _params(c: Cell) -> str:
 
 
 def _cpu(c: Cell) -> str:
-    parts = [f"{k} {c.cpu_ms_per_task[k]:.3f}" for k in PROC_ORDER if k in c.cpu_ms_per_task]
+    names = [k for k in PROC_ORDER if k in c.cpu_ms_per_task]
+    names += sorted(k for k in c.cpu_ms_per_task if k not in PROC_ORDER and k != "machine_busy_pct")
+    parts = [f"{k} {c.cpu_ms_per_task[k]:.3f}" for k in names]
     if "machine_busy_pct" in c.cpu_ms_per_task:
         parts.append(f"(machine {c.cpu_ms_per_task['machine_busy_pct']:.0f}% busy)")
     return "; ".join(parts) or "–"

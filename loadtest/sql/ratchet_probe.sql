@@ -11,10 +11,11 @@ SELECT count(*) FROM tasks WHERE state = 'ENQUEUED';
 SELECT count(*) FROM tasks WHERE state IN ('ENQUEUED', 'LEASED', 'RETRY_WAIT');
 
 -- name: task_drain_summary
-SELECT count(*) FILTER (WHERE state = 'SUCCEEDED') AS succeeded,
-       count(*) FILTER (WHERE state <> 'SUCCEEDED') AS other,
+-- Tasks that started at or after $1 and finished by $2 (both shard clock).
+SELECT count(*) FILTER (WHERE state = 'SUCCEEDED' AND finished_at <= $2) AS succeeded,
+       count(*) FILTER (WHERE state IN ('FAILED', 'CANCELED', 'EXPIRED')) AS other,
        min(started_at) AS first_start,
-       max(finished_at) AS last_finish,
+       max(finished_at) FILTER (WHERE finished_at <= $2) AS last_finish,
        sum(attempt) AS attempts
 FROM tasks WHERE started_at >= $1;
 
