@@ -12,6 +12,12 @@ import pytest
 
 from tests.fault.gates.fixture import gates  # noqa: F401 - re-exported fixture
 
+# gRPC's fork handlers can hang fork() forever in a process whose other threads are
+# inside gRPC (seen here: LocalPlatform restarting a service while the workload's
+# clients are busy). Off, unless the environment already decided. This only takes
+# effect if grpc was not imported yet, hence also set by `make chaos`.
+os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "0")
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 

@@ -108,7 +108,7 @@ def chaos_report(fault_root):
         write_report(_VERDICTS, pathlib.Path(fault_root))
 
 
-@pytest.mark.timeout(400)
+@pytest.mark.timeout(400, method="thread")
 @pytest.mark.parametrize("name", list(MATRIX))
 def test_chaos(name, fault_root):
     if MATRIX[name].skew_services and faketime_library() is None:
@@ -118,7 +118,7 @@ def test_chaos(name, fault_root):
     assert_valid(verdict)
 
 
-@pytest.mark.timeout(400)
+@pytest.mark.timeout(400, method="thread")
 @pytest.mark.parametrize("name", list(MUTATIONS))
 def test_mutation_is_caught(name, fault_root):
     scenario, must_fail = MUTATIONS[name]

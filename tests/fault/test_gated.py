@@ -49,7 +49,7 @@ def gated_platform(gates):
 
 
 @needs_gate("history.enqueue.after_commit")
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(120, method="thread")
 def test_enqueue_committed_but_unanswered_is_deduplicated_on_retry(gated_platform, gates):
     """The enqueue commits, history dies before answering: the client sees an error, its retry with
     the same key gets the original task, and that one task runs once to SUCCEEDED."""
@@ -82,7 +82,7 @@ def test_enqueue_committed_but_unanswered_is_deduplicated_on_retry(gated_platfor
 
 
 @needs_gate("history.complete.before_commit")
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(120, method="thread")
 def test_history_dies_before_committing_a_completion(gated_platform, gates):
     """History crashes holding an uncommitted completion: nothing is lost, the task still ends
     SUCCEEDED, and any second execution is explained by the lost completion."""

@@ -23,7 +23,7 @@ SHORT = {
 }
 
 
-@pytest.mark.timeout(150)
+@pytest.mark.timeout(150, method="thread")
 @pytest.mark.parametrize("name", list(SHORT))
 def test_short_scenario(name, fault_root):
     verdict = run_scenario(SHORT[name], fault_seed(1), fault_root)

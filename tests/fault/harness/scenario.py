@@ -3,7 +3,7 @@ the workload under a seeded nemesis schedule, heal, let it settle, dump the
 shards, check, and write the run folder:
 
     RUN_DIR/history.jsonl  ledger.jsonl  dump.json  run.json  verdict.json  summary.txt
-    RUN_DIR/platform/logs/<service>.log
+    RUN_DIR/logs/<service>.log, pg.log
 """
 
 from __future__ import annotations
@@ -12,6 +12,8 @@ import dataclasses
 import json
 import os
 import pathlib
+import shutil
+import tempfile
 import time
 from typing import Callable
 
@@ -84,7 +86,11 @@ def run_scenario(sc: Scenario, seed: int, root: str | os.PathLike) -> dict:
     ledger.touch()
     os.chmod(ledger, 0o666)
     rec = Recorder(run_dir / "history.jsonl")
-    platform = FaultPlatform(run_dir / "platform", shards=sc.shards, overrides=sc.overrides(), links=sc.links,
+    # The platform's state lives under a short path (the host agent's Unix socket paths must stay
+    # short); its logs are copied into the run folder at the end.
+    state = pathlib.Path(tempfile.mkdtemp(prefix="rf-"))
+    os.chmod(state, 0o755)
+    platform = FaultPlatform(state / "p", shards=sc.shards, overrides=sc.overrides(), links=sc.links,
                              skew_services=sc.skew_services, log_level="INFO")
     env = _Env(platform, rec)
     harness: dict = {"errors": [], "skipped_nemeses": {}}
@@ -121,12 +127,22 @@ def run_scenario(sc: Scenario, seed: int, root: str | os.PathLike) -> dict:
             platform.stop()
         except Exception as e:
             harness["errors"].append(f"platform stop: {e}")
+        _keep_logs(state / "p", run_dir)
         _write_meta(run_dir, sc, seed, locals().get("schedule", []), harness)
     verdict = check_dir(run_dir)
     verdict["harness"] = harness
     (run_dir / "verdict.json").write_text(json.dumps(verdict, indent=1, default=str))
     (run_dir / "summary.txt").write_text(summary(verdict) + "\n")
     return verdict
+
+
+def _keep_logs(state: pathlib.Path, run_dir: pathlib.Path) -> None:
+    """Copy the services' and Postgres' logs into the run folder, then drop the platform's state."""
+    logs = run_dir / "logs"
+    logs.mkdir(exist_ok=True)
+    for path in list((state / "logs").glob("*.log")) + list(state.glob("*.log")):
+        shutil.copy(path, logs / path.name)
+    shutil.rmtree(state.parent, ignore_errors=True)
 
 
 class _Env:
