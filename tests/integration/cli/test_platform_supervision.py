@@ -9,7 +9,7 @@ import time
 import pytest
 
 from ratchet.cli import procs
-from ratchet.cli.platform import LocalPlatform, PlatformError
+from ratchet.cli.platform import SERVICES, LocalPlatform, PlatformError
 
 from tests.integration.cli.conftest import fake_options
 
@@ -37,7 +37,7 @@ def test_lifecycle_restart_hold_and_records(state_dir):
         assert (state_dir / "endpoints.json").stat().st_mode & 0o777 == 0o600
         assert (state_dir / "secrets" / "admin_key").stat().st_mode & 0o777 == 0o600
         assert {n: s["pid"] for n, s in endpoints["services"].items()} == {
-            n: p.service_pid(n) for n in ("history", "gateway", "dispatcher", "hostagent")}
+            n: p.service_pid(n) for n in SERVICES}
 
         # A crash is restarted by the supervisor, and the records follow.
         old = p.service_pid("dispatcher")
