@@ -47,6 +47,11 @@ class Bench:
         self.run, self.pt, self.gw, self.admin, self.shards = run, pt, gw, admin, shards
         self.probe_queries = 0  # our own read-only commits on shard databases
         self.last_control_commits = 0
+        self._cpu_end: cpu.CpuSnapshot | None = None
+
+    def mark_cpu_end(self) -> None:
+        """Close the CPU window now (before stopping a process whose CPU must count)."""
+        self._cpu_end = cpu.take(self.pt.cpu_roots())
 
     @property
     def dbs(self) -> list[str]:
@@ -75,9 +80,10 @@ class Bench:
         snap_a = await dbstats.snapshot(self.admin)
         cpu_a = cpu.take(self.pt.cpu_roots())
         t0 = time.monotonic()
+        self._cpu_end = None
         result = await fn()
         wall = time.monotonic() - t0
-        cpu_b = cpu.take(self.pt.cpu_roots())
+        cpu_b = self._cpu_end or cpu.take(self.pt.cpu_roots())
         snap_b = await dbstats.snapshot(self.admin)
         settled = await dbstats.settle(self.admin, self.dbs, min_wait_s=settle_s)
         d = dbstats.delta(snap_a, snap_b, self.dbs, settled)

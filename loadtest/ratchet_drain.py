@@ -69,6 +69,7 @@ async def cell_drain(b: Bench, min_tasks: int, limit_s: float) -> float:
         serving = time.monotonic() - t0
         left = await wait_drained(b, limit_s)
         until = await b.shard_clock()
+        b.mark_cpu_end()
         if left:
             await b.pt.stop_hostagent()
         return serving, left, until
