@@ -34,6 +34,9 @@ class CronConfig:
                                             "default 2")
     buffer_check_s: float = field(1.0, doc="how often a buffer_one slot re-reads the previous task's state, "
                                            "seconds; default 1")
+    send_lease_s: float = field(3.0, doc="a slot being sent is left to the process that decided it this long; "
+                                         "after a crash another process re-sends it then (the gateway's key "
+                                         "makes a re-send return the same task), seconds; default 3")
     rpc_timeout_s: float = field(5.0, doc="deadline of every call to the gateway and history and of every "
                                           "database statement, seconds; default 5")
     batch_size: int = field(100, doc="schedules claimed per fire transaction and open slots handled per "
@@ -61,7 +64,8 @@ class CronConfig:
                               "without it)")
         if not 0 <= self.grpc_port <= 65535:
             raise ConfigError(f"config field 'grpc_port' must be 0..65535, got {self.grpc_port}")
-        for name in ("tick_interval_s", "min_interval_s", "buffer_check_s", "rpc_timeout_s", "slot_retention_s"):
+        for name in ("tick_interval_s", "min_interval_s", "buffer_check_s", "send_lease_s", "rpc_timeout_s",
+                     "slot_retention_s"):
             if not getattr(self, name) > 0:
                 raise ConfigError(f"config field {name!r} must be > 0 seconds, got {getattr(self, name)!r}")
         if self.misfire_grace_s < 0:

@@ -8,9 +8,10 @@ SENDING slot is re-sent until the gateway acknowledges it; the gateway's
 idempotency key `sched:<schedule_id>@<slot>` makes every re-send (after a
 crash, a timeout, or by a second cron process at the same moment) return
 the same task. No RPC runs inside a transaction. The process that decides
-SENDING sends at once and holds the slot for `send_lease_s` (its own call
-deadlines fit inside); other processes re-send only after that, so in the
-normal case every slot is sent exactly once, and a crash costs one lease.
+SENDING sends at once and holds the slot for `send_lease_s`; other processes
+re-send only after that, so in the normal case every slot is sent exactly
+once, a crash costs one lease, and a send slower than the lease is at worst
+sent twice and deduplicated.
 
 Per schedule, slots are handled strictly in slot order, and every
 transaction that changes one locks the schedule row first: decisions read

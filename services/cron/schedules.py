@@ -7,12 +7,14 @@ the cron database's clock.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 import dataclasses
 import datetime as dt
 import json
 import logging
+import time
 import uuid
 
 from ratchet.api.schedules.v1 import schedules_pb2 as spb
@@ -20,13 +22,14 @@ from ratchet.services.cron import convert, errors
 from ratchet.services.cron.claim import compiled
 from ratchet.services.cron.delivery import Delivery
 from ratchet.services.cron.occurrences import next_after
-from ratchet.services.cron.store import NewSchedule, ScheduleRow, Store
+from ratchet.services.cron.store import NewSchedule, ScheduleRow, SlotRow, Store
 from ratchet.services.cron.validation import validate_create
 
 log = logging.getLogger(__name__)
 
 DEFAULT_PAGE = 100
 MAX_PAGE = 500
+TRIGGER_POLL_S = 0.05
 
 
 @dataclasses.dataclass(frozen=True)
@@ -114,35 +117,48 @@ class ScheduleApi:
             await tx.slot_delete_for_schedule(schedule_id)
             await tx.schedule_delete(schedule_id, caller.tenant_id, caller.app_id)
 
-    async def trigger(self, caller: Caller, schedule_id: str) -> spb.TriggerScheduleResponse:
-        """Fire once now (slot = the database clock) through the normal path; the overlap policy applies."""
+    async def trigger(self, caller: Caller, schedule_id: str, timeout_s: float) -> spb.TriggerScheduleResponse:
+        """Fire once now (slot = the database clock) through the normal path; the overlap policy applies.
+
+        Waits up to timeout_s for the slot to be decided and sent (by this call, or by a
+        delivery loop that got to it first).
+        """
+        deadline = time.monotonic() + timeout_s
         async with self.store.tx() as tx:
             await self._lock(tx, caller, schedule_id)
             slot = await tx.clock_read()
             if not await tx.slot_insert(schedule_id, slot, "TRIGGER"):
                 raise errors.Unavailable("another firing took this very instant; trigger again")
         await self.delivery.deliver_schedule(schedule_id)
-        async with self.store.tx() as tx:
-            row = await tx.slot_get(schedule_id, slot)
-        if row is None:
-            raise errors.NotFound(schedule_id)  # deleted meanwhile
-        if row.state == "FIRED":
-            return spb.TriggerScheduleResponse(task_id=row.task_id)
-        if row.state == "SKIPPED":
-            return spb.TriggerScheduleResponse(skipped=True)
-        if row.state == "BUFFERED":
-            return spb.TriggerScheduleResponse()
-        if row.state == "FAILED":
-            raise errors.FailedPrecondition(f"the triggered task was refused: {row.reason}")
-        raise errors.Unavailable(f"the trigger is recorded and will fire as soon as it can be delivered "
-                                 f"({row.reason or 'in progress'}); do not trigger again unless you want "
-                                 f"a second run")
+        while True:
+            async with self.store.tx() as tx:
+                row = await tx.slot_get(schedule_id, slot)
+            in_flight = row is not None and row.state in ("PENDING", "SENDING") and not row.reason
+            if not in_flight or time.monotonic() >= deadline:
+                return _trigger_answer(schedule_id, row)
+            await asyncio.sleep(TRIGGER_POLL_S)
 
     async def _lock(self, tx, caller: Caller, schedule_id: str) -> ScheduleRow:
         row = await tx.schedule_lock_owned(schedule_id, caller.tenant_id, caller.app_id)
         if row is None:
             raise errors.NotFound(schedule_id)
         return row
+
+
+def _trigger_answer(schedule_id: str, row: SlotRow | None) -> spb.TriggerScheduleResponse:
+    if row is None:
+        raise errors.NotFound(schedule_id)  # deleted meanwhile
+    if row.state == "FIRED":
+        return spb.TriggerScheduleResponse(task_id=row.task_id)
+    if row.state == "SKIPPED":
+        return spb.TriggerScheduleResponse(skipped=True)
+    if row.state == "BUFFERED":
+        return spb.TriggerScheduleResponse()
+    if row.state == "FAILED":
+        raise errors.FailedPrecondition(f"the triggered task was refused: {row.reason}")
+    raise errors.Unavailable(f"the trigger is recorded and will fire as soon as it can be delivered "
+                             f"({row.reason or 'still being sent'}); do not trigger again unless you want "
+                             f"a second run")
 
 
 def _encode_token(row: ScheduleRow) -> str:

@@ -68,7 +68,7 @@ class CronServer:
         self._channels = [gateway_channel, history_channel]
         delivery = Delivery(self.store, Gateway(gateway_channel, c.mesh_token, c.rpc_timeout_s),
                             History(history_channel, c.shard_ids, c.rpc_timeout_s), c.buffer_check_s,
-                            send_lease_s=2 * c.rpc_timeout_s + 1)
+                            send_lease_s=c.send_lease_s)
         self.api = ScheduleApi(self.store, delivery, c.min_interval_s)
         self._rpc = Server([(cron_pb2_grpc.add_CronServiceServicer_to_server, CronServicer(self.api))],
                            [SERVICE_NAME], host=c.host, port=c.grpc_port)

@@ -8,6 +8,8 @@ from __future__ import annotations
 import asyncio
 import collections
 import dataclasses
+import itertools
+import os
 import time
 
 import asyncpg
@@ -56,6 +58,7 @@ class FakeMesh(control_pb2_grpc.ControlServiceServicer, history_pb2_grpc.History
         self.tasks: dict[str, FakeTask] = {}
         self.by_key: dict[str, str] = {}
         self.enqueue_calls: collections.Counter = collections.Counter()
+        self.first_call: dict[str, float] = {}  # key -> wall time of its first EnqueueScheduled
         self.cancels: list[str] = []
         self.get_calls = 0
         self.fail_enqueues = 0
@@ -67,6 +70,7 @@ class FakeMesh(control_pb2_grpc.ControlServiceServicer, history_pb2_grpc.History
             await context.abort(grpc.StatusCode.UNAUTHENTICATED, "bad mesh token")
         key = f"sched:{request.schedule_id}@{request.scheduled_time.ToJsonString()}"
         self.enqueue_calls[key] += 1
+        self.first_call.setdefault(key, time.time())
         if self.fail_enqueues > 0:
             self.fail_enqueues -= 1
             await context.abort(grpc.StatusCode.UNAVAILABLE, "gateway restarting")
@@ -140,9 +144,20 @@ class Cron:
         await self.server.stop(0.5)
 
 
+_db_counter = itertools.count()
+
+
 @pytest_asyncio.fixture
-async def cron_db(fresh_db):
-    return fresh_db("cron")
+async def cron_db(pg_cluster):
+    """A new, empty database for one test. Created over asyncpg, not psql: forking
+    psql (as another user) while this process runs gRPC threads can crash the child."""
+    name = f"cron_{os.getpid()}_{next(_db_counter)}"
+    conn = await asyncpg.connect(pg_cluster.dsn("postgres"), timeout=10)
+    try:
+        await conn.execute(f'CREATE DATABASE "{name}"', timeout=30)
+    finally:
+        await conn.close()
+    return pg_cluster.dsn(name)
 
 
 @pytest_asyncio.fixture
@@ -153,7 +168,7 @@ async def start_cron(mesh, cron_db):
     async def start(hooks=None, **overrides) -> Cron:
         base = dict(dsn=cron_db, gateway_target=mesh.target, history_target=mesh.target, shard_ids=SHARDS,
                     mesh_token=MESH_TOKEN, tick_interval_s=0.05, misfire_grace_s=0.5, buffer_check_s=0.1,
-                    rpc_timeout_s=1.0)
+                    rpc_timeout_s=1.0, send_lease_s=2.0)
         base.update(overrides)
         server = CronServer(cron_config.load(overrides=base), hooks=hooks)
         await server.start()
@@ -209,6 +224,13 @@ async def holds(predicate, seconds: float, interval: float = 0.05, what: str = "
     while time.monotonic() < deadline:
         assert predicate(), f"{what} stopped holding"
         await asyncio.sleep(interval)
+
+
+async def fired(db, schedule_id: str) -> dict[float, str]:
+    """slot (epoch seconds) -> task id of the schedule's FIRED slots."""
+    rows = await db.fetch("SELECT slot, task_id FROM schedule_slots WHERE schedule_id = $1 AND state = 'FIRED'",
+                          schedule_id)
+    return {r["slot"].timestamp(): r["task_id"] for r in rows}
 
 
 async def slots(db, schedule_id: str) -> list[asyncpg.Record]:

@@ -14,7 +14,7 @@ import pytest
 from ratchet.api.schedules.v1 import schedules_pb2 as spb
 from ratchet.api.tasks.v1 import tasks_pb2
 
-from .conftest import create, holds, slots, wait_for
+from .conftest import create, fired, holds, slots, wait_for
 
 pytestmark = pytest.mark.timeout(60)
 UTC = dt.timezone.utc
@@ -27,15 +27,18 @@ def consecutive_seconds(times: list[float]) -> bool:
 async def test_each_slot_fires_once_with_its_scheduled_time(cron, mesh, db):
     c = await cron()
     s = await create(c.stub, "* * * * * *")
-    await wait_for(lambda: len(mesh.tasks_of(s.schedule_id)) >= 3, what="three firings")
-    tasks = mesh.tasks_of(s.schedule_id)
-    times = [t.scheduled_time for t in tasks]
+    recorded = await wait_for(lambda: _at_least(fired(db, s.schedule_id), 3), what="three recorded firings")
+    tasks = {t.scheduled_time: t for t in mesh.tasks_of(s.schedule_id)}
+    times = sorted(recorded)
     assert all(t == int(t) for t in times) and consecutive_seconds(times)
+    for slot, task_id in recorded.items():
+        assert tasks[slot].task_id == task_id and tasks[slot].request.task_type == "tick"
     assert all(n == 1 for n in mesh.sends_of(s.schedule_id).values())
-    assert tasks[0].request.task_type == "tick"
-    rows = {r["slot"].timestamp(): r for r in await slots(db, s.schedule_id) if r["state"] == "FIRED"}
-    for t in tasks:
-        assert rows[t.scheduled_time]["task_id"] == t.task_id
+
+
+async def _at_least(rows_coro, n: int):
+    rows = await rows_coro
+    return rows if len(rows) >= n else None
 
 
 async def test_two_fire_loops_never_fire_a_slot_twice(cron, mesh, db):
@@ -69,7 +72,7 @@ async def test_crash_after_enqueue_before_recording_resends_the_same_task(cron, 
     key = f"sched:{s.schedule_id}@{open_slot['slot'].strftime('%Y-%m-%dT%H:%M:%SZ')}"
     first_task = mesh.by_key[key]
     assert mesh.enqueue_calls[key] == 1
-    await cron()  # another process takes over once the send lease (2 x rpc timeout + 1 s) ends
+    await cron()  # another process takes over once the send lease (send_lease_s, 2 s here) ends
     await wait_for(lambda: mesh.enqueue_calls[key] == 2, timeout=10, what="the re-send")
     row = await wait_for(lambda: _fired(db, s.schedule_id, open_slot["slot"]), what="slot recorded as fired")
     assert row["task_id"] == first_task
@@ -238,7 +241,7 @@ async def test_two_processes_deciding_buffer_one_keep_at_most_one_buffered_slot(
 async def test_prune_deletes_finished_slots_past_retention(cron, mesh, db):
     c = await cron()
     s = await create(c.stub, "* * * * * *")
-    await wait_for(lambda: len(mesh.tasks_of(s.schedule_id)) >= 2, what="two firings")
+    await wait_for(lambda: _at_least(fired(db, s.schedule_id), 2), what="two recorded firings")
     await c.server.api.store.pool.execute(
         "UPDATE schedule_slots SET finished_at = finished_at - interval '2 days' WHERE schedule_id = $1 "
         "AND finished_at IS NOT NULL", s.schedule_id)
