@@ -17,7 +17,7 @@ from typing import Sequence
 
 import asyncpg
 
-from ratchet.services.history.errors import Contention, InvalidArgument
+from ratchet.services.history.errors import Contention, HistoryError, InvalidArgument
 from ratchet.services.history.store import Key, NewRow, Store
 
 
@@ -143,3 +143,95 @@ async def _insert(conn, store: Store, items: Sequence[NewTaskIn], idx: list[int]
         else:
             raise InvalidArgument(f"tasks[{i}].task_id {tid} is already taken; mint a new id")
     return any(inserted.values())
+
+
+class Fallback(Exception):
+    """The grouped statement met a case only the per-request path decides
+    (a key claimed for a task id that already exists); the group's
+    transaction was rolled back and each request must run on its own."""
+
+
+def _group_plan(items: Sequence[NewTaskIn]) -> tuple[list[int], dict[int, int], list[int]]:
+    """(indexes sent to the statement, key follower -> its key's leader, indexes that
+    must run alone: a task id sent twice in the group)."""
+    lead_key: dict[Key, int] = {}
+    lead_id: set[str] = set()
+    send, follow, alone = [], {}, []
+    for i, it in enumerate(items):
+        key = it.key
+        if key is not None and key in lead_key:
+            follow[i] = lead_key[key]
+        elif it.row.task_id in lead_id:
+            alone.append(i)
+        else:
+            lead_id.add(it.row.task_id)
+            if key is not None:
+                lead_key[key] = i
+            send.append(i)
+    # Keys in one order across concurrent groups (the statement sorts the same way).
+    send.sort(key=lambda i: (0, items[i].key) if items[i].key is not None else (1, ("", "", "")))
+    return send, follow, alone
+
+
+async def create_group(conn: asyncpg.Connection, store: Store, items: Sequence[NewTaskIn],
+                       window_s: float) -> tuple[list[CreateOut | HistoryError | None], bool]:
+    """Create single-task requests of different callers in one statement (one transaction).
+
+    Returns (one outcome per item, any task due now). An outcome is a CreateOut, an error for
+    that caller alone, or None: that item must run through create_tasks on its own. Raises
+    Fallback (nothing written) when the whole group must. One item's key conflict writes
+    nothing for that item and does not touch the others: each request holds one task.
+    """
+    send, follow, alone = _group_plan(items)
+    out: list[CreateOut | HistoryError | None] = [None] * len(items)
+    rows = [items[i] for i in send]
+    try:
+        got = await store.task_create_batch(conn, [r.row for r in rows], [r.schedule_to_start_s for r in rows],
+                                            [r.schedule_to_close_s for r in rows],
+                                            [r.fingerprint if r.key is not None else None for r in rows], window_s)
+    except asyncpg.InvalidTextRepresentationError as e:
+        if "task_create_batch:" not in str(e):
+            raise
+        raise Fallback() from None  # the statement aborted itself: nothing was written
+    # Committed. What is left are reads, each in its own snapshot (which sees a key's committed owner).
+    taken = [i for i in send if items[i].key is not None and not got[items[i].row.task_id][2]]
+    owners = await store.idempotency_key_get_batch(conn, [items[i].key for i in taken]) if taken else {}
+    lost = [items[i].row.task_id for i in send if items[i].key is None and not got[items[i].row.task_id][0]]
+    existing = await store.task_existing_batch(conn, lost) if lost else {}
+    for i in send:
+        it = items[i]
+        inserted = got[it.row.task_id][0]
+        if it.key is None:
+            if inserted:
+                out[i] = CreateOut(it.row.task_id)
+            elif existing.get(it.row.task_id) == it.row.tenant_id:
+                out[i] = CreateOut(it.row.task_id, deduplicated=True)  # a retried create that had committed
+            else:
+                out[i] = InvalidArgument(f"tasks[0].task_id {it.row.task_id} is already taken; mint a new id")
+        else:
+            out[i] = _keyed_outcome(it, inserted, owners)
+    for i, lead in follow.items():
+        owner = _owner_of(items[lead], out[lead], owners)
+        out[i] = _keyed_outcome(items[i], False, {items[i].key: owner} if owner else {})
+    for i in alone:
+        out[i] = None
+    return out, any(due for inserted, due, _ in got.values() if inserted)
+
+
+def _owner_of(lead: NewTaskIn, outcome, owners: dict) -> tuple[str, str] | None:
+    """(task id, fingerprint) now holding the leader's key."""
+    if isinstance(outcome, CreateOut) and not outcome.deduplicated and not outcome.conflict:
+        return lead.row.task_id, lead.fingerprint
+    return owners.get(lead.key)
+
+
+def _keyed_outcome(it: NewTaskIn, inserted: bool, owners: dict) -> CreateOut | HistoryError:
+    if inserted:
+        return CreateOut(it.row.task_id)
+    owner = owners.get(it.key)
+    if owner is None:
+        return Contention(f"idempotency key {it.key[2]!r} changed owner during the request")
+    owner_id, fingerprint = owner
+    if fingerprint == it.fingerprint:
+        return CreateOut(owner_id, deduplicated=True)
+    return CreateOut(owner_id, conflict=True)

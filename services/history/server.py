@@ -59,6 +59,7 @@ class HistoryServer:
         """Stop serving: end WatchReady streams, drain RPCs, close pools."""
         self.hub.close()
         await self.rpc.stop(grace)
+        await self.servicer.groups.close()
         await self.bulk.stop()
         await self.reconnect.stop()
         await self.shards.close()

@@ -79,7 +79,7 @@ class Shard:
         except Exception as e:
             mapped = translate_db_error(self.id, e)
             if isinstance(mapped, ShardUnavailable):
-                conn.terminate()  # never hand a broken connection to the next request
+                _terminate(conn)  # never hand a broken connection to the next request
             if mapped is None:
                 raise
             raise mapped from e
@@ -94,6 +94,13 @@ class Shard:
                 await asyncio.wait_for(pool.close(), 5)
             except (asyncio.TimeoutError, OSError, asyncpg.PostgresError, asyncpg.InterfaceError):
                 pool.terminate()
+
+
+def _terminate(conn) -> None:
+    try:
+        conn.terminate()
+    except asyncpg.InterfaceError:
+        pass  # the connection was lost and asyncpg already took it back from us
 
 
 class ShardSet:

@@ -86,19 +86,29 @@ class Store:
         return out
 
     # -- tasks ----------------------------------------------------------------
+    @staticmethod
+    def _new_row_args(rows: Sequence[NewRow], s2s: Sequence[float | None], s2c: Sequence[float | None]) -> list:
+        return [_uuids([r.task_id for r in rows]), [r.tenant_id for r in rows], [r.app_id for r in rows],
+                [r.task_type for r in rows], [r.queue for r in rows], [r.payload for r in rows],
+                [r.delay_s for r in rows], [r.run_at for r in rows], [r.idempotency_key for r in rows],
+                [r.max_attempts for r in rows], [json.dumps(r.retry_policy) for r in rows],
+                [json.dumps(r.timeouts) for r in rows], [json.dumps(r.non_retryable) for r in rows],
+                list(s2s), list(s2c), [json.dumps(r.retry_rules) if r.retry_rules else None for r in rows],
+                [r.schedule_id for r in rows], [r.scheduled_time for r in rows]]
+
     async def task_insert_batch(self, conn, rows: Sequence[NewRow],
                                 s2s: Sequence[float | None], s2c: Sequence[float | None]) -> dict[str, bool]:
         """Insert tasks; returns {task_id: due_now} for the rows inserted now."""
-        recs = await self._run(
-            conn, "task_insert_batch",
-            _uuids([r.task_id for r in rows]), [r.tenant_id for r in rows], [r.app_id for r in rows],
-            [r.task_type for r in rows], [r.queue for r in rows], [r.payload for r in rows],
-            [r.delay_s for r in rows], [r.run_at for r in rows], [r.idempotency_key for r in rows],
-            [r.max_attempts for r in rows], [json.dumps(r.retry_policy) for r in rows],
-            [json.dumps(r.timeouts) for r in rows], [json.dumps(r.non_retryable) for r in rows],
-            list(s2s), list(s2c), [json.dumps(r.retry_rules) if r.retry_rules else None for r in rows],
-            [r.schedule_id for r in rows], [r.scheduled_time for r in rows])
+        recs = await self._run(conn, "task_insert_batch", *self._new_row_args(rows, s2s, s2c))
         return {str(r["task_id"]): r["due"] for r in recs}
+
+    async def task_create_batch(self, conn, rows: Sequence[NewRow], s2s: Sequence[float | None],
+                                s2c: Sequence[float | None], fingerprints: Sequence[str | None],
+                                window_s: float) -> dict[str, tuple[bool, bool, bool]]:
+        """Claim keys and insert in one statement -> {task_id: (inserted, due, key claimed)}."""
+        recs = await self._run(conn, "task_create_batch", *self._new_row_args(rows, s2s, s2c),
+                               list(fingerprints), window_s)
+        return {str(r["task_id"]): (r["inserted"], r["due"], r["claimed"]) for r in recs}
 
     async def task_existing_batch(self, conn, ids: Sequence[str]) -> dict[str, str]:
         """{task_id: tenant_id} for the ids that exist."""

@@ -51,6 +51,82 @@ tm AS (
 )
 SELECT ins.task_id, ins.run_at <= ins.created_at AS due FROM ins
 
+-- name: task_create_batch
+-- transitions: (create)->ENQUEUED
+-- Group commit of single-task creates (enqueue.create_group): claim the
+-- idempotency keys of the keyed rows and insert every unkeyed row and every
+-- row whose key this statement claimed, with their create transitions and
+-- timers, in one statement. The caller sends each key and each task id at
+-- most once (ON CONFLICT DO UPDATE may not touch a row twice), keyed rows
+-- in key order so concurrent groups lock keys in one order. A live key is
+-- left alone (locked, not returned); the caller reads its owner next in the
+-- next statement, whose new snapshot sees the committed owner. $19 are the
+-- fingerprints, $20 the key window in seconds. One statement is one
+-- transaction (no BEGIN/COMMIT round trips), so the one case it cannot
+-- decide alone, a key claimed for a task id that already exists (a
+-- duplicated id racing with another request), aborts the whole statement
+-- with a deliberate cast error naming it; the caller then runs each
+-- request on the transactional path.
+WITH now AS (SELECT clock_timestamp() AS t),
+i AS (
+    SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::bytea[],
+                         $7::float8[], $8::timestamptz[], $9::text[], $10::int[], $11::jsonb[],
+                         $12::jsonb[], $13::jsonb[], $14::float8[], $15::float8[], $16::jsonb[], $17::text[],
+                         $18::timestamptz[], $19::text[])
+        AS i(task_id, tenant_id, app_id, task_type, queue, payload, delay_s, run_at, idempotency_key,
+             max_attempts, retry_policy, timeouts, non_retryable, schedule_to_start_s, schedule_to_close_s,
+             retry_rules, schedule_id, scheduled_time, fingerprint)
+),
+k AS (
+    INSERT INTO idempotency_keys (tenant_id, app_id, key, task_id, fingerprint, created_at, expires_at)
+    SELECT i.tenant_id, i.app_id, i.idempotency_key, i.task_id, i.fingerprint, now.t,
+           now.t + make_interval(secs => $20::float8)
+      FROM i CROSS JOIN now
+     WHERE i.idempotency_key IS NOT NULL
+     ORDER BY i.tenant_id COLLATE "C", i.app_id COLLATE "C", i.idempotency_key COLLATE "C"
+    ON CONFLICT (tenant_id, app_id, key) DO UPDATE
+       SET task_id = EXCLUDED.task_id, fingerprint = EXCLUDED.fingerprint,
+           created_at = EXCLUDED.created_at, expires_at = EXCLUDED.expires_at
+     WHERE idempotency_keys.expires_at <= clock_timestamp()
+    RETURNING task_id
+),
+ins AS (
+    INSERT INTO tasks (task_id, tenant_id, app_id, queue, task_type, state, version, attempt,
+                       max_attempts, lease_epoch, payload, retry_policy, timeouts, non_retryable,
+                       idempotency_key, run_at, created_at, updated_at, retry_rules, schedule_id,
+                       scheduled_time)
+    SELECT i.task_id, i.tenant_id, i.app_id, i.queue, i.task_type, 'ENQUEUED', 1, 0,
+           i.max_attempts, 0, i.payload, i.retry_policy, i.timeouts,
+           ARRAY(SELECT jsonb_array_elements_text(i.non_retryable)), i.idempotency_key,
+           COALESCE(i.run_at, now.t + make_interval(secs => COALESCE(i.delay_s, 0))), now.t, now.t,
+           i.retry_rules, i.schedule_id, i.scheduled_time
+      FROM i CROSS JOIN now
+     WHERE i.idempotency_key IS NULL OR i.task_id IN (SELECT k.task_id FROM k)
+    ON CONFLICT (task_id) DO NOTHING
+    RETURNING task_id, run_at, created_at
+),
+tr AS (
+    INSERT INTO task_transitions (task_id, version, from_state, to_state, lease_epoch, at, reason)
+    SELECT ins.task_id, 1, NULL, 'ENQUEUED', 0, ins.created_at, 'created' FROM ins
+),
+tm AS (
+    INSERT INTO timers (task_id, kind, fire_at, lease_epoch)
+    SELECT ins.task_id, v.kind, v.fire_at, 0
+      FROM ins JOIN i ON i.task_id = ins.task_id
+     CROSS JOIN LATERAL (VALUES
+           ('delay', CASE WHEN ins.run_at > ins.created_at THEN ins.run_at END),
+           ('schedule_to_start', ins.run_at + make_interval(secs => i.schedule_to_start_s)),
+           ('schedule_to_close', ins.created_at + make_interval(secs => i.schedule_to_close_s))
+         ) AS v(kind, fire_at)
+     WHERE v.fire_at IS NOT NULL
+)
+SELECT i.task_id, ins.task_id IS NOT NULL AS inserted, COALESCE(ins.run_at <= ins.created_at, false) AS due,
+       c.claimed,
+       CASE WHEN c.claimed AND ins.task_id IS NULL
+            THEN ('task_create_batch: key claimed for existing task ' || i.task_id::text)::int END AS abort
+  FROM i LEFT JOIN ins ON ins.task_id = i.task_id
+ CROSS JOIN LATERAL (SELECT i.idempotency_key IS NOT NULL AND i.task_id IN (SELECT k.task_id FROM k) AS claimed) c
+
 -- name: task_existing_batch
 -- Which of these ids already exist, and whose they are (a retried create).
 SELECT task_id, tenant_id FROM tasks WHERE task_id = ANY($1::uuid[])

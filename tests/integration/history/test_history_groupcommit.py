@@ -1,0 +1,113 @@
+"""Group commit of single-task CreateTasks: concurrent calls share one
+statement, and every caller still gets exactly its own answer."""
+
+from __future__ import annotations
+
+import asyncio
+
+import grpc
+import pytest
+
+from .helpers import unique
+
+
+async def _count(hist, tenant: str) -> int:
+    (row,) = await hist.sql(1, "SELECT count(*) AS n FROM tasks WHERE tenant_id = $1", tenant)
+    return row["n"]
+
+
+async def test_concurrent_single_creates_share_transactions(make_hist):
+    hist = await make_hist()
+    tenant = unique("t")
+    groups = hist.server.servicer.groups
+    before = groups.groups
+    tasks = [hist.task(tenant, idempotency_key=f"k{i}" if i % 2 else "", fingerprint="f") for i in range(200)]
+    results = await asyncio.gather(*(hist.create(t) for t in tasks))
+    assert [r.results[0].task_id for r in results] == [t.task_id for t in tasks]
+    assert not any(r.results[0].deduplicated or r.results[0].conflict for r in results)
+    assert await _count(hist, tenant) == 200
+    assert groups.groups - before < 200  # coalesced: fewer statements than calls
+    for t in tasks[:3]:
+        assert await hist.log(t.task_id) == [(1, None, "ENQUEUED", 0)]
+
+
+async def test_a_conflict_in_a_group_answers_only_its_caller(hist):
+    tenant = unique("t")
+    orig = hist.task(tenant, idempotency_key="k", fingerprint="one")
+    await hist.create(orig)
+    same = [hist.task(tenant, idempotency_key="k", fingerprint="one") for _ in range(5)]
+    clash = [hist.task(tenant, idempotency_key="k", fingerprint="two") for _ in range(5)]
+    fresh = [hist.task(tenant, idempotency_key=f"new{i}", fingerprint="x") for i in range(5)]
+    plain = [hist.task(tenant) for _ in range(5)]
+    mixed = [x for group in zip(same, clash, fresh, plain) for x in group]
+    results = [r.results[0] for r in await asyncio.gather(*(hist.create(t) for t in mixed))]
+    for t, r in zip(mixed, results):
+        if t in same:
+            assert (r.task_id, r.deduplicated, r.conflict) == (orig.task_id, True, False)
+        elif t in clash:
+            assert (r.task_id, r.deduplicated, r.conflict) == (orig.task_id, False, True)
+        else:
+            assert (r.task_id, r.deduplicated, r.conflict) == (t.task_id, False, False)
+    assert await _count(hist, tenant) == 11
+
+
+async def test_one_new_key_from_many_callers_at_once_is_one_task(hist):
+    tenant = unique("t")
+    same = [hist.task(tenant, idempotency_key="once", fingerprint="a") for _ in range(20)]
+    other = [hist.task(tenant, idempotency_key="once", fingerprint="b") for _ in range(5)]
+    results = [r.results[0] for r in await asyncio.gather(*(hist.create(t) for t in same + other))]
+    owners = {r.task_id for r in results}
+    assert len(owners) == 1 and await _count(hist, tenant) == 1
+    (owner,) = owners
+    winner_fp = "a" if owner in {t.task_id for t in same} else "b"
+    for t, r in zip(same + other, results):
+        if t.task_id == owner:
+            assert not r.deduplicated and not r.conflict
+        elif t.fingerprint == winner_fp:
+            assert r.deduplicated and not r.conflict
+        else:
+            assert r.conflict and not r.deduplicated
+
+
+async def test_the_same_task_id_twice_at_once_is_one_task(hist):
+    tenant = unique("t")
+    t = hist.task(tenant)
+    results = [r.results[0] for r in await asyncio.gather(*(hist.create(t) for _ in range(6)))]
+    assert {r.task_id for r in results} == {t.task_id}
+    assert sum(not r.deduplicated for r in results) == 1
+    assert await _count(hist, tenant) == 1
+
+
+async def test_a_key_claimed_for_an_existing_id_falls_back_to_the_transactional_path(hist):
+    """The grouped statement aborts itself (nothing written) and the request runs alone."""
+    tenant = unique("t")
+    first = hist.task(tenant)
+    await hist.create(first)
+    keyed = hist.task(tenant, idempotency_key="late-key", fingerprint="f")
+    keyed.task_id = first.task_id
+    (r,) = (await hist.create(keyed)).results
+    assert (r.task_id, r.deduplicated) == (first.task_id, True)
+    assert await _count(hist, tenant) == 1
+
+
+async def test_a_foreign_task_id_fails_only_its_own_caller(hist):
+    mine, theirs = unique("t"), unique("t")
+    taken = hist.task(theirs)
+    await hist.create(taken)
+    thief = hist.task(mine)
+    thief.task_id = taken.task_id
+    good = [hist.task(mine) for _ in range(10)]
+    outcomes = await asyncio.gather(*(hist.create(t) for t in [thief, *good]), return_exceptions=True)
+    assert isinstance(outcomes[0], grpc.aio.AioRpcError)
+    assert outcomes[0].code() == grpc.StatusCode.INVALID_ARGUMENT and "already taken" in outcomes[0].details()
+    assert all(not isinstance(o, BaseException) for o in outcomes[1:])
+    assert await _count(hist, mine) == 10
+
+
+@pytest.mark.parametrize("keyed", [False, True])
+async def test_a_shard_down_fails_the_group_unavailable(make_hist, pg_cluster, keyed):
+    hist = await make_hist(extra_shards={"7": pg_cluster.dsn("no_such_database_here")})
+    t = hist.task(unique("t"), idempotency_key="k" if keyed else "", fingerprint="f")
+    with pytest.raises(grpc.aio.AioRpcError) as e:
+        await hist.create(t, shard=7)
+    assert e.value.code() == grpc.StatusCode.UNAVAILABLE
