@@ -32,7 +32,9 @@ APP = "default"
 # Small timeouts so faults resolve in seconds, not minutes.
 FAST_OVERRIDES = {
     "history": {"lease_duration_s": 3, "cancel_grace_s": 2},
-    "dispatcher": {"lease_duration_s": 3, "rpc_timeout_s": 3, "poll_max_wait_s": 2},
+    # The breaker (5 sandbox crashes of a task type in 60 s pause that type) trips in every
+    # scenario that kills sandboxes; a short cooldown lets the paused tasks resume within the run.
+    "dispatcher": {"lease_duration_s": 3, "rpc_timeout_s": 3, "poll_max_wait_s": 2, "breaker_cooldown_s": 2},
     "hostagent": {"heartbeat_interval_s": 1, "rpc_timeout_s": 3, "poll_max_wait_s": 2, "deployment_cache_s": 1,
                   "completion_retry_s": 15, "capacity": 6},
 }
