@@ -8,6 +8,8 @@ import argparse
 import asyncio
 import sys
 
+import asyncpg
+
 from ratchet.libs.config import ConfigError, describe
 from ratchet.libs.rpc.server import run_until_signal, setup_logging
 from ratchet.services.dispatcher.config import ENV_PREFIX, DispatcherConfig, load
@@ -44,7 +46,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"dispatcher: {err}", file=sys.stderr)
         return 2
     setup_logging("dispatcher", config.log_level)
-    asyncio.run(_main(config))
+    try:
+        asyncio.run(_main(config))
+    except (OSError, asyncpg.PostgresError) as err:
+        # Without its breakers the dispatcher must not lease: exit, and be restarted.
+        print(f"dispatcher: cannot use its database (config field 'dsn'): {type(err).__name__}: {err}",
+              file=sys.stderr)
+        return 1
     return 0
 
 

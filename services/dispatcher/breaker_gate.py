@@ -25,8 +25,11 @@ from ratchet.services.dispatcher.breakers import CLOSED, HALF_OPEN, Breaker, Bre
 
 log = logging.getLogger(__name__)
 
-# History takes at most this many type limits per LeaseTasks (its MAX_BATCH).
+# History takes at most this many type limits per LeaseTasks (its MAX_BATCH),
+# and names of at most MAX_NAME characters; a limit it refused would fail the
+# whole lease call, so a completion naming a longer one is never counted.
 MAX_LIMITS = 1000
+MAX_NAME = 200
 
 
 @dataclasses.dataclass
@@ -37,7 +40,8 @@ class _Token:
 
 def key_of(item: hpb.LeasedTask | hpb.Completion) -> BreakerKey | None:
     """The breaker a leased task or a completion belongs to; None if it does not say."""
-    if not (item.tenant_id and item.app_id and item.task_type):
+    names = (item.tenant_id, item.app_id, item.task_type)
+    if not all(names) or any(len(n) > MAX_NAME for n in names):
         return None
     return BreakerKey(item.tenant_id, item.app_id, item.task_type)
 

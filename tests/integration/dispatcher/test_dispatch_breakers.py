@@ -210,3 +210,18 @@ async def test_bad_admin_requests_are_refused_naming_the_field(breakers):
     with pytest.raises(grpc.aio.AioRpcError) as err:
         await admin.ResetBreaker(dpb.ResetBreakerRequest(tenant_id="t", app_id="a"), timeout=5)
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "task_type" in err.value.details()
+
+
+async def test_two_dispatcher_processes_on_one_database_let_one_probe_through_between_them(breakers, history):
+    one, stub_one, _ = await breakers(shard_ids=[0], breaker_cooldown_s=0.5)
+    two, stub_two, _ = await breakers(shard_ids=[1], breaker_cooldown_s=0.5)
+    add(history, 3)
+    await finish(stub_one, await poll(stub_one, capacity=3, max_wait=2), crashed=True)
+    await wait_until(lambda: KEY in one.gate.breakers and KEY in two.gate.breakers, what="both see it open")
+    waiting = add(history, 3, shard=0) + add(history, 3, shard=1)
+    await wait_until(lambda: one.gate.breakers[KEY].state == two.gate.breakers[KEY].state == "HALF_OPEN",
+                     what="both HALF_OPEN")
+    got = await asyncio.gather(*(poll(stub, capacity=10, max_wait=1.5) for stub in (stub_one, stub_two)))
+    probes = [t.task_id for tasks in got for t in tasks]
+    assert len(probes) == 1 and probes[0] in waiting, probes
+    assert one.gate.has_token(KEY) + two.gate.has_token(KEY) == 0  # the one claim was spent

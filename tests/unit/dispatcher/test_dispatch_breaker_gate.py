@@ -108,6 +108,8 @@ def test_completions_the_breakers_hear_about():
         (POISON, "t2", True, "SandboxCrashed", "signal 9")
     unnamed = hpb.Completion(task_id="t3", outcome=hpb.COMPLETION_OUTCOME_CRASHED)
     assert gate.outcome(unnamed) is None  # an agent that does not say the type cannot be counted
+    too_long = completion(BreakerKey("tenant-a", "app", "x" * 201), "t4", hpb.COMPLETION_OUTCOME_CRASHED)
+    assert gate.outcome(too_long) is None  # history would refuse it as a type limit
     # The probe's completion, known locally before the row says so, and from the row.
     gate.replace([row(POISON, HALF_OPEN, probe_owner="me", probe_leased_at=NOW)])
     gate.grant(POISON, 10)
