@@ -124,13 +124,13 @@ class BreakerKeeper:
     async def apply(self, event: Event) -> None:
         """Write one event. BreakersUnavailable means: retry it later."""
         if event.reset is not None:
-            if event.reset.done():
-                return  # the caller gave up and the queue was full; nothing to report to
+            # Applied even if the caller stopped waiting: it was told the reset may still apply.
             w = await self._change(event.key, lambda b, now: machine.reset(b))
             if w.changed:
                 log.info("breaker %s reset: CLOSED", _name(event.key))
                 self.on_change()
-            event.reset.set_result(self._view(w.new or Breaker(event.key), w.now))
+            if not event.reset.done():
+                event.reset.set_result(self._view(w.new or Breaker(event.key), w.now))
         elif event.probe_task_id is not None:
             owner, task_id = self.gate.owner, event.probe_task_id
             await self._change(event.key, lambda b, now: machine.probe_leased(b, owner, task_id, now))

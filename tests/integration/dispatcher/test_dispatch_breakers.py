@@ -225,3 +225,22 @@ async def test_two_dispatcher_processes_on_one_database_let_one_probe_through_be
     probes = [t.task_id for tasks in got for t in tasks]
     assert len(probes) == 1 and probes[0] in waiting, probes
     assert one.gate.has_token(KEY) + two.gate.has_token(KEY) == 0  # the one claim was spent
+
+
+async def test_with_the_breakers_database_away_dispatch_goes_on_and_crashes_are_written_later(breakers, history):
+    server, stub, admin = await breakers()
+    await trip(server, stub, history)
+    pool, server.store.pool = server.store.pool, None  # as if the database went away
+    paused, other = add(history, 1), add(history, 1, task_type="good") + add(history, 2, task_type="flaky")
+    got = await poll(stub, capacity=10, max_wait=2)
+    assert sorted(t.task_id for t in got) == sorted(other)  # still paused from memory; the rest flows
+    flaky = [t for t in got if t.task_type == "flaky"]
+    await finish(stub, flaky, crashed=True)  # answered at once: history does not wait for the breakers
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await admin.ListBreakers(dpb.ListBreakersRequest(tenant_id="tenant-a", app_id="app"), timeout=5)
+    assert err.value.code() == grpc.StatusCode.UNAVAILABLE
+    await asyncio.sleep(0.3)  # the loop retries meanwhile
+    server.store.pool = pool
+    got = await listed_until(admin, lambda b: "flaky" in b and b["flaky"].crashes == 2)
+    assert got["poison"].state == bpb.BREAKER_STATE_OPEN
+    assert history.fake.tasks[paused[0]].state == 1  # never leased
