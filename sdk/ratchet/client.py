@@ -142,12 +142,20 @@ class Client(TaskSearchCalls, ScheduleCalls):
         deadline = time.monotonic() + timeout
         interval = 0.05
         while True:
-            info = self.get(task_id)
-            if info.terminal:
+            try:
+                info = self.get(task_id)
+            except (Unavailable, DeadlineExceeded):
+                # A wait outlives a restarting shard or gateway: keep polling
+                # until our own deadline, then report the last error.
+                if time.monotonic() >= deadline:
+                    raise
+                info = None
+            if info is not None and info.terminal:
                 return info
             left = deadline - time.monotonic()
             if left <= 0:
-                raise TimeoutError(f"task {task_id} is still {info.state} after {timeout:g}s")
+                state = info.state if info is not None else "unknown (platform unavailable)"
+                raise TimeoutError(f"task {task_id} is still {state} after {timeout:g}s")
             time.sleep(min(interval, left))
             interval = min(interval * 1.5, max_interval)
 

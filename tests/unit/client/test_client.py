@@ -148,3 +148,18 @@ def test_public_names():
     from ratchet import Client as C, FatalError, RetryableError, RetryPolicy as R, task
     assert C is Client and R is RetryPolicy and callable(task) and not isinstance(task, type(ratchet))
     assert issubclass(FatalError, Exception) and issubclass(RetryableError, Exception)
+
+
+def test_wait_rides_out_an_unavailable_platform_until_its_deadline():
+    server = FakeServer()
+    try:
+        server.tasks.tasks["t1"] = _task()
+        with Client(server.endpoint, "k", timeout=2) as c:
+            # More UNAVAILABLE answers than one call's own transport retries absorb.
+            server.tasks.fail_with = [grpc.StatusCode.UNAVAILABLE] * 12
+            assert c.wait("t1", timeout=30).state == "SUCCEEDED"
+            server.tasks.fail_with = [grpc.StatusCode.UNAVAILABLE] * 1000
+            with pytest.raises(Unavailable):
+                c.wait("t1", timeout=0.5)
+    finally:
+        server.stop()
