@@ -4,7 +4,9 @@ reflection, message limits, and a graceful stop on SIGTERM/SIGINT."""
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import logging
+import os
 import signal
 from typing import Awaitable, Callable, Iterable
 
@@ -64,8 +66,33 @@ class Server:
         await self.server.stop(grace)
 
 
+PARENT_PID_ENV = "RATCHET_PARENT_PID"
+_PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent() -> None:
+    """If started by a supervisor that set RATCHET_PARENT_PID, get SIGTERM when
+    it dies (and exit now if it is already gone).
+
+    Done here, after exec, rather than in a preexec_fn: Python code between
+    fork and exec in a process running gRPC threads can crash or deadlock the
+    child (seen as hung and SIGSEGV'd service starts).
+    """
+    parent = os.environ.get(PARENT_PID_ENV)
+    if not parent:
+        return
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    except (OSError, AttributeError):  # not Linux: the supervisor's stop() still cleans up
+        return
+    if os.getppid() != int(parent):
+        raise SystemExit(f"supervisor {parent} is gone; exiting")
+
+
 async def run_until_signal(main: Callable[[asyncio.Event], Awaitable[None]]) -> None:
     """Run main(stop_event); SIGTERM or SIGINT sets the event."""
+    die_with_parent()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

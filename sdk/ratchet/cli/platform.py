@@ -31,6 +31,7 @@ from typing import Any
 from ratchet.cli import procs
 from ratchet.cli.supervision import Supervisor
 from ratchet.libs.pg.cluster import LocalCluster, free_port
+from ratchet.libs.rpc.server import PARENT_PID_ENV
 
 log = logging.getLogger("ratchet.dev")
 
@@ -202,8 +203,7 @@ class LocalPlatform:
         try:
             proc = self._spawner.submit(
                 subprocess.Popen, cmd, stdin=subprocess.DEVNULL, stdout=logf, stderr=subprocess.STDOUT,
-                cwd=self.dir, env=self.env, process_group=0,
-                preexec_fn=procs.set_parent_death_signal).result()
+                cwd=self.dir, env={**self.env, PARENT_PID_ENV: str(os.getpid())}, process_group=0).result()
         finally:
             logf.close()
         self.procs[name] = proc

@@ -1,10 +1,10 @@
-"""Process plumbing for the local platform: spawn with a parent-death signal,
+"""Process plumbing for the local platform (services die with it: see
+ratchet.libs.rpc.server.die_with_parent),
 identify our own processes by (pid, start time) so a recycled pid is never
 signalled, health checks, and log tails for error messages."""
 
 from __future__ import annotations
 
-import ctypes
 import json
 import os
 import pathlib
@@ -15,19 +15,6 @@ from typing import Any
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-
-_PR_SET_PDEATHSIG = 1
-
-
-def set_parent_death_signal(sig: int = signal.SIGTERM) -> None:
-    """Ask Linux to send sig to this process when the thread that forked it dies.
-
-    Used as preexec_fn so services never outlive a crashed supervisor.
-    """
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, sig, 0, 0, 0)
-    except (OSError, AttributeError):  # not Linux: the supervisor's stop() still cleans up
-        pass
 
 
 def start_time(pid: int) -> int | None:

@@ -4,6 +4,7 @@ restart on death, held-down services, start-up failures that show the log."""
 from __future__ import annotations
 
 import json
+import pathlib
 import time
 
 import pytest
@@ -86,3 +87,53 @@ def test_a_service_that_cannot_start_fails_start_with_its_log(state_dir):
 def test_unknown_service_overrides_are_refused(state_dir):
     with pytest.raises(ValueError, match="unknown service"):
         LocalPlatform(state_dir, overrides={"quota": {}})
+
+
+def test_services_die_with_a_killed_supervisor(state_dir, tmp_path):
+    """SIGKILL the process running the platform: every service it started exits."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    script = tmp_path / "run_platform.py"
+    script.write_text(
+        "import json, sys, time\n"
+        "from ratchet.cli.platform import LocalPlatform\n"
+        "from tests.integration.cli.conftest import fake_options\n"
+        f"p = LocalPlatform({str(state_dir)!r}, shards=1, **fake_options())\n"
+        "p.start()\n"
+        "print(json.dumps({n: p.service_pid(n) for n in p.procs}), flush=True)\n"
+        "time.sleep(600)\n")
+    repo = str(pathlib.Path(__file__).resolve().parents[3])
+    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True, cwd=repo,
+                            env={**os.environ, "PYTHONPATH": repo})
+    pids: dict = {}
+    try:
+        pids = json.loads(proc.stdout.readline())
+        assert pids and all(pids.values())
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+        _wait(lambda: not any(_alive(pid) for pid in pids.values()), timeout=20)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        for pid in pids.values():
+            if pid and _alive(pid):
+                os.kill(pid, signal.SIGKILL)
+        _stop_postgres(state_dir)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+
+
+def _stop_postgres(state_dir) -> None:
+    from ratchet.libs.pg.cluster import LocalCluster
+    cluster = LocalCluster(state_dir / "pg")
+    if cluster.running():
+        cluster.stop(mode="immediate")
