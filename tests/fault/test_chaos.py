@@ -98,6 +98,11 @@ MUTATIONS = {
 }
 
 MATRIX = _matrix()
+# Open platform bugs (each pinned by a strict xfail in test_bugs.py): these scenarios fail until fixed.
+KNOWN_BUGS = {
+    "kill_gateway": "host agent spends attempts on DeploymentUnavailable while the gateway is down "
+                    "(test_bugs.py::test_control_plane_outage_does_not_fail_tasks_that_never_ran)",
+}
 _VERDICTS: list[dict] = []
 
 
@@ -109,7 +114,8 @@ def chaos_report(fault_root):
 
 
 @pytest.mark.timeout(400, method="thread")
-@pytest.mark.parametrize("name", list(MATRIX))
+@pytest.mark.parametrize("name", [pytest.param(k, marks=pytest.mark.xfail(reason=KNOWN_BUGS[k], strict=False))
+                                  if k in KNOWN_BUGS else k for k in MATRIX])
 def test_chaos(name, fault_root):
     if MATRIX[name].skew_services and faketime_library() is None:
         pytest.skip("libfaketime is not installed (Debian package faketime; `make chaos` installs it as root)")

@@ -11,6 +11,7 @@ import os
 import pathlib
 import tempfile
 import threading
+import time
 
 import pytest
 
@@ -97,3 +98,66 @@ def test_history_dies_before_committing_a_completion(gated_platform, gates):
         info = c.wait(task_id, timeout=60)
     assert info.state == "SUCCEEDED"
     assert all(a.outcome in ("SUCCEEDED", "LEASE_EXPIRED") for a in info.attempts), info.attempts
+
+
+@needs_gate("history.lease.before_commit")
+@pytest.mark.timeout(120, method="thread")
+def test_history_dies_before_committing_a_lease(gated_platform, gates):
+    """History crashes with a lease written but not committed: the lease never existed (no attempt
+    charged, no epoch used), and the task is leased again and succeeds on attempt 1."""
+    platform, ledger = gated_platform
+    gate = gates.arm("history.lease.before_commit")
+    with platform.client(timeout=10) as c:
+        task_id = c.enqueue("work", {"op": "gated-3", "ledger": ledger, "mode": "ok"})
+        gate.wait_reached(timeout=30)
+        gate.release(action="crash")
+        gate.disarm()
+        platform.ensure_serving("history")
+        info = c.wait(task_id, timeout=60)
+    assert info.state == "SUCCEEDED"
+    assert [(a.attempt, a.lease_epoch, a.outcome) for a in info.attempts] == [(1, 1, "SUCCEEDED")]
+    assert info.result["lease_epoch"] == 1
+
+
+@needs_gate("history.complete.received")
+@pytest.mark.timeout(150, method="thread")
+def test_stale_completion_is_rejected(gates):
+    """The forced interleaving behind P3: a completion is held in history before it takes any lock;
+    meanwhile the host agent is paused, the lease expires and the task is leased again (epoch 2).
+    Released, the epoch-1 completion must be rejected: the task ends with lease 2's result."""
+    import signal
+
+    root = pathlib.Path(tempfile.mkdtemp(prefix="ratchet-gated-"))
+    os.chmod(root, 0o755)
+    ledger = root / "ledger.jsonl"
+    ledger.touch()
+    os.chmod(ledger, 0o666)
+    overrides = {k: dict(v) for k, v in FAST_OVERRIDES.items()}
+    overrides["dispatcher"]["rpc_timeout_s"] = 30  # the held completion call must outlive the hold
+    platform = FaultPlatform(root / "platform", shards=1, overrides=overrides, env=gates.env)
+    platform.start()
+    try:
+        deploy_app(platform)
+        gate = gates.arm("history.complete.received")
+        with platform.client(timeout=10) as c:
+            task_id = c.enqueue("work", {"op": "gated-4", "ledger": str(ledger), "mode": "ok"})
+            gate.wait_reached(timeout=30)
+            gate.disarm()
+            agent = platform.service_pid("hostagent")
+            os.kill(agent, signal.SIGSTOP)  # no heartbeat: the lease expires on the shard clock
+            try:
+                deadline = time.monotonic() + 30
+                while c.get(task_id).attempt < 1 or c.get(task_id).state == "LEASED":
+                    assert time.monotonic() < deadline, "the lease never expired"
+                    time.sleep(0.2)
+            finally:
+                os.kill(agent, signal.SIGCONT)
+            while c.get(task_id).attempt < 2:  # leased again, epoch 2
+                assert time.monotonic() < deadline + 30
+                time.sleep(0.1)
+            gate.release()  # the stale epoch-1 completion goes on
+            info = c.wait(task_id, timeout=60)
+        assert info.state == "SUCCEEDED" and info.result["lease_epoch"] == 2, info
+    finally:
+        gates.release_all()
+        platform.stop()

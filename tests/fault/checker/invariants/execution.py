@@ -4,6 +4,7 @@ duplicate explained, stale completions rejected)."""
 
 from __future__ import annotations
 
+import collections
 from collections import defaultdict
 
 from .. import statemachine as sm
@@ -164,8 +165,9 @@ def handler_outcomes(run: Run, res: Result) -> None:
         if task.state == "FAILED" and faults and task.attempt == task.max_attempts:
             res.count("failed_by_faults")
             continue
-        res.violation(f"ended {task.state}; the handler script allows {sorted(allowed)}", item.task_id,
-                      request=item.request)
+        why = collections.Counter(a.error_class or a.outcome for a in attempts)
+        res.violation(f"ended {task.state} (attempts: {', '.join(f'{k} x{v}' for k, v in why.items()) or 'none'}); "
+                      f"the handler script allows {sorted(allowed)}", item.task_id, request=item.request)
 
 
 def _check_attempts_spent(res: Result, item, task, run: Run) -> None:
