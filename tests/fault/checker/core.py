@@ -22,6 +22,7 @@ MODULES = [
     "tests.fault.checker.invariants.tasks",
     "tests.fault.checker.invariants.execution",
     "tests.fault.checker.invariants.clients",
+    "tests.fault.checker.invariants.timers",
 ]
 MAX_EXAMPLES = 5  # counterexamples kept per invariant (the total is still counted)
 

@@ -262,6 +262,40 @@ def test_retryable_task_failed_before_spending_its_attempts():
     assert_fails(verdict_of(b), "handler_outcomes", "after 2 of 5 attempts")
 
 
+def test_timer_left_behind_by_a_finished_task():
+    b, ids = clean()
+    b.tables["timers"].append({"task_id": ids["a"], "kind": "lease", "fire_at": "2026-01-01T00:00:00+00:00",
+                               "lease_epoch": 1})
+    assert_fails(verdict_of(b), "timers", "SUCCEEDED task still has timers ['lease']")
+
+
+def test_waiting_task_without_its_timer():
+    b, ids = clean()
+    b.enqueue("c3", "op-w", outcome="info")
+    tid = "0190b7a0-0000-8000-8000-000000000003"
+    b.task(tid, "op-w", ["raise"])  # left in ENQUEUED after the retry; make it RETRY_WAIT, timer lost
+    b.tables["task_transitions"] = [r for r in b.tables["task_transitions"]
+                                    if not (r["task_id"] == tid and r["to_state"] == "ENQUEUED" and r["version"] > 1)]
+    task_row(b, tid).update(state="RETRY_WAIT", version=3)
+    res = assert_fails(verdict_of(b), "timers", "RETRY_WAIT task has no retry/schedule_to_close timer")
+    assert res["counterexamples"][0]["task_id"] == tid
+
+
+def test_due_timer_never_fired():
+    b, ids = clean()
+    tid = "0190b7a0-0000-8000-8000-000000000004"
+    b.enqueue("c3", "op-v", outcome="info")
+    b.task(tid, "op-v", ["raise"])
+    b.tables["task_transitions"] = [r for r in b.tables["task_transitions"]
+                                    if not (r["task_id"] == tid and r["to_state"] == "ENQUEUED" and r["version"] > 1)]
+    task_row(b, tid).update(state="RETRY_WAIT", version=3)
+    b.tables["timers"].append({"task_id": tid, "kind": "retry", "fire_at": "2026-11-30T10:00:00+00:00"})
+    history, ledger, dump, meta = b.run()
+    dump["db_now"] = "2026-11-30T10:00:30+00:00"
+    verdict = check(Run.from_parts(history, ledger, dump, meta))
+    assert_fails(verdict, "timers", "retry timer due 30.0s ago never fired")
+
+
 def test_checker_crash_is_a_failure_not_a_pass():
     b, ids = clean()
     b.ledger.append({"task_id": ids["a"], "attempt": 1, "lease_epoch": "garbage", "phase": "start"})
