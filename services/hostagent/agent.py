@@ -73,6 +73,7 @@ class Agent:
         self.capacity = capacity
         self._deployments, self._bundles, self._pool, self._submit = deployments, bundles, pool, submit
         self._leases: dict[str, Lease] = {}
+        self._busy = 0  # leases holding a slot (running), kept as a count: free_slots runs per poll
         self._slot_freed = asyncio.Event()
         self._runs: set[asyncio.Task] = set()
         # Set when a new checkpoint waits for a heartbeat; the heartbeat loop beats early for it.
@@ -80,13 +81,34 @@ class Agent:
 
     def free_slots(self) -> int:
         """Slots not taken by a running task."""
-        return self.capacity - sum(1 for lease in self._leases.values() if lease.running)
+        return self.capacity - self._busy
 
     async def wait_for_slot(self) -> None:
         """Return once a slot may have freed up."""
         self._slot_freed.clear()
         if self.free_slots() <= 0:
             await self._slot_freed.wait()
+
+    async def wait_for_free(self, want: int, timeout_s: float) -> None:
+        """Return once `want` slots are free, or after timeout_s (the poll loop lingers
+        like this so leases come in batches instead of one task per poll)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while self.free_slots() < want:
+            left = deadline - loop.time()
+            if left <= 0:
+                return
+            self._slot_freed.clear()
+            try:
+                await asyncio.wait_for(self._slot_freed.wait(), left)
+            except asyncio.TimeoutError:
+                return
+
+    def _release_slot(self, lease: Lease) -> None:
+        if lease.running:
+            lease.running = False
+            self._busy -= 1
+            self._slot_freed.set()
 
     def lease_refs(self) -> list[history_pb2.LeaseRef]:
         """Every lease held, for the heartbeat."""
@@ -118,6 +140,7 @@ class Agent:
             self._lose(old, f"superseded by lease epoch {task.lease_epoch}")
         lease = Lease(task)
         self._leases[task.task_id] = lease
+        self._busy += 1
         run = asyncio.ensure_future(self._run(lease))
         self._runs.add(run)
         run.add_done_callback(self._runs.discard)
@@ -145,15 +168,20 @@ class Agent:
                                 on_checkpoint=lambda data: self._checkpoint(lease, data))
         lease.sandbox = None
         if lease.lost:
-            sandbox.kill()  # it may have answered just before the kill: never reuse it
+            # It may have answered just before the kill: never reuse it (the other tasks it
+            # runs, if any, end as collateral: see outcomes.killed_beside).
+            sandbox.kill(f"task {task.task_id} lost its lease")
             return
-        completion = outcomes.from_end(task, end, sandbox.log_tail() if end.done is None else "")
+        if end.done is None and end.protocol_error is None and sandbox.killed_for:
+            completion = outcomes.killed_beside(task, sandbox.killed_for)
+        else:
+            completion = outcomes.from_end(task, end, sandbox.log_tail() if end.done is None else "")
         if lease.checkpoint_unacked:
             completion.checkpoint_json = lease.checkpoint
         if end.done is not None and completion.error.error_class != outcomes.SANDBOX_PROTOCOL:
             self._pool.release(sandbox)
         else:
-            sandbox.kill()
+            sandbox.kill(f"task {task.task_id} broke the protocol")
             log.warning("task %s: %s", task.task_id, completion.error.message)
         self._complete(lease, completion)
 
@@ -177,8 +205,7 @@ class Agent:
 
     def _complete(self, lease: Lease, completion: history_pb2.Completion) -> None:
         self._disarm(lease)
-        lease.running = False
-        self._slot_freed.set()
+        self._release_slot(lease)
         self._submit(completion)
 
     def settled(self, task_id: str, lease_epoch: int) -> None:
@@ -237,9 +264,8 @@ class Agent:
         log.warning("task %s epoch %d: %s; discarding its outcome", lease.task.task_id, lease.task.lease_epoch,
                     reason)
         if lease.sandbox is not None:
-            lease.sandbox.kill()
-        lease.running = False
-        self._slot_freed.set()
+            lease.sandbox.kill(f"task {lease.task.task_id}: {reason}")
+        self._release_slot(lease)
 
     async def drain(self, timeout_s: float) -> None:
         """Wait up to timeout_s for running tasks to end (used on shutdown)."""
@@ -259,6 +285,7 @@ class Agent:
         for lease in list(self._leases.values()):
             self._disarm(lease)
             lease.lost = True
+            self._release_slot(lease)
         self._leases.clear()
         for run in list(self._runs):
             run.cancel()

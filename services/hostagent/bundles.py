@@ -86,11 +86,18 @@ class BundleStore:
         self._root = root
         self._fetch = fetch
         self._locks: dict[str, asyncio.Lock] = {}
+        # Extracted folders are never removed while the agent runs: remember them, so the
+        # per-task look-up is a dict hit, not a path join and a stat.
+        self._known: dict[str, pathlib.Path] = {}
 
     async def ensure(self, digest: str) -> pathlib.Path:
         """The folder holding digest's bundle, fetching and extracting it if needed."""
+        known = self._known.get(digest)
+        if known is not None:
+            return known
         dest = self._root / digest_hex(digest)
         if dest.is_dir():
+            self._known[digest] = dest
             return dest
         lock = self._locks.setdefault(digest, asyncio.Lock())
         async with lock:
@@ -99,4 +106,5 @@ class BundleStore:
             bundle = await self._fetch(digest)
             verify(digest, bundle)
             await asyncio.to_thread(extract, bundle, dest)
+        self._known[digest] = dest
         return dest

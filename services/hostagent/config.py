@@ -32,7 +32,16 @@ class HostAgentConfig:
     grpc_port: int = field(0, doc="port of the agent's gRPC server (ListSandboxes, health); 0 = any free port")
     worker_id: str = field(default_factory=_default_worker_id,
                            doc="identity recorded on attempts; default <hostname>-<pid>")
-    capacity: int = field(8, doc="task slots: most sandboxes busy at once (1..1000)")
+    capacity: int = field(256, doc="task slots: most tasks running at once on this host (1..1000)")
+    sandbox_concurrency: int = field(
+        64, doc="most tasks one sandbox process runs at once, each in its own thread (1..1000); at most "
+                "about capacity / sandbox_concurrency sandboxes per app version. 1 gives every task its own "
+                "process. A sandbox that crashes fails every attempt it was running (CRASHED); one the agent "
+                "kills to stop a task (lease lost, cancel ignored) fails the others it ran as SandboxCrashed "
+                "(FAILED, retried, not counted by the circuit breakers)")
+    poll_linger_s: float = field(
+        0.005, doc="seconds the agent waits for a quarter of its slots to be free before polling with fewer, "
+                   "so leases (and history's transactions) come in batches; 0 polls as soon as one is free")
     heartbeat_interval_s: float = field(10.0, doc="seconds between heartbeats of all held leases")
     poll_max_wait_s: float = field(20.0, doc="seconds a Poll may wait for work before closing empty (max 60)")
     sandbox_python: str = field(default_factory=lambda: sys.executable,
@@ -51,6 +60,10 @@ class HostAgentConfig:
                 raise ConfigError(f"config field {name!r} must not be empty")
         if not 1 <= self.capacity <= 1000:
             raise ConfigError(f"config field 'capacity' must be in 1..1000, got {self.capacity}")
+        if not 1 <= self.sandbox_concurrency <= 1000:
+            raise ConfigError(f"config field 'sandbox_concurrency' must be in 1..1000, got {self.sandbox_concurrency}")
+        if not 0 <= self.poll_linger_s <= 1:
+            raise ConfigError(f"config field 'poll_linger_s' must be in [0, 1], got {self.poll_linger_s}")
         if not 0 < self.poll_max_wait_s <= 60:
             raise ConfigError(f"config field 'poll_max_wait_s' must be in (0, 60], got {self.poll_max_wait_s}")
         for name in ("heartbeat_interval_s", "sandbox_start_timeout_s", "rpc_timeout_s", "completion_retry_s"):

@@ -1,14 +1,20 @@
 """The agent's sandboxes, pooled per (app, version) and reused.
 
 A sandbox serves one app version of one app only, never another tenant's or
-another app's code. Idle sandboxes are kept for the next task of the same
-version; those of a superseded version are stopped.
+another app's code, and runs up to `concurrency` of its tasks at once (each
+in its own thread in the stub). A task goes to the least loaded sandbox of
+its version that has room; a new sandbox starts only when none has, and
+tasks arriving while it starts wait for it instead of starting their own
+(a lease batch of 200 tasks starts ceil(200 / concurrency) processes, not
+200). Idle sandboxes are kept for the next task of the same version; those
+of a superseded version are stopped once idle.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import pathlib
 
 from ratchet.services.hostagent.sandboxes import Sandbox, SandboxDirs
@@ -19,14 +25,17 @@ Key = tuple[str, str]  # (app_id, digest)
 
 
 class SandboxPool:
-    """Live sandboxes; at most `capacity` of them are kept (idle ones make room)."""
+    """Live sandboxes; about capacity / concurrency of them are kept (idle ones make room)."""
 
-    def __init__(self, *, dirs: SandboxDirs, python: str, capacity: int, start_timeout_s: float):
+    def __init__(self, *, dirs: SandboxDirs, python: str, capacity: int, start_timeout_s: float,
+                 concurrency: int = 1):
         self._dirs, self._python = dirs, python
-        self._capacity, self._start_timeout_s = capacity, start_timeout_s
+        self._concurrency = max(1, concurrency)
+        self._max_live = max(1, math.ceil(capacity / self._concurrency))
+        self._start_timeout_s = start_timeout_s
         self._all: dict[str, Sandbox] = {}  # every process not yet exited, stopping ones too
-        self._live: dict[str, Sandbox] = {}  # the ones counted against capacity
-        self._idle: dict[str, Sandbox] = {}  # insertion order = least recently used first
+        self._live: dict[str, Sandbox] = {}  # the ones tasks may be placed in (insertion order = oldest first)
+        self._starting: dict[str, asyncio.Future] = {}  # sandbox_id -> its start, while it starts
         self._active: dict[str, str] = {}  # app_id -> digest new attempts run
         self._background: set[asyncio.Task] = set()
 
@@ -35,17 +44,47 @@ class SandboxPool:
         return [s for s in self._all.values() if s.alive]
 
     async def acquire(self, app_id: str, digest: str, module: str, bundle_dir: pathlib.Path) -> Sandbox:
-        """A ready sandbox of this app version, reserved for the caller: an idle
-        one if there is one, else a new one (SandboxStartFailed if it won't start)."""
+        """A ready sandbox of this app version with room for one more task, reserved for the
+        caller (give it back with release): the least loaded one, one being started, or a new
+        one (SandboxStartFailed if it won't start)."""
         self.note_active(app_id, digest)
-        for sid, sandbox in list(self._idle.items()):
-            if (sandbox.app_id, sandbox.digest) == (app_id, digest) and sandbox.alive:
-                del self._idle[sid]
-                return sandbox
+        sandbox = self._with_room(app_id, digest)
+        if sandbox is None:
+            sandbox = self._start(app_id, digest, module, bundle_dir)
+        sandbox.load += 1
+        starting = self._starting.get(sandbox.sandbox_id)
+        if starting is not None:
+            try:
+                await asyncio.shield(starting)
+            except BaseException:
+                sandbox.load -= 1
+                raise
+        return sandbox
+
+    def _with_room(self, app_id: str, digest: str) -> Sandbox | None:
+        best = None
+        for sandbox in self._live.values():
+            if (sandbox.app_id, sandbox.digest) != (app_id, digest) or sandbox.load >= sandbox.concurrency:
+                continue
+            if not (sandbox.alive or sandbox.sandbox_id in self._starting):
+                continue
+            if best is None or sandbox.load < best.load:
+                best = sandbox
+        return best
+
+    def _start(self, app_id: str, digest: str, module: str, bundle_dir: pathlib.Path) -> Sandbox:
         self._make_room()
-        sandbox = Sandbox(app_id=app_id, digest=digest, module=module, bundle_dir=bundle_dir, dirs=self._dirs)
+        sandbox = Sandbox(app_id=app_id, digest=digest, module=module, bundle_dir=bundle_dir, dirs=self._dirs,
+                          concurrency=self._concurrency)
         self._live[sandbox.sandbox_id] = sandbox
         self._all[sandbox.sandbox_id] = sandbox
+        started = asyncio.ensure_future(self._run_start(sandbox))
+        # Nobody may be waiting any more when it fails: mark the error as seen.
+        started.add_done_callback(lambda f: f.cancelled() or f.exception())
+        self._starting[sandbox.sandbox_id] = started
+        return sandbox
+
+    async def _run_start(self, sandbox: Sandbox) -> None:
         try:
             await sandbox.start(self._python, self._start_timeout_s)
         except BaseException:
@@ -53,44 +92,50 @@ class SandboxPool:
             self._all.pop(sandbox.sandbox_id, None)
             sandbox.kill()
             raise
+        finally:
+            self._starting.pop(sandbox.sandbox_id, None)
         self._spawn(self._forget_on_exit(sandbox))
-        log.info("sandbox %s started: pid %d, app %s, %s", sandbox.sandbox_id, sandbox.pid, app_id, digest)
-        return sandbox
+        log.info("sandbox %s started: pid %d, app %s, %s (up to %d tasks at once)", sandbox.sandbox_id,
+                 sandbox.pid, sandbox.app_id, sandbox.digest, sandbox.concurrency)
 
     def release(self, sandbox: Sandbox) -> None:
-        """Take back a sandbox whose task ended: keep it idle unless it is dead
-        or runs a superseded version."""
+        """Take back one task's place in a sandbox whose run ended well: keep the sandbox
+        unless it is dead, or idle and of a superseded version."""
+        sandbox.load = max(0, sandbox.load - 1)
         if not sandbox.alive:
             return
-        if self._active.get(sandbox.app_id) != sandbox.digest:
+        if sandbox.load == 0 and self._active.get(sandbox.app_id) != sandbox.digest:
             self._stop(sandbox)
-            return
-        self._idle[sandbox.sandbox_id] = sandbox
 
     def note_active(self, app_id: str, digest: str) -> None:
         """Record the app's current version; stop idle sandboxes of older ones."""
         if self._active.get(app_id) == digest:
             return
         self._active[app_id] = digest
-        for sandbox in list(self._idle.values()):
-            if sandbox.app_id == app_id and sandbox.digest != digest:
+        for sandbox in list(self._live.values()):
+            if sandbox.app_id == app_id and sandbox.digest != digest and self._idle(sandbox):
                 log.info("stopping idle sandbox %s of superseded version %s", sandbox.sandbox_id, sandbox.digest)
                 self._stop(sandbox)
 
+    def _idle(self, sandbox: Sandbox) -> bool:
+        return sandbox.load == 0 and sandbox.sandbox_id not in self._starting
+
     def _make_room(self) -> None:
-        # Busy sandboxes never exceed capacity (the agent counts slots), so when
-        # the pool is full at least one idle sandbox can go.
-        while len(self._live) >= self._capacity and self._idle:
-            self._stop(next(iter(self._idle.values())))
+        # Stop idle sandboxes (oldest first) while the pool is full. If every one is busy
+        # (several versions running at once), the new one starts anyway: the agent's slots,
+        # not this count, bound the work.
+        for sandbox in list(self._live.values()):
+            if len(self._live) < self._max_live:
+                return
+            if self._idle(sandbox):
+                self._stop(sandbox)
 
     def _stop(self, sandbox: Sandbox) -> None:
-        self._idle.pop(sandbox.sandbox_id, None)
         self._live.pop(sandbox.sandbox_id, None)
         self._spawn(sandbox.stop())
 
     async def _forget_on_exit(self, sandbox: Sandbox) -> None:
         await sandbox.exited.wait()
-        self._idle.pop(sandbox.sandbox_id, None)
         self._live.pop(sandbox.sandbox_id, None)
         self._all.pop(sandbox.sandbox_id, None)
 
@@ -101,10 +146,11 @@ class SandboxPool:
 
     async def close(self) -> None:
         """Kill every sandbox and wait for them to exit."""
+        for starting in list(self._starting.values()):
+            starting.cancel()
         sandboxes = list(self._all.values())
         self._all.clear()
         self._live.clear()
-        self._idle.clear()
         for sandbox in sandboxes:
             sandbox.kill()
         await asyncio.gather(*(s.exited.wait() for s in sandboxes if s.process is not None))

@@ -81,28 +81,44 @@ def describe_exit(status: int | None) -> str:
     return f"status {status}"
 
 
-class Sandbox:
-    """A sandbox process for one (app, version). `run` sends one task at a time."""
+@dataclasses.dataclass
+class _Run:
+    """One task in flight in a sandbox."""
 
-    def __init__(self, *, app_id: str, digest: str, module: str, bundle_dir: pathlib.Path, dirs: SandboxDirs):
+    attempt: int
+    future: asyncio.Future
+    on_checkpoint: Callable[[bytes], None] | None
+
+
+class Sandbox:
+    """A sandbox process for one (app, version), running up to `concurrency`
+    tasks at once (`run` per task; the pool keeps count in `load`)."""
+
+    def __init__(self, *, app_id: str, digest: str, module: str, bundle_dir: pathlib.Path, dirs: SandboxDirs,
+                 concurrency: int = 1):
         self.sandbox_id = uuid.uuid4().hex[:12]
         self.app_id, self.digest, self.module, self.bundle_dir = app_id, digest, module, bundle_dir
+        self.concurrency = max(1, concurrency)
+        self.load = 0  # tasks the pool has placed here and not taken back
         self._dirs = dirs
         self.home = dirs.homes / self.sandbox_id
         self.log_path = dirs.logs / f"{self.sandbox_id}.log"
         self.process: asyncio.subprocess.Process | None = None
         self.handlers: list[str] = []
-        self.task_id = ""  # the task it runs, for ListSandboxes
-        self.attempt = 0
         self.last_handler_beat: float | None = None
         self.exit_status: int | None = None
+        self.killed_for: str | None = None  # why the agent killed it, if it did
         self.exited = asyncio.Event()
         self._writer: asyncio.StreamWriter | None = None
         self._ready: asyncio.Future | None = None
-        self._run: asyncio.Future | None = None
-        self._checkpoint_sink: Callable[[bytes], None] | None = None
+        self._runs: dict[str, _Run] = {}  # task_id -> its run, for done/checkpoint frames and ListSandboxes
+        self._out: list[bytes] = []  # frames queued this loop iteration, written together
         self._protocol_error: str | None = None
         self._tasks: list[asyncio.Task] = []
+
+    def running(self) -> list[tuple[str, int]]:
+        """(task_id, attempt) of every task in flight here, for ListSandboxes."""
+        return [(task_id, run.attempt) for task_id, run in self._runs.items()]
 
     @property
     def pid(self) -> int:
@@ -141,6 +157,7 @@ class Sandbox:
             self.process = await asyncio.create_subprocess_exec(
                 python, "-m", "ratchet.sandbox", "run", "--socket", str(sock_path),
                 "--app-dir", str(self.bundle_dir), "--module", self.module, "--parent-pid", str(os.getpid()),
+                "--concurrency", str(self.concurrency),
                 cwd=str(self.bundle_dir), env=sandbox_env(self.home), stdin=subprocess.DEVNULL,
                 stdout=out, stderr=subprocess.STDOUT, close_fds=True, process_group=0)
         self._tasks.append(asyncio.ensure_future(self._watch_exit()))
@@ -184,8 +201,9 @@ class Sandbox:
             self.handlers = [str(h) for h in message.get("handlers", [])]
             self._ready.set_result(None)
         elif kind == "done":
-            if self._run and not self._run.done():
-                self._run.set_result(RunEnd(done=message))
+            run = self._runs.get(message.get("task_id"))  # untrusted: it can only end a task it was handed
+            if run is not None and not run.future.done():
+                run.future.set_result(RunEnd(done=message))
         elif kind == "heartbeat":
             self.last_handler_beat = asyncio.get_running_loop().time()
         elif kind == "checkpoint":
@@ -205,12 +223,13 @@ class Sandbox:
             json.loads(value, parse_constant=_no_constant)
         except (json.JSONDecodeError, ValueError) as e:
             raise ProtocolError(f"a checkpoint's value is not valid JSON: {e}") from None
-        if self._checkpoint_sink is None or message.get("task_id") != self.task_id:
-            # A thread the previous handler left behind: it cannot touch another task's progress.
+        run = self._runs.get(message.get("task_id"))
+        if run is None or run.on_checkpoint is None:
+            # A thread a previous handler left behind: it cannot touch another task's progress.
             log.info("sandbox %s: ignoring a checkpoint for task %r, which it is not running",
                      self.sandbox_id, message.get("task_id"))
             return
-        self._checkpoint_sink(data)
+        run.on_checkpoint(data)
 
     async def _watch_exit(self) -> None:
         assert self.process is not None
@@ -219,8 +238,9 @@ class Sandbox:
             self._ready.set_exception(SandboxStartFailed(
                 f"sandbox exited with {describe_exit(self.exit_status)} before it was ready"
                 f"{self._log_tail_suffix()}"))
-        if self._run and not self._run.done():
-            self._run.set_result(RunEnd(exit_status=self.exit_status, protocol_error=self._protocol_error))
+        for run in self._runs.values():  # a sandbox that dies fails every attempt it was running
+            if not run.future.done():
+                run.future.set_result(RunEnd(exit_status=self.exit_status, protocol_error=self._protocol_error))
         if self._writer:
             self._writer.close()
         try:
@@ -235,30 +255,42 @@ class Sandbox:
         meanwhile go to on_checkpoint (JSON bytes, checked)."""
         if not self.alive:
             return RunEnd(exit_status=self.exit_status, protocol_error=self._protocol_error)
-        self._run = asyncio.get_running_loop().create_future()
-        self._checkpoint_sink = on_checkpoint
-        self.task_id, self.attempt = str(message["task_id"]), int(message["attempt"])
+        task_id = str(message["task_id"])
+        run = _Run(int(message["attempt"]), asyncio.get_running_loop().create_future(), on_checkpoint)
+        self._runs[task_id] = run
         try:
             if not self.send(message):
                 self.kill()
             elif cancel:
-                self.send({"type": "cancel", "task_id": self.task_id})
-            return await self._run
+                self.send({"type": "cancel", "task_id": task_id})
+            return await run.future
         finally:
-            self._run, self._checkpoint_sink = None, None
-            self.task_id, self.attempt = "", 0
+            if self._runs.get(task_id) is run:
+                del self._runs[task_id]
 
     def send(self, message: dict) -> bool:
-        """Queue a frame to the stub; False if the socket is gone."""
+        """Queue a frame to the stub; False if the socket is gone. Frames queued in
+        one event loop iteration go out in one write (a lease batch is one syscall)."""
         if self._writer is None or self._writer.is_closing():
             return False
-        self._writer.write(encode(message))
+        if not self._out:
+            asyncio.get_running_loop().call_soon(self._flush)
+        self._out.append(encode(message))
         return True
 
-    def kill(self) -> None:
-        """SIGKILL the sandbox's whole process group, now."""
+    def _flush(self) -> None:
+        out, self._out = self._out, []
+        if out and self._writer is not None and not self._writer.is_closing():
+            self._writer.write(b"".join(out))
+
+    def kill(self, reason: str | None = None) -> None:
+        """SIGKILL the sandbox's whole process group, now. `reason`: the agent kills it on
+        purpose to stop one task (recorded in killed_for, so the other tasks it was running
+        are told apart from a crash)."""
         if not self.alive:
             return
+        if reason and self.killed_for is None:
+            self.killed_for = reason
         try:
             os.killpg(self.process.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):

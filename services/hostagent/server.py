@@ -43,7 +43,8 @@ class HostAgent:
         dispatch = dispatcher_pb2_grpc.DispatchServiceStub(self._dispatcher_channel)
         control = control_pb2_grpc.ControlServiceStub(self._control_channel)
         self.pool = SandboxPool(dirs=SandboxDirs.under(work_dir), python=config.sandbox_python,
-                                capacity=config.capacity, start_timeout_s=config.sandbox_start_timeout_s)
+                                capacity=config.capacity, start_timeout_s=config.sandbox_start_timeout_s,
+                                concurrency=config.sandbox_concurrency)
         self.completions = CompletionSender(stub=dispatch, worker_id=config.worker_id, metadata=metadata,
                                             rpc_timeout_s=config.rpc_timeout_s,
                                             retry_budget_s=config.completion_retry_s,
@@ -54,7 +55,8 @@ class HostAgent:
                                                bundle_fetcher(control, metadata, config.rpc_timeout_s)),
                            pool=self.pool, submit=self.completions.submit)
         common = dict(agent=self.agent, stub=dispatch, worker_id=config.worker_id, metadata=metadata)
-        self.poll = PollLoop(**common, max_wait_s=config.poll_max_wait_s, rpc_timeout_s=config.rpc_timeout_s)
+        self.poll = PollLoop(**common, max_wait_s=config.poll_max_wait_s, rpc_timeout_s=config.rpc_timeout_s,
+                             linger_s=config.poll_linger_s)
         self.heartbeat = HeartbeatLoop(**common, interval_s=config.heartbeat_interval_s,
                                        rpc_timeout_s=config.rpc_timeout_s)
         self.server = Server([(hostagent_pb2_grpc.add_HostAgentServiceServicer_to_server,

@@ -22,6 +22,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--app-dir", required=True, help="the extracted app bundle")
     run.add_argument("--module", help="module to import (default as for describe)")
     run.add_argument("--parent-pid", type=int, help="the agent's pid: die with it (PR_SET_PDEATHSIG)")
+    run.add_argument("--concurrency", type=int, default=1, help="most tasks run at once, each in its own thread")
     return parser
 
 
@@ -47,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     from ratchet.sandbox.runner import serve
 
-    serve(args.socket, module, specs)
+    serve(args.socket, module, specs, args.concurrency)
     return 0
 
 

@@ -1,7 +1,12 @@
 """The stub's `run` mode: serve one host agent over a Unix socket.
 
-The main thread reads frames so cancel messages arrive while a handler runs;
-the handler runs in a worker thread. One task at a time.
+The main thread reads frames so cancel messages arrive while handlers run;
+handlers run on a pool of worker threads, at most `concurrency` tasks at
+once (the agent never sends more; one more is refused as SandboxBusy). The
+threads are started once and reused: starting a thread per task was a
+quarter of the stub's time in the drain profile. Frames going out are
+combined: a thread that finds another one writing leaves its frame for that
+writer, so a burst of done frames leaves in one sendall.
 """
 
 from __future__ import annotations
@@ -9,41 +14,61 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+import queue
 import socket
 import sys
 import threading
 
 from ratchet.context import TaskContext, utc
 from ratchet.sandbox.execute import Outcome, execute, platform_failure
-from ratchet.sandbox.protocol import ProtocolError, encode, recv_frame
+from ratchet.sandbox.protocol import HEADER, ProtocolError, check_length, decode_body, encode
 from ratchet.task import TaskSpec
+
+_READ_BUFFER = 256 * 1024
 
 
 class Stub:
     """Runs the handlers of one app version for the agent at the other end of sock."""
 
-    def __init__(self, sock: socket.socket, module: str, specs: list[TaskSpec]):
+    def __init__(self, sock: socket.socket, module: str, specs: list[TaskSpec], concurrency: int = 1):
         self._sock = sock
         self._module = module
         self._specs = {s.name: s for s in specs}
-        self._send_lock = threading.Lock()
+        self._concurrency = max(1, concurrency)
+        self._out_lock = threading.Lock()
+        self._out: list[bytes] = []
+        self._writing = False
         self._state_lock = threading.Lock()
-        self._current: tuple[str, TaskContext] | None = None
+        self._current: dict[str, TaskContext] = {}
+        self._work: queue.SimpleQueue = queue.SimpleQueue()
+        self._workers = 0
+        self._idle_workers = 0
 
     def send(self, message: dict) -> None:
         """Write one frame; if the agent is gone there is nobody to work for, so exit."""
         data = encode(message)
-        try:
-            with self._send_lock:
-                self._sock.sendall(data)
-        except OSError:
-            _exit(0)
+        with self._out_lock:
+            self._out.append(data)
+            if self._writing:
+                return  # the thread writing now sends it with its next batch
+            self._writing = True
+        while True:
+            with self._out_lock:
+                batch, self._out = self._out, []
+                if not batch:
+                    self._writing = False
+                    return
+            try:
+                self._sock.sendall(b"".join(batch))
+            except OSError:
+                _exit(0)
 
     def serve(self) -> None:
         """Announce readiness, then obey the agent until it hangs up or says shutdown."""
         self.send({"type": "ready", "pid": os.getpid(), "handlers": sorted(self._specs)})
+        reader = self._sock.makefile("rb", buffering=_READ_BUFFER)
         while True:
-            message = recv_frame(self._sock)
+            message = _read_frame(reader)
             if message is None or message["type"] == "shutdown":
                 return
             if message["type"] == "run":
@@ -68,15 +93,26 @@ class Stub:
                           on_checkpoint=lambda text: self.send({"type": "checkpoint", "task_id": task_id,
                                                                 "value": text}))
         with self._state_lock:
-            if self._current is not None:
+            if len(self._current) >= self._concurrency or task_id in self._current:
                 busy = Outcome("failed", error={"error_class": "SandboxBusy", "stack": "",
-                                                "message": "the sandbox is already running a task"})
+                                                "message": f"the sandbox is already running {len(self._current)} "
+                                                           f"task(s), its limit, or this very task"})
                 self.send(busy.frame(task_id))
                 return
-            self._current = (task_id, ctx)
-        thread = threading.Thread(target=self._run, args=(ctx, message.get("payload") or ""),
-                                  name=f"handler-{task_id}", daemon=True)
-        thread.start()
+            self._current[task_id] = ctx
+            spawn = self._idle_workers == 0 and self._workers < self._concurrency
+            if spawn:
+                self._workers += 1
+            else:
+                self._idle_workers -= 1
+        self._work.put((ctx, message.get("payload") or ""))
+        if spawn:
+            threading.Thread(target=self._worker, name=f"handler-{self._workers}", daemon=True).start()
+
+    def _worker(self) -> None:
+        while True:
+            ctx, payload = self._work.get()
+            self._run(ctx, payload)
 
     def _run(self, ctx: TaskContext, payload: str) -> None:
         spec = self._specs.get(ctx.task_type)
@@ -89,14 +125,17 @@ class Stub:
             outcome = execute(spec, ctx, payload)
         ctx._end()
         with self._state_lock:
-            self._current = None
+            # Free the slot and the thread together: busy threads == tasks in flight.
+            self._current.pop(ctx.task_id, None)
+            self._idle_workers += 1
         self.send(outcome.frame(ctx.task_id))
 
     def _cancel(self, task_id: str | None) -> None:
         with self._state_lock:
-            current = self._current
-        if current is not None and (task_id is None or task_id == current[0]):
-            current[1]._request_cancel()
+            targets = list(self._current.values()) if task_id is None else [self._current.get(task_id)]
+        for ctx in targets:
+            if ctx is not None:
+                ctx._request_cancel()
 
 
 def _last_checkpoint(text: object) -> object:
@@ -122,6 +161,20 @@ def _scheduled_time(text: object) -> dt.datetime | None:
         return None
 
 
+def _read_frame(reader) -> dict | None:
+    """The next message from a buffered reader (a burst of frames costs one recv), None at the end."""
+    header = reader.read(HEADER.size)
+    if not header:
+        return None
+    if len(header) < HEADER.size:
+        raise ProtocolError("peer closed the socket in the middle of a frame")
+    length = check_length(HEADER.unpack(header)[0])
+    body = reader.read(length)
+    if len(body) < length:
+        raise ProtocolError("peer closed the socket in the middle of a frame")
+    return decode_body(body)
+
+
 def _exit(code: int) -> None:
     # Handler threads may still run; nothing must outlive the agent's wish to stop us.
     for stream in (sys.stdout, sys.stderr):
@@ -132,8 +185,9 @@ def _exit(code: int) -> None:
     os._exit(code)
 
 
-def serve(socket_path: str, module: str, specs: list[TaskSpec]) -> None:
-    """Connect to the agent's socket and serve until it hangs up; never returns."""
+def serve(socket_path: str, module: str, specs: list[TaskSpec], concurrency: int = 1) -> None:
+    """Connect to the agent's socket and serve (at most `concurrency` tasks at once)
+    until it hangs up; never returns."""
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         sock.connect(socket_path)
@@ -141,7 +195,7 @@ def serve(socket_path: str, module: str, specs: list[TaskSpec]) -> None:
         print(f"ratchet sandbox: cannot connect to the host agent at {socket_path}: {e}", file=sys.stderr)
         _exit(3)
     try:
-        Stub(sock, module, specs).serve()
+        Stub(sock, module, specs, concurrency).serve()
     except ProtocolError as e:
         print(f"ratchet sandbox: protocol error from the host agent: {e}", file=sys.stderr)
         _exit(4)

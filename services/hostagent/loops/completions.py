@@ -1,5 +1,7 @@
 """Completion sender: batch finished attempts into Complete calls (flushed
-within ~2 ms or at 64), retrying UNAVAILABLE for a bounded time.
+within ~2 ms or at 500), retrying UNAVAILABLE for a bounded time. One call is
+in flight at a time, so under load the next batch is whatever finished
+meanwhile (group commit, like the dispatcher's per-shard batches).
 
 Resending a completion is safe: history applies it at most once per lease
 epoch and answers a repeat with accepted=false.
@@ -19,7 +21,7 @@ from ratchet.internal.history.v1 import history_pb2
 
 log = logging.getLogger(__name__)
 
-BATCH_MAX = 64
+BATCH_MAX = 500
 BATCH_WINDOW_S = 0.002
 RETRYABLE = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.RESOURCE_EXHAUSTED)
 

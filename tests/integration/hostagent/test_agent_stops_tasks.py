@@ -41,7 +41,7 @@ async def until(predicate, timeout: float = 10.0, what: str = "condition"):
 
 
 def sandbox_of(agent, task_id: str):
-    return next((s for s in agent.pool.sandboxes() if s.task_id == task_id), None)
+    return next((s for s in agent.pool.sandboxes() if task_id in dict(s.running())), None)
 
 
 async def test_cancel_reaches_the_handler_and_the_attempt_ends_canceled(agent, fakes):

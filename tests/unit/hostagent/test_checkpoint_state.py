@@ -11,7 +11,7 @@ from ratchet.internal.history.v1 import history_pb2
 from ratchet.sandbox.protocol import ProtocolError
 from ratchet.services.hostagent import outcomes
 from ratchet.services.hostagent.agent import Agent, Lease
-from ratchet.services.hostagent.sandboxes import RunEnd, Sandbox, SandboxDirs
+from ratchet.services.hostagent.sandboxes import RunEnd, Sandbox, SandboxDirs, _Run
 
 TASK = history_pb2.LeasedTask(shard_id=2, task_id="t1", tenant_id="ten", app_id="app", task_type="resize",
                               lease_epoch=9, attempt=3)
@@ -88,10 +88,8 @@ def test_completions_name_tenant_app_and_task_type_whatever_the_outcome():
 
 @pytest.fixture
 def sandbox(tmp_path: pathlib.Path) -> Sandbox:
-    box = Sandbox(app_id="app", digest="sha256:x", module="app", bundle_dir=tmp_path,
-                  dirs=SandboxDirs.under(tmp_path))
-    box.task_id = "t1"
-    return box
+    return Sandbox(app_id="app", digest="sha256:x", module="app", bundle_dir=tmp_path,
+                   dirs=SandboxDirs.under(tmp_path))
 
 
 @pytest.mark.parametrize("value, fragment", [
@@ -104,9 +102,17 @@ def test_malformed_checkpoint_frames_break_the_protocol(sandbox, value, fragment
         sandbox._on_message({"type": "checkpoint", "task_id": "t1", "value": value})
 
 
-def test_checkpoints_reach_only_the_task_the_sandbox_runs(sandbox):
-    got: list[bytes] = []
-    sandbox._checkpoint_sink = got.append
+def test_checkpoints_reach_only_the_task_they_name(sandbox):
+    got: dict[str, list[bytes]] = {"t1": [], "t2": []}
+    for task_id in got:
+        sandbox._runs[task_id] = _Run(1, None, got[task_id].append)
     sandbox._on_message({"type": "checkpoint", "task_id": "t1", "value": '{"n": 1}'})
-    sandbox._on_message({"type": "checkpoint", "task_id": "other", "value": "2"})
-    assert got == [b'{"n": 1}']
+    sandbox._on_message({"type": "checkpoint", "task_id": "t2", "value": "2"})
+    sandbox._on_message({"type": "checkpoint", "task_id": "other", "value": "3"})
+    assert got == {"t1": [b'{"n": 1}'], "t2": [b"2"]}
+
+
+def test_a_task_killed_beside_another_is_failed_not_crashed():
+    c = outcomes.killed_beside(TASK, "task x lost its lease")
+    assert c.outcome == history_pb2.COMPLETION_OUTCOME_FAILED and c.error.error_class == "SandboxCrashed"
+    assert "task x lost its lease" in c.error.message and c.task_type == "resize"

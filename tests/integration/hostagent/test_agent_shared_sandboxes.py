@@ -1,0 +1,80 @@
+"""Sandboxes that run several tasks at once (sandbox_concurrency): placement,
+crashes that take every attempt in the process, and tasks killed beside
+another one (FAILED, not CRASHED, so circuit breakers do not count them)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+
+import pytest
+
+from ratchet.internal.history.v1 import history_pb2
+from ratchet.services.hostagent.server import HostAgent
+from tests.integration.hostagent.conftest import agent_config
+from tests.integration.hostagent.test_agent_stops_tasks import OUTCOME, pid_alive, sandbox_of, until
+
+
+@pytest.fixture
+async def shared_agent(fakes, work_dir):
+    port, _dispatcher, _control = fakes
+    host_agent = HostAgent(agent_config(port, work_dir, capacity=6, sandbox_concurrency=3))
+    await host_agent.start()
+    yield host_agent
+    await host_agent.stop()
+
+
+async def test_a_burst_fills_few_sandboxes_and_they_are_reused(shared_agent, fakes):
+    _, dispatcher, _ = fakes
+    sleepers = [dispatcher.enqueue("sleepy", "0.5") for _ in range(6)]
+    await until(lambda: all(sandbox_of(shared_agent, t.task_id) for t in sleepers), what="all six running")
+    boxes = {sandbox_of(shared_agent, t.task_id).sandbox_id for t in sleepers}
+    assert len(boxes) == 2  # 6 tasks / 3 per sandbox, not one process per task
+    for t in sleepers:
+        c = await dispatcher.completion_for(t.task_id)
+        assert OUTCOME.Name(c.outcome) == "COMPLETION_OUTCOME_SUCCEEDED"
+    pids = {json.loads((await dispatcher.completion_for(dispatcher.enqueue("echo").task_id)).result_json)["pid"]
+            for _ in range(4)}
+    assert pids <= {s.pid for s in shared_agent.pool.sandboxes()} and len(shared_agent.pool.sandboxes()) == 2
+
+
+async def test_a_crash_fails_every_attempt_the_sandbox_ran(shared_agent, fakes):
+    _, dispatcher, _ = fakes
+    tasks = [dispatcher.enqueue("sleepy", "30") for _ in range(3)]
+    await until(lambda: all(sandbox_of(shared_agent, t.task_id) for t in tasks), what="running")
+    (box,) = {sandbox_of(shared_agent, t.task_id) for t in tasks}
+    os.kill(box.pid, signal.SIGKILL)
+    for t in tasks:
+        c = await dispatcher.completion_for(t.task_id, timeout=5)
+        assert OUTCOME.Name(c.outcome) == "COMPLETION_OUTCOME_CRASHED" and c.error.error_class == "SandboxCrashed"
+
+
+async def test_a_lost_lease_kills_its_sandbox_and_the_others_fail_without_crashing(shared_agent, fakes):
+    _, dispatcher, _ = fakes
+    lost, beside = dispatcher.enqueue("sleepy", "30"), dispatcher.enqueue("sleepy", "30")
+    await until(lambda: sandbox_of(shared_agent, lost.task_id) and sandbox_of(shared_agent, beside.task_id),
+                what="both running")
+    box = sandbox_of(shared_agent, lost.task_id)
+    assert sandbox_of(shared_agent, beside.task_id) is box
+    dispatcher.answer(lost.task_id, history_pb2.LEASE_ACTION_LEASE_LOST)
+    c = await dispatcher.completion_for(beside.task_id, timeout=5)
+    assert not pid_alive(box.pid)
+    assert OUTCOME.Name(c.outcome) == "COMPLETION_OUTCOME_FAILED" and not c.fatal
+    assert c.error.error_class == "SandboxCrashed" and lost.task_id in c.error.message
+    await asyncio.sleep(0.3)
+    assert all(x.task_id != lost.task_id for x in dispatcher.completions)  # the lost one reports nothing
+
+
+async def test_list_sandboxes_names_every_task_in_flight(shared_agent, fakes):
+    from ratchet.internal.hostagent.v1 import hostagent_pb2, hostagent_pb2_grpc
+    from ratchet.libs.rpc.client import aio_channel
+    _, dispatcher, _ = fakes
+    tasks = [dispatcher.enqueue("sleepy", "2") for _ in range(2)]
+    await until(lambda: all(sandbox_of(shared_agent, t.task_id) for t in tasks), what="running")
+    async with aio_channel(f"127.0.0.1:{shared_agent.port}") as ch:
+        listing = await hostagent_pb2_grpc.HostAgentServiceStub(ch).ListSandboxes(
+            hostagent_pb2.ListSandboxesRequest(), timeout=5)
+    running = {s.task_id: s.sandbox_id for s in listing.sandboxes if s.task_id}
+    assert set(running) == {t.task_id for t in tasks} and len(set(running.values())) == 1
