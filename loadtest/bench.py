@@ -34,8 +34,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m loadtest.bench", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true", help="short cells (~5-10 s each): the `make bench` run")
-    p.add_argument("--only", choices=("all", "phys", "ratchet"), default="all",
+    p.add_argument("--only", choices=("all", "phys", "ratchet", "peers"), default="all",
                    help="which part to run (default all)")
+    p.add_argument("--peers", default="all",
+                   help="comma-separated peers to run beside Ratchet (procrastinate, dbos, graphile-worker, "
+                        "celery, temporal), 'all' (default: every installed one) or 'none'")
+    p.add_argument("--rounds", type=int, default=None,
+                   help="interleaved rounds (A B C, C B A, A B C, ...): default 1 with --quick, 3 otherwise")
+    p.add_argument("--big-drain", type=int, default=None,
+                   help="tasks of the extra round-1 drain (default 100000 without --quick, none with it)")
     p.add_argument("--seconds", type=float, default=None,
                    help="seconds per pgbench/throughput cell (default 5 with --quick, 20 otherwise)")
     p.add_argument("--drain-tasks", type=int, default=None,
@@ -65,6 +72,8 @@ class Run:
         # Extra report sections (title, Markdown lines): statements and profiles.
         self.sections: list[tuple[str, list[str]]] = []
         self.t0 = time.monotonic()
+        self.rounds = args.rounds or (1 if args.quick else 3)
+        self.skipped: dict[str, str] = {}  # peer -> why it was not run
 
     def say(self, msg: str) -> None:
         print(f"[bench +{time.monotonic() - self.t0:6.1f}s] {msg}", flush=True)
@@ -115,15 +124,72 @@ async def run_ratchet(run: Run) -> None:
     await ratchet_cells.run_all(run)
 
 
+def selected_peers(run: Run) -> list:
+    """Peer classes to run: the requested ones that are installed; the others are noted as skipped."""
+    from loadtest import peers
+    if run.args.peers == "none" or run.args.only in ("phys", "ratchet"):
+        return []
+    names = list(peers.PEER_MODULES) if run.args.peers == "all" else [
+        n.strip() for n in run.args.peers.split(",") if n.strip()]
+    out = []
+    for name in names:
+        if name not in peers.PEER_MODULES:
+            raise SystemExit(f"unknown peer {name!r}; known: {', '.join(peers.PEER_MODULES)}")
+        try:
+            out.append(peers.load(name))
+        except Exception as e:  # noqa: BLE001 - PeerUnavailable or a broken install: skip, say why
+            msg = f"peer {name} skipped: {e}"
+            run.notes.append(msg)
+            run.skipped[name] = str(e)
+            run.say(msg)
+    return out
+
+
+async def run_rounds(run: Run) -> None:
+    """Every system in turn, interleaved (A B C, C B A, A B C): Ratchet's full issue-2 cells
+    in round 1, its capacity and drain cells in later rounds; each peer fresh every round."""
+    from loadtest import compare, ratchet_extra
+    from loadtest.peers import runner
+    peer_classes = selected_peers(run)
+    # Sync producer APIs (DBOS's enqueue_async, Celery's delay) run in the default
+    # executor: give 32 producers 32 threads instead of asyncio's min(32, cores + 4).
+    import concurrent.futures
+    asyncio.get_running_loop().set_default_executor(concurrent.futures.ThreadPoolExecutor(64))
+    systems = ([] if run.args.only == "peers" else ["ratchet"]) + [c.name for c in peer_classes]
+    by_name = {c.name: c for c in peer_classes}
+    p = runner.plan(run.quick, run.seconds, None)
+    big = 0 if run.quick else (run.args.big_drain if run.args.big_drain is not None else 100_000)
+    for r, order in enumerate(compare.round_orders(systems, run.rounds), start=1):
+        run.say(f"round {r}: {' -> '.join(order)}")
+        for system in order:
+            try:
+                if system == "ratchet":
+                    await (run_ratchet(run) if r == 1 else ratchet_extra.ratchet_round(run, r))
+                else:
+                    await runner.peer_turn(run, by_name[system], r, p, big_drain=big)
+            except (KeyboardInterrupt, SystemExit, asyncio.CancelledError):
+                raise
+            except Exception as e:  # noqa: BLE001 - one system must not lose the others' cells
+                run.notes.append(f"{system} in round {r} failed: {e!r}")
+                traceback.print_exc()
+    if "ratchet" in systems and not run.quick:
+        await ratchet_extra.shard_sweep(run)
+
+
 async def main_async(run: Run) -> int:
     run.pg.start()
     run.machine = machine_mod.describe(str(run.pg.root))
     run.say("machine: " + ", ".join(f"{k}={v}" for k, v in run.machine.items()))
     print(run.pg.describe(), flush=True)
     failed = False
-    parts = (("phys", run_physical), ("ratchet", run_ratchet), ("phys_again", run_physical_again))
+    parts = (("phys", run_physical), ("rounds", run_rounds), ("phys_again", run_physical_again))
     for part, fn in parts:
-        if run.args.only not in ("all", part) or (part == "phys_again" and run.args.only != "all"):
+        only = run.args.only
+        if part == "phys" and only not in ("all", "phys"):
+            continue
+        if part == "rounds" and only not in ("all", "ratchet", "peers"):
+            continue
+        if part == "phys_again" and only != "all":
             continue
         try:
             await fn(run)

@@ -172,3 +172,89 @@ async def batches(gw: Gateway, batch: int, producers: int, total: int, *, keyed:
     await asyncio.gather(*(producer() for _ in range(producers)))
     res.wall_s = time.monotonic() - t0
     return res
+
+
+# -- the same loops over any system's enqueue call (peers, issue 5) ------------
+# `send(n)` enqueues task number n and returns when the system acknowledged it;
+# any exception counts as an error under its class name.
+async def closed_loop_fn(send, producers: int, seconds: float, *, max_tasks: int = 1_000_000) -> LoadResult:
+    """`producers` concurrent callers of `send`, each calling again when the last one returned."""
+    res = LoadResult()
+    deadline = time.monotonic() + seconds
+    counter = iter(range(max_tasks))
+
+    async def producer() -> None:
+        while time.monotonic() < deadline:
+            n = next(counter, None)
+            if n is None:
+                return
+            t = time.perf_counter()
+            res.calls += 1
+            try:
+                await send(n)
+                res.latency_ms.append((time.perf_counter() - t) * 1000)
+                res.acked += 1
+            except Exception as e:  # noqa: BLE001 - a peer's error is a counted outcome
+                res.errors[type(e).__name__] += 1
+    t0 = time.monotonic()
+    await asyncio.gather(*(producer() for _ in range(producers)))
+    res.wall_s = time.monotonic() - t0
+    return res
+
+
+async def open_loop_fn(send, rate: float, seconds: float, *, seed: int = 1, max_inflight: int = 5000) -> LoadResult:
+    """Poisson arrivals of `send` at `rate`/s; latency from the scheduled send time."""
+    res = LoadResult()
+    rng = random.Random(seed)
+    inflight: set[asyncio.Task] = set()
+
+    async def one(n: int, scheduled: float) -> None:
+        res.calls += 1
+        try:
+            await send(n)
+            res.latency_ms.append((time.perf_counter() - scheduled) * 1000)
+            res.acked += 1
+        except Exception as e:  # noqa: BLE001
+            res.errors[type(e).__name__] += 1
+
+    t0 = time.perf_counter()
+    next_at, n = t0, 0
+    while next_at - t0 < seconds:
+        delay = next_at - time.perf_counter()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        res.send_lag_ms.append(max(0.0, (time.perf_counter() - next_at) * 1000))
+        if len(inflight) >= max_inflight:
+            res.dropped += 1
+        else:
+            task = asyncio.create_task(one(n, next_at))
+            inflight.add(task)
+            task.add_done_callback(inflight.discard)
+        n += 1
+        next_at += rng.expovariate(rate)
+    if inflight:
+        await asyncio.wait(inflight, timeout=30)
+    res.wall_s = time.perf_counter() - t0
+    return res
+
+
+async def batches_fn(send_batch, batch: int, producers: int, total: int) -> LoadResult:
+    """`total` tasks in calls of `send_batch(first_n, size)` from `producers` concurrent callers."""
+    res = LoadResult()
+    calls = iter(range((total + batch - 1) // batch))
+
+    async def producer() -> None:
+        for i in calls:
+            size = min(batch, total - i * batch)
+            t = time.perf_counter()
+            res.calls += 1
+            try:
+                await send_batch(i * batch, size)
+                res.latency_ms.append((time.perf_counter() - t) * 1000)
+                res.acked += size
+            except Exception as e:  # noqa: BLE001
+                res.errors[type(e).__name__] += 1
+    t0 = time.monotonic()
+    await asyncio.gather(*(producer() for _ in range(producers)))
+    res.wall_s = time.monotonic() - t0
+    return res
