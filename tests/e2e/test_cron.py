@@ -240,15 +240,17 @@ def test_downtime_longer_than_the_catch_up_window_fires_at_most_one_catch_up(pla
     wait_for(lambda: any(t > started_at + dt.timedelta(seconds=2) for t in runs_by_slot(tenant.ledger(ledger))),
              timeout=30, what="firings after the restart")
     settle(tenant, s.schedule_id, ledger)
-    ran = check_once_per_slot(tenant, ledger, s.schedule_id)
-    during = [t for t in ran if stopped_at + dt.timedelta(seconds=1) < t < started_at]
-    assert len(during) <= 1, f"more than one catch-up for the downtime: {during}"
-    if during:
-        assert {r["slot"]: r["kind"] for r in cron_slots(platform, s.schedule_id)}[during[0]] == "CATCHUP"
-        # The catch-up is the most recent missed slot, never an old one.
-        assert during[0] > started_at - dt.timedelta(seconds=4)
-    gap = [t for t in expected_slots(min(ran), max(ran), 1) if t not in ran]
-    assert len(gap) >= 3, "the downtime should have cost slots outside the window"
+    ran = sorted(check_once_per_slot(tenant, ledger, s.schedule_id))
+    before = [t for t in ran if t <= stopped_at]
+    first_after = next(t for t in ran if t > stopped_at)
+    # Slots of the downtime were passed over, not replayed ...
+    assert (first_after - before[-1]).total_seconds() - 1 >= 3, (before[-1], first_after)
+    # ... except at most one catch-up, the most recent missed slot (never an old one).
+    catchups = [r["slot"] for r in cron_slots(platform, s.schedule_id) if r["kind"] == "CATCHUP"]
+    assert len(catchups) <= 1, catchups
+    assert first_after >= stopped_at + dt.timedelta(seconds=5)
+    if catchups:
+        assert catchups == [first_after]
 
 
 def _serving(target: str) -> bool:
