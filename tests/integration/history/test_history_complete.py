@@ -172,3 +172,24 @@ async def test_lease_expiry_retries_until_attempts_are_spent_then_fails(hist):
     assert got.error.error_class == "LeaseExpired" and got.attempt == 3
     assert [a.outcome for a in got.attempts] == [tasks_pb2.ATTEMPT_OUTCOME_LEASE_EXPIRED] * 3
     assert [a.lease_epoch for a in got.attempts] == [1, 2, 3]
+
+
+async def test_a_mixed_batch_of_successes_and_failures_closes_every_attempt(hist):
+    """Successes take the lock-free compare-and-set, the others the locked decision path."""
+    tenant, app = unique("t"), unique("app")
+    await hist.create(*[hist.task(tenant, app) for _ in range(40)])
+    leased = list((await hist.lease(app, max_tasks=40, lease_s=30)).tasks)
+    comps = [h.Completion(task_id=t.task_id, lease_epoch=t.lease_epoch, result_json=b'{"i":1}',
+                          checkpoint_json=b'{"at":9}' if i % 3 == 0 else None,
+                          outcome=h.COMPLETION_OUTCOME_SUCCEEDED if i % 2 else h.COMPLETION_OUTCOME_FAILED,
+                          error=None if i % 2 else ERR)
+             for i, t in enumerate(leased)]
+    r = await hist.complete(*comps)
+    assert all(x.accepted for x in r)
+    for i, (t, x) in enumerate(zip(leased, r)):
+        assert x.state == (tasks_pb2.TASK_STATE_SUCCEEDED if i % 2 else tasks_pb2.TASK_STATE_RETRY_WAIT)
+        got = await hist.get(t.task_id, tenant)
+        assert got.attempts[0].HasField("finished_at") and got.version == 3
+        if i % 3 == 0:
+            assert json_format.MessageToDict(got.checkpoint) == {"at": 9}
+        assert set(await hist.timers(t.task_id)) == (set() if i % 2 else {"retry"})
