@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: setup test test-fast protos proto-baseline lint-protos run bench chaos clean
+.PHONY: setup test test-fast protos proto-baseline lint-protos run bench bench-full chaos clean
 
 # ---- setup (shared) -------------------------------------------------------
 setup: $(STAMP)
@@ -71,9 +71,19 @@ run: setup
 # END run
 
 # ---- long tiers ---------------------------------------------------------------
+# `make bench`: a few minutes; the issue-2 cells plus one quick pass of every peer
+# whose extra is installed (the others are skipped with a message).
 bench: setup
 	@test -x $(VENV)/bin/py-spy || $(PY) -m pip install -q 'py-spy>=0.4'
 	$(PY) -m loadtest.bench --quick
+
+# `make bench-full`: the whole issue-5 matrix, every peer installed first (about an hour
+# on 2 cores); publishes docs/benchmarks/latest.{md,jsonl} and the charts.
+bench-full: setup
+	$(PY) -m pip install -q -e '.[dev,bench]'
+	@command -v redis-server >/dev/null || { [ "$$(id -u)" = 0 ] && (apt-get update -qq && apt-get install -y -qq redis-server) >/dev/null 2>&1; } || echo "bench-full: redis-server is not installed (Debian package redis-server): Celery will be skipped"
+	@if command -v npm >/dev/null; then npm ci --prefix loadtest/peers/graphile --no-audit --no-fund --loglevel=error; else echo "bench-full: npm is not installed: graphile-worker will be skipped"; fi
+	$(PY) -m loadtest.bench --publish
 
 chaos: setup
 	@command -v faketime >/dev/null || { [ "$$(id -u)" = 0 ] && (apt-get update -qq && apt-get install -y -qq faketime) >/dev/null 2>&1; } || echo "chaos: libfaketime is not installed and could not be (Debian package faketime): the clock-skew scenarios will be skipped"

@@ -46,7 +46,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--seconds", type=float, default=None,
                    help="seconds per pgbench/throughput cell (default 5 with --quick, 20 otherwise)")
     p.add_argument("--drain-tasks", type=int, default=None,
-                   help="tasks preloaded for the drain cell (default 10000 quick, 50000 full)")
+                   help="tasks preloaded for the drain cells (default 10000; full mode adds one --big-drain drain)")
     p.add_argument("--no-profile", action="store_true", help="skip the py-spy profile of the drain")
     p.add_argument("--native", action="store_true",
                    help="py-spy --native: show time inside C extensions (grpc, asyncpg, protobuf)")
@@ -74,6 +74,8 @@ class Run:
         self.t0 = time.monotonic()
         self.rounds = args.rounds or (1 if args.quick else 3)
         self.skipped: dict[str, str] = {}  # peer -> why it was not run
+        self.peer_info: dict[str, dict[str, str]] = {}  # peer -> label, version, configuration
+        self.charts: list[tuple[str, str]] = []  # (title, file name beside the report)
 
     def say(self, msg: str) -> None:
         print(f"[bench +{time.monotonic() - self.t0:6.1f}s] {msg}", flush=True)
@@ -136,7 +138,10 @@ def selected_peers(run: Run) -> list:
         if name not in peers.PEER_MODULES:
             raise SystemExit(f"unknown peer {name!r}; known: {', '.join(peers.PEER_MODULES)}")
         try:
-            out.append(peers.load(name))
+            cls = peers.load(name)
+            out.append(cls)
+            run.peer_info[name] = {"label": cls.label, "version": cls.version, "config": cls.config_note,
+                                   "recovery": cls.recovery_note}
         except Exception as e:  # noqa: BLE001 - PeerUnavailable or a broken install: skip, say why
             msg = f"peer {name} skipped: {e}"
             run.notes.append(msg)
@@ -205,29 +210,98 @@ async def main_async(run: Run) -> int:
     return 1 if failed else 0
 
 
+def comparison_sections(run: Run, cells: list[Cell], chart_prefix: str) -> list[tuple[str, list[str]]]:
+    """Issue 5: the bar, Ratchet ÷ each peer, every system ÷ the reference, the rounds, the charts."""
+    from loadtest import compare
+    systems = compare.systems(cells)
+    if not systems:
+        return []
+    out = [("Issue-5 bar", compare.bar_table(compare.issue5_bar(cells)) + [
+        "", "Ratchet's figures are medians over the interleaved rounds where a workload ran in every "
+            "round (drain, enqueue capacity), single round-1 cells otherwise. PASS/FAIL are measurements, "
+            "not goals met by this suite."])]
+    if len(systems) > 1:
+        out.append(("Side by side: Ratchet ÷ each peer", compare.comparison_table(cells) + [
+            "", "▲: Ratchet better on that row, ▼: the peer better (for throughput a ratio above 1 is better, "
+                "for latency, recovery and amplification below 1). Celery's broker is Redis with persistence "
+                "off (not durable); Temporal's dev server keeps its state in SQLite, not on this Postgres."]))
+    out.append(("Every system ÷ the physical reference", compare.reference_table(cells)))
+    rounds = compare.rounds_table(cells)
+    if rounds:
+        out.append(("Interleaved rounds (drain and best single-call enqueue, tasks/s)", rounds))
+    if run.peer_info or run.skipped:
+        lines = ["| peer | label | version | configuration | recovery |", "|---|---|---|---|---|"]
+        lines += [f"| {n} | {i['label']} | {i['version']} | {i['config']} | {i['recovery']} |"
+                  for n, i in run.peer_info.items()]
+        lines += [f"| {n} | – | – | **skipped**: {why} | – |" for n, why in run.skipped.items()]
+        out.append(("Peers: how each was run", lines))
+    if run.charts:
+        out.append(("Charts", [f"![{t}]({chart_prefix}-{f.split('-', 1)[1]})" for t, f in run.charts]))
+    return out
+
+
 def write_report(run: Run) -> pathlib.Path:
-    """Render, print the summary tables, write the report next to the JSONL."""
+    """Render, print the summary tables, write the report next to the JSONL (and publish)."""
+    from loadtest import charts
     cells = run.log.cells
     ratios = verdicts.ratios(cells)
     bars = verdicts.issue2_bar(cells)
-    md = report.render(title="Ratchet benchmark", machine=run.machine, pg_settings=run.pg.settings,
-                       cells=cells, ratios=ratios, verdicts=bars, sections=run.sections,
-                       notes=run.notes + verdicts.METHOD_NOTES, mode="quick" if run.quick else "full")
+    why_not = charts.available()
+    if why_not:
+        run.notes.append(why_not)
+    else:
+        try:
+            subtitle = f"{run.machine.get('date_utc', '')}, {run.machine.get('cores', '?')} cores, run {run.log.run_id}"
+            run.charts = charts.draw(cells, run.log.path.parent, run.log.run_id, subtitle)
+        except Exception as e:  # noqa: BLE001 - a chart must not lose the report
+            traceback.print_exc()
+            run.notes.append(f"charts failed: {e!r}")
+
+    def render(prefix: str) -> str:
+        return report.render(title="Ratchet benchmark", machine=run.machine, pg_settings=run.pg.settings,
+                             cells=cells, ratios=ratios, verdicts=bars, sections=run.sections,
+                             notes=run.notes + verdicts.METHOD_NOTES + PEER_NOTES,
+                             mode="quick" if run.quick else "full",
+                             lead_sections=comparison_sections(run, cells, prefix))
     path = run.log.path.with_suffix(".md")
-    path.write_text(md)
+    path.write_text(render(run.log.run_id))
     print("\n" + "\n".join(report.cell_table(cells)))
     if ratios:
         print("\n" + "\n".join(f"{r['name']}: {r['value']}  ({r['how']})" for r in ratios))
     for b in bars:
         print(f"BAR {b['bar']}: {b['measured']} vs {b['threshold']} -> {b['verdict']}")
+    from loadtest import compare
+    if compare.systems(cells):
+        print("\n" + "\n".join(compare.comparison_table(cells)))
+        for b in compare.issue5_bar(cells):
+            print(f"BAR5 {b['bar']}: {b['measured']} vs {b['threshold']} -> {b['verdict']}")
     print(f"\ncells: {run.log.path}\nreport: {path}")
     if run.args.publish:
         dest = REPO / "docs" / "benchmarks"
         dest.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(path, dest / "latest.md")
+        (dest / "latest.md").write_text(render("latest"))
         shutil.copyfile(run.log.path, dest / "latest.jsonl")
+        for _, name in run.charts:
+            shutil.copyfile(run.log.path.parent / name, dest / f"latest-{name.split('-', 1)[1]}")
         print(f"published: {dest / 'latest.md'}")
     return path
+
+
+PEER_NOTES = [
+    "Peers (issue 5): each runs the same no-op workload through its own public API, its producer in this "
+    "process (as Ratchet's load generator is), one worker process consuming, on its own database of the same "
+    "Postgres cluster (Celery: its own redis-server; Temporal: its dev server's SQLite). Each peer starts "
+    "fresh (new database or server) in every round.",
+    "Peer drain rate = tasks finished / (queue empty, or the window's end - first progress), from polling the "
+    "peer's own count of unfinished tasks every 0.2 s; Ratchet's uses the shards' own timings.",
+    "Schedule-to-start and timer lateness for peers: the handler appends its start time (time.time()) for "
+    "probe tasks only; latency = that - the time just before the enqueue call (or the due time). Ratchet's "
+    "comparable figure is started_at (shard clock, set at lease) - send time (extra send_to_started_ms for "
+    "the idle cell); its issue-2 cell keeps created_at -> started_at.",
+    "CPU ms/task for peers: <peer>_worker is its worker process tree, postgres the cluster, bench_driver the "
+    "producer (this process), redis / temporal_server their servers. A worker started inside a cell is "
+    "charged from its start (imports included), as Ratchet's host agent is in its drain.",
+]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -48,6 +48,11 @@ class Bench:
         self.probe_queries = 0  # our own read-only commits on shard databases
         self.last_control_commits = 0
         self._cpu_end: cpu.CpuSnapshot | None = None
+        # Set by ratchet_extra: later rounds tag their cells with the round; the shard
+        # sweep adds its shard count and records under its own workload names.
+        self.round: int | None = None
+        self.extra_params: dict = {}
+        self.workload_map: dict[str, str] = {}
 
     def mark_cpu_end(self) -> None:
         """Close the CPU window now (before stopping a process whose CPU must count)."""
@@ -96,6 +101,8 @@ class Bench:
     def cell(self, workload: str, params: dict, *, rate: float | None, unit: str, n: int, wall: float,
              d: dbstats.Delta | None = None, cpu_ms: dict | None = None, latency: list[float] | None = None,
              **kw: Any) -> Cell:
+        params = {**params, **self.extra_params, **({"round": self.round} if self.round else {})}
+        workload = self.workload_map.get(workload, workload)
         c = Cell(system="ratchet", workload=workload, params=params, rate=None if rate is None else round(rate, 1),
                  unit=unit, n=n, duration_s=round(wall, 2),
                  latency_ms=dbstats.percentiles(latency) if latency is not None else None,
@@ -154,9 +161,10 @@ def _ms_between(t: tasks_pb2.Task, a: str, z: str) -> float | None:
 
 async def cell_schedule_to_start(b: Bench, samples: int, gap_s: float = 0.05) -> None:
     """One task at a time on an idle queue; the task's own created_at -> started_at."""
-    s2s, e2e, failed = [], [], 0
+    s2s, e2e, sent, failed = [], [], [], 0
     t0 = time.monotonic()
     for i in range(samples):
+        t_send = time.time()
         task_id = await b.gw.enqueue(b.gw.request(i))
         await asyncio.sleep(gap_s)
         deadline = time.monotonic() + 10
@@ -168,6 +176,7 @@ async def cell_schedule_to_start(b: Bench, samples: int, gap_s: float = 0.05) ->
             failed += 1
             continue
         s2s.append(_ms_between(t, "created_at", "started_at"))
+        sent.append(t.started_at.ToNanoseconds() / 1e6 - t_send * 1000 if t.HasField("started_at") else None)
         e2e.append(_ms_between(t, "created_at", "finished_at"))
         await asyncio.sleep(gap_s)
     wall = time.monotonic() - t0
@@ -175,6 +184,8 @@ async def cell_schedule_to_start(b: Bench, samples: int, gap_s: float = 0.05) ->
                latency=[x for x in s2s if x is not None],
                notes="latency = task.started_at - task.created_at (shard clock), one task in flight")
     c.extra["created_to_finished_ms"] = dbstats.percentiles([x for x in e2e if x is not None])
+    # The peers' figure: handler start - just before the enqueue call (ratchet's started_at is the lease).
+    c.extra["send_to_started_ms"] = dbstats.percentiles([x for x in sent if x is not None])
     c.extra["not_succeeded"] = failed
     b.run.record(c)
 
@@ -234,7 +245,7 @@ async def run_cells(b: Bench) -> None:
     total = 3_000 if quick else 20_000
     await guarded(b, "enqueue_batch", {"batch": 100}, lambda: cell_enqueue_batch(b, 100, 4, total))
     await guarded(b, "enqueue_batch", {"batch": 1000}, lambda: cell_enqueue_batch(b, 1000, 2, total))
-    min_backlog = run.args.drain_tasks or (10_000 if quick else 50_000)
+    min_backlog = run.args.drain_tasks or 10_000
     drain_rate = await guarded(b, "drain", {}, lambda: ratchet_drain.cell_drain(
         b, min_backlog, limit_s=40 if quick else 600))
     if not run.args.no_profile:
@@ -242,6 +253,9 @@ async def run_cells(b: Bench) -> None:
             b, drain_rate or 500.0, seconds=8 if quick else 20, native=run.args.native))
         await guarded(b, "enqueue_profiled", {}, lambda: ratchet_profiles.cell_profiled_enqueue(
             b, seconds=6 if quick else 15, native=run.args.native))
+    if not quick:
+        from loadtest import ratchet_extra
+        await ratchet_extra.round1_extras(b, drain_rate or 0.0)
 
 
 async def run_all(run) -> None:

@@ -56,12 +56,14 @@ def cell_table(cells: list[Cell]) -> list[str]:
 
 def render(*, title: str, machine: dict[str, str], pg_settings: dict[str, str], cells: list[Cell],
            ratios: list[dict], verdicts: list[dict], sections: list[tuple[str, list[str]]],
-           notes: list[str], mode: str) -> str:
-    """The whole report as Markdown."""
+           notes: list[str], mode: str, lead_sections: list[tuple[str, list[str]]] | None = None) -> str:
+    """The whole report as Markdown; lead_sections (the side-by-side comparison) go first."""
     lines = [f"# {title}", "", f"Run {machine.get('date_utc', '?')}, mode `{mode}`, produced by "
              "`make bench` (`python -m loadtest.bench`).", "", "## Machine", "",
              "| | |", "|---|---|"]
     lines += [f"| {k} | {v} |" for k, v in machine.items()]
+    for title_, body in lead_sections or []:
+        lines += ["", f"## {title_}", ""] + body
     lines += ["", "## Postgres (the bench's own cluster, effective settings)", "", "| setting | value |",
               "|---|---|"]
     lines += [f"| {k} | {v} |" for k, v in pg_settings.items()]
@@ -72,9 +74,12 @@ def render(*, title: str, machine: dict[str, str], pg_settings: dict[str, str], 
         lines += ["", "## Ratios (same run, same cluster)", "", "| ratio | value | how |", "|---|---|---|"]
         lines += [f"| {r['name']} | {r['value']} | {r['how']} |" for r in ratios]
     phys = [c for c in cells if c.system == "postgres"]
-    other = [c for c in cells if c.system != "postgres"]
-    if other:
-        lines += ["", "## Ratchet cells", ""] + cell_table(other)
+    ours = [c for c in cells if c.system == "ratchet"]
+    peers = [c for c in cells if c.system not in ("postgres", "ratchet")]
+    if ours:
+        lines += ["", "## Ratchet cells", ""] + cell_table(ours)
+    if peers:
+        lines += ["", "## Peer cells", ""] + cell_table(peers)
     lines += ["", "## Physical reference (raw Postgres, same cluster)", ""] + cell_table(phys)
     for title, body in sections:
         lines += ["", f"## {title}", ""] + body

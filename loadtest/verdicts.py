@@ -27,16 +27,22 @@ METHOD_NOTES = [
 ]
 
 
+def _round1(c: Cell) -> bool:
+    """Issue-2 figures come from round 1 (later rounds and the shard sweep are issue 5's)."""
+    return c.params.get("round", 1) == 1
+
+
 def _best(cells: list[Cell], system: str, workload: str, **params) -> Cell | None:
     found = [c for c in cells if c.ok and c.system == system and c.workload == workload and c.rate
-             and all(c.params.get(k) == v for k, v in params.items())]
+             and _round1(c) and all(c.params.get(k) == v for k, v in params.items())]
     return max(found, key=lambda c: c.rate) if found else None
 
 
 def _one(cells: list[Cell], system: str, workload: str, **params) -> Cell | None:
-    found = [c for c in cells if c.ok and c.system == system and c.workload == workload
+    """The first matching round-1 cell (the issue-2 drain is recorded before the 100k one)."""
+    found = [c for c in cells if c.ok and c.system == system and c.workload == workload and _round1(c)
              and all(c.params.get(k) == v for k, v in params.items())]
-    return found[-1] if found else None
+    return found[0] if found else None
 
 
 def ratios(cells: list[Cell]) -> list[dict]:
@@ -63,14 +69,16 @@ def ratios(cells: list[Cell]) -> list[dict]:
         out.append({"name": "WAL bytes per task / PHYS_job's", "value":
                     f"{drain.wal_bytes_per_task / ref.wal_bytes_per_task:.2f}",
                     "how": f"{drain.wal_bytes_per_task:.0f} / {ref.wal_bytes_per_task:.0f} B"})
-    for enq in (c for c in cells if c.ok and c.system == "ratchet" and c.workload == "enqueue_single"):
+    for enq in (c for c in cells if c.ok and c.system == "ratchet" and c.workload == "enqueue_single"
+                and _round1(c)):
         commit = _one(cells, "postgres", "PHYS_commit", clients=enq.params.get("producers"))
         if commit:
             out.append({"name": f"enqueue_single ({enq.params['producers']} producers) / PHYS_commit",
                         "value": f"{enq.rate / commit.rate:.2f}",
                         "how": f"{enq.rate:.0f} tasks/s / {commit.rate:.0f} commits/s at the same concurrency"})
     best_commit = _best(cells, "postgres", "PHYS_commit")
-    for enq in (c for c in cells if c.ok and c.system == "ratchet" and c.workload == "enqueue_batch"):
+    for enq in (c for c in cells if c.ok and c.system == "ratchet" and c.workload == "enqueue_batch"
+                and _round1(c)):
         if best_commit:
             out.append({"name": f"enqueue_batch ({enq.params.get('batch')}/call) / best PHYS_commit",
                         "value": f"{enq.rate / best_commit.rate:.2f}",

@@ -40,6 +40,7 @@ class Peer:
     version = ""
     uses_postgres = True       # commits/WAL per task are meaningful
     supports_batch = False
+    batch_with_delays = False  # send_batch takes a due time per task in one call
     concurrency = 8            # handlers at once in the one worker process
     config_note = ""           # how it is configured, for the report
     recovery_note = ""         # what bounds its recovery after a killed worker

@@ -123,11 +123,12 @@ async def open_loop(b: PeerBench, capacity: float, fraction: float, seconds: flo
     b.record(c)
 
 
-async def enqueue_batch(b: PeerBench, batch: int, producers: int, total: int) -> None:
+async def enqueue_batch(b: PeerBench, batch: int, producers: int, total: int) -> float:
     res, d, cpu_ms, _ = await b.measure(lambda: loadgen.batches_fn(b.peer.send_batch, batch, producers, total))
     c = _load_cell(b, "enqueue_batch", b.params(batch=batch, producers=producers), res, d, cpu_ms)
     c.notes = (c.notes + "; " if c.notes else "") + "latency is per call"
     b.record(c)
+    return res.rate
 
 
 async def remaining(b: PeerBench) -> int:
@@ -265,7 +266,7 @@ async def timer_lateness(b: PeerBench, n: int, window_s: float, lead_s: float = 
 
     async def go():
         t0 = time.time()
-        if b.peer.supports_batch:
+        if b.peer.batch_with_delays:
             for start in range(0, n, 500):
                 part = keys[start:start + 500]
                 await b.peer.send_batch(start, len(part), delays=[due[k] - time.time() for k in part],
@@ -277,7 +278,7 @@ async def timer_lateness(b: PeerBench, n: int, window_s: float, lead_s: float = 
                 i = next(it, None)
                 if i is not None:
                     await b.peer.send(i, probe=keys[i], delay_s=due[keys[i]] - time.time())
-            await loadgen.closed_loop_fn(one, 16, lead_s * 20, max_tasks=n)
+            await loadgen.closed_loop_fn(one, 16, lead_s + window_s, max_tasks=n)
         enqueue_s = time.time() - t0
         seen: dict[str, float] = {}
         deadline = time.monotonic() + lead_s + window_s + wait_s
@@ -290,7 +291,7 @@ async def timer_lateness(b: PeerBench, n: int, window_s: float, lead_s: float = 
     c = b.cell("timer_lateness", b.params(tasks=n, window_s=window_s), rate=None, unit="", n=len(late),
                wall=wall, d=d, cpu_ms=cpu_ms, latency=late,
                notes="latency = handler start - due time; due times spread evenly over the window")
-    c.extra.update({"missing": n - len(late), "enqueue_s": round(enqueue_s, 2),
+    c.extra.update({"missing": n - len(late), "enqueue_s": round(enqueue_s, 2), "lead_s": round(lead_s, 1),
                     "early": sum(1 for x in late if x < 0)})
     if enqueue_s > lead_s:
         c.notes += f"; enqueueing took {enqueue_s:.1f}s, longer than the {lead_s:g}s lead"

@@ -23,6 +23,7 @@ class GraphilePeer(Peer):
     name = "graphile-worker"
     label = "Postgres"
     supports_batch = True
+    batch_with_delays = True
     concurrency = 24
     config_note = ("one Node worker process (library `run`), concurrency 24 and maxPoolSize 25 as on the "
                    "project's performance page (its localQueue batching is 0.17+; 0.18 needs a newer "

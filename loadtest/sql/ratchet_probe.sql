@@ -21,3 +21,9 @@ FROM tasks WHERE started_at >= $1;
 
 -- name: shard_clock_now
 SELECT clock_timestamp();
+
+-- name: task_timings_by_ids
+-- The bench's own tasks (by id): state and the shard clock's timings, for
+-- schedule-to-start under load, timer lateness and recovery.
+SELECT task_id::text AS task_id, state, created_at, started_at, finished_at, attempt
+FROM tasks WHERE task_id = ANY($1::uuid[]);
