@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import ctypes
+import gc
 import logging
 import os
 import signal
@@ -17,6 +18,8 @@ from grpc_reflection.v1alpha import reflection
 log = logging.getLogger(__name__)
 
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+# Allocations between young-generation collections (CPython's default is 700).
+GC_GEN0_THRESHOLD = 20_000
 
 SERVER_OPTIONS = [
     ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
@@ -88,6 +91,20 @@ def die_with_parent() -> None:
         return
     if os.getppid() != int(parent):
         raise SystemExit(f"supervisor {parent} is gone; exiting")
+
+
+def tune_gc() -> None:
+    """Make the cyclic garbage collector cheap for a long-running service.
+
+    Everything alive once the service has started (modules, descriptors, pools) is frozen
+    out of the collector, and the young generation is larger: a request allocates
+    hundreds of objects but almost no cycles, so CPython's defaults (a collection every
+    700 allocations, a full one every 100 of those) walked every long-lived object over
+    and over, stalling every request in flight while they ran.
+    """
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(GC_GEN0_THRESHOLD, 50, 100)
 
 
 async def run_until_signal(main: Callable[[asyncio.Event], Awaitable[None]]) -> None:

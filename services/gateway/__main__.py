@@ -7,7 +7,7 @@ import asyncio
 import sys
 
 from ratchet.libs.config import ConfigError, describe
-from ratchet.libs.rpc.server import run_until_signal, setup_logging
+from ratchet.libs.rpc.server import run_until_signal, setup_logging, tune_gc
 from ratchet.services.gateway import config as _config
 from ratchet.services.gateway.server import Gateway
 
@@ -31,6 +31,7 @@ def main(argv: list[str] | None = None) -> int:
     async def serve(stop: asyncio.Event) -> None:
         gw = Gateway(cfg)
         await gw.start()
+        tune_gc()  # after start-up: what exists now lives as long as the process
         try:
             await stop.wait()
         finally:

@@ -8,7 +8,7 @@ import asyncio
 import sys
 
 from ratchet.libs.config import ConfigError, describe
-from ratchet.libs.rpc.server import run_until_signal, setup_logging
+from ratchet.libs.rpc.server import run_until_signal, setup_logging, tune_gc
 from ratchet.services.history import config as config_mod
 from ratchet.services.history.server import HistoryServer
 
@@ -33,6 +33,7 @@ def main(argv: list[str] | None = None) -> int:
         """Run the server until the stop event is set."""
         server = HistoryServer(cfg)
         await server.start()
+        tune_gc()  # after start-up: what exists now lives as long as the process
         try:
             await stop.wait()
         finally:

@@ -12,7 +12,7 @@ import sys
 os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "0")
 
 from ratchet.libs.config import ConfigError, describe
-from ratchet.libs.rpc.server import run_until_signal, setup_logging
+from ratchet.libs.rpc.server import run_until_signal, setup_logging, tune_gc
 from ratchet.services.hostagent.config import ENV_PREFIX, HostAgentConfig, load
 from ratchet.services.hostagent.server import HostAgent
 
@@ -30,6 +30,7 @@ def _hide_from_sandboxes() -> None:
 async def _serve(config: HostAgentConfig, stop: asyncio.Event) -> None:
     agent = HostAgent(config)
     await agent.start()
+    tune_gc()  # after start-up: what exists now lives as long as the process
     await stop.wait()
     await agent.stop()
 
