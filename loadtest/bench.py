@@ -226,6 +226,9 @@ def comparison_sections(run: Run, cells: list[Cell], chart_prefix: str) -> list[
                 "for latency, recovery and amplification below 1). Celery's broker is Redis with persistence "
                 "off (not durable); Temporal's dev server keeps its state in SQLite, not on this Postgres."]))
     out.append(("Every system ÷ the physical reference", compare.reference_table(cells)))
+    shards = compare.shards_table(cells)
+    if shards:
+        out.append(("Ratchet with 1, 2 and 4 shards (same machine, fresh platform each)", shards))
     rounds = compare.rounds_table(cells)
     if rounds:
         out.append(("Interleaved rounds (drain and best single-call enqueue, tasks/s)", rounds))
@@ -257,12 +260,19 @@ def write_report(run: Run) -> pathlib.Path:
             traceback.print_exc()
             run.notes.append(f"charts failed: {e!r}")
 
+    def lead(prefix: str) -> list[tuple[str, list[str]]]:
+        try:
+            return comparison_sections(run, cells, prefix)
+        except Exception as e:  # noqa: BLE001 - the cells and the issue-2 report must survive
+            traceback.print_exc()
+            return [("Comparison", [f"could not be rendered: {e!r}"])]
+
     def render(prefix: str) -> str:
         return report.render(title="Ratchet benchmark", machine=run.machine, pg_settings=run.pg.settings,
                              cells=cells, ratios=ratios, verdicts=bars, sections=run.sections,
                              notes=run.notes + verdicts.METHOD_NOTES + PEER_NOTES,
                              mode="quick" if run.quick else "full",
-                             lead_sections=comparison_sections(run, cells, prefix))
+                             lead_sections=lead(prefix))
     path = run.log.path.with_suffix(".md")
     path.write_text(render(run.log.run_id))
     print("\n" + "\n".join(report.cell_table(cells)))
@@ -271,10 +281,13 @@ def write_report(run: Run) -> pathlib.Path:
     for b in bars:
         print(f"BAR {b['bar']}: {b['measured']} vs {b['threshold']} -> {b['verdict']}")
     from loadtest import compare
-    if compare.systems(cells):
-        print("\n" + "\n".join(compare.comparison_table(cells)))
-        for b in compare.issue5_bar(cells):
-            print(f"BAR5 {b['bar']}: {b['measured']} vs {b['threshold']} -> {b['verdict']}")
+    try:
+        if compare.systems(cells):
+            print("\n" + "\n".join(compare.comparison_table(cells)))
+            for b in compare.issue5_bar(cells):
+                print(f"BAR5 {b['bar']}: {b['measured']} vs {b['threshold']} -> {b['verdict']}")
+    except Exception:  # noqa: BLE001 - printed in the report's place already
+        traceback.print_exc()
     print(f"\ncells: {run.log.path}\nreport: {path}")
     if run.args.publish:
         dest = REPO / "docs" / "benchmarks"

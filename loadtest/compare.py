@@ -290,3 +290,20 @@ def _round_rate(cells: list[Cell], system: str, workload: str, r: int) -> float 
 def _round_best(cells: list[Cell], system: str, r: int) -> float | None:
     found = [c.rate for c in cells_of(cells, system, "enqueue_single") if c.params.get("round", 1) == r and c.rate]
     return max(found) if found else None
+
+
+def shards_table(cells: list[Cell]) -> list[str]:
+    """Ratchet with 1, 2 and 4 shards (fresh platform each): enqueue and drain, and the gain over 1 shard."""
+    rows = []
+    base_d = base_e = None
+    for n in sorted({c.params.get("shards") for c in cells if c.system == RATCHET and "shards" in c.params}):
+        d = median_rate(cells, RATCHET, "shards_drain", shards=n)[0]
+        e = median_rate(cells, RATCHET, "shards_enqueue", shards=n)[0]
+        if n == 1:
+            base_d, base_e = d, e
+        rows.append(f"| {n} | {fmt_num(e)} | {fmt_num(d)} | {fmt_ratio(ratio(e, base_e), True)} | "
+                    f"{fmt_ratio(ratio(d, base_d), True)} |")
+    if not rows:
+        return []
+    return ["| shards | enqueue, 32 producers, tasks/s | drain, tasks/s | enqueue ÷ 1 shard | drain ÷ 1 shard |",
+            "|---|---|---|---|---|"] + rows

@@ -255,7 +255,7 @@ async def run_cells(b: Bench) -> None:
             b, seconds=6 if quick else 15, native=run.args.native))
     if not quick:
         from loadtest import ratchet_extra
-        await ratchet_extra.round1_extras(b, drain_rate or 0.0)
+        await ratchet_extra.round1_extras(b, min(drain_rate or 0.0, capacity or 0.0))
 
 
 async def run_all(run) -> None:

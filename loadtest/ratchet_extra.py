@@ -83,7 +83,7 @@ async def cell_s2s_load(b: Bench, rate: float, seconds: float, probes_per_s: flo
     send = [(t[k]["started_at"].timestamp() - ts) * 1000 for k, ts in sent.items() if k in t and t[k]["started_at"]]
     c = b.cell("schedule_to_start_load", {"target_rate": round(rate)}, rate=res.rate, unit="tasks/s", n=res.acked,
                wall=wall, d=d, cpu_ms=cpu_ms, latency=send,
-               notes="load = 50 % of the drain rate; latency = probe's started_at (shard clock) - send time")
+               notes="load = 50 % of min(drain, enqueue capacity); latency = probe's started_at (shard clock) - send time")
     c.extra.update({"created_to_started_ms": dbstats.percentiles(s2s), "probes": len(sent),
                     "probes_missed": len(sent) - len(send)})
     b.run.record(c)
@@ -164,13 +164,14 @@ async def cell_recovery(b: Bench, tasks: int, sleep_s: float, limit_s: float) ->
     b.run.record(c)
 
 
-async def round1_extras(b: Bench, drain_rate: float) -> None:
-    """The full-mode issue-5 cells on the round-1 platform."""
+async def round1_extras(b: Bench, sustained: float) -> None:
+    """The full-mode issue-5 cells on the round-1 platform; `sustained` = the lower of the
+    drain and enqueue capacity rates (the load cell offers half of it)."""
     left = await drain_leftovers(b)
     if left:
         b.run.say(f"ratchet extras: {left} tasks still unfinished before the extra cells")
-    if drain_rate:
-        await guarded(b, "schedule_to_start_load", {}, lambda: cell_s2s_load(b, 0.5 * drain_rate, 15.0))
+    if sustained:
+        await guarded(b, "schedule_to_start_load", {}, lambda: cell_s2s_load(b, 0.5 * sustained, 15.0))
     await guarded(b, "timer_lateness", {}, lambda: cell_timers(b, 10_000, 60.0, lead_s=20.0))
     await guarded(b, "recovery", {}, lambda: cell_recovery(b, 16, 2.0, 90.0))
     big = b.run.args.big_drain if b.run.args.big_drain is not None else 100_000

@@ -42,7 +42,7 @@ def plan(quick: bool, seconds: float, drain_tasks: int | None) -> Plan:
                     recovery_tasks=0, recovery_limit_s=0.0)
     return Plan(producers=(1, 8, 32), enqueue_s=seconds, open_loop_fractions=(0.25, 0.5, 0.75),
                 batch_total=20_000, drain_backlog=drain_tasks or 10_000, drain_limit_s=60.0,
-                preload_limit_s=90.0, s2s_samples=100, load_s=15.0, timer_tasks=10_000, timer_window_s=60.0,
+                preload_limit_s=90.0, s2s_samples=50, load_s=15.0, timer_tasks=10_000, timer_window_s=60.0,
                 recovery_tasks=16, recovery_limit_s=75.0)
 
 
@@ -102,8 +102,9 @@ async def _cells(b: PeerBench, p: Plan, first: bool, big_drain: int) -> None:
     if not first:
         return
     if p.load_s and drain_rate:
+        # 50 % of what the system sustains end to end: the lower of its enqueue and drain rates.
         await b.guarded("schedule_to_start_load", b.params(), lambda: cells.schedule_to_start_load(
-            b, 0.5 * drain_rate, p.load_s))
+            b, 0.5 * min(drain_rate, capacity or drain_rate), p.load_s))
     if p.timer_tasks:
         # A peer that cannot even enqueue the timers in half the window gets fewer (recorded).
         rate = batch_rate if peer.batch_with_delays and batch_rate else capacity

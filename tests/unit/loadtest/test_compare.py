@@ -122,3 +122,13 @@ def test_recovery_reads_the_rate_or_says_why():
     assert compare.recovery_s([ok], "dbos") == (3.2, "")
     assert compare.recovery_s([late], "graphile-worker") == (None, "not finished in 75.0 s")
     assert compare.recovery_s([], "x") == (None, "not measured")
+
+
+def test_shards_table_divides_by_one_shard():
+    cells = [cell("ratchet", "shards_drain", 100, shards=1), cell("ratchet", "shards_drain", 180, shards=2),
+             cell("ratchet", "shards_enqueue", 50, shards=1, producers=32),
+             cell("ratchet", "shards_enqueue", 75, shards=2, producers=32)]
+    table = compare.shards_table(cells)
+    assert table[2] == "| 1 | 50.0 | 100 | 1.00× | 1.00× |"
+    assert table[3] == "| 2 | 75.0 | 180 | 1.50× ▲ | 1.80× ▲ |"
+    assert compare.shards_table([]) == []
