@@ -131,7 +131,7 @@ async def test_pause_stops_firing_and_resume_starts_from_the_next_occurrence(cro
     # A slot already being sent when the pause landed may still go out; then nothing.
     await wait_for(lambda: _none_open(db, s.schedule_id), what="open slots settled")
     count = len(mesh.tasks_of(s.schedule_id))
-    await holds(lambda: len(mesh.tasks_of(s.schedule_id)) == count, 2.2, what="no firing while paused")
+    await holds(lambda: len(mesh.tasks_of(s.schedule_id)) == count, 1.5, what="no firing while paused")
     resumed = (await call(c.stub, "ResumeSchedule", s.schedule_id)).schedule
     assert resumed.state == spb.SCHEDULE_STATE_ACTIVE
     resumed_at = dt.datetime.now(dt.timezone.utc)
@@ -157,7 +157,7 @@ async def test_delete_removes_the_schedule_and_its_slots(cron, mesh, db):
     assert err.value.code() == grpc.StatusCode.NOT_FOUND
     assert await slots(db, s.schedule_id) == []
     count = len(mesh.tasks_of(s.schedule_id))
-    await holds(lambda: len(mesh.tasks_of(s.schedule_id)) == count, 1.5, what="no firing after delete")
+    await holds(lambda: len(mesh.tasks_of(s.schedule_id)) == count, 1.2, what="no firing after delete")
 
 
 async def test_trigger_fires_now_through_the_same_path(cron, mesh, db):
