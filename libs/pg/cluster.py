@@ -73,9 +73,10 @@ class LocalCluster:
         self.log_file = self.data_dir.parent / f"{self.data_dir.name}.log"
 
     # -- process plumbing -------------------------------------------------
-    def _cmd(self, *args: str, check: bool = True, timeout: float = 120) -> subprocess.CompletedProcess:
+    def _cmd(self, *args: str, check: bool = True, timeout: float = 120,
+             as_server_user: bool = True) -> subprocess.CompletedProcess:
         kwargs = {}
-        if self._as is not None:
+        if self._as is not None and as_server_user:
             kwargs = {"user": self._as.pw_uid, "group": self._as.pw_gid, "extra_groups": []}
         return subprocess.run(list(args), check=check, timeout=timeout, capture_output=True, text=True,
                               cwd="/", **kwargs)
@@ -169,7 +170,11 @@ class LocalCluster:
 
     def psql(self, sql: str, dbname: str = "postgres") -> str:
         res = self._cmd(str(self.bindir / "psql"), "-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1",
-                        "-h", "127.0.0.1", "-p", str(self.port), "-U", self.user, "-d", dbname, "-c", sql)
+                        "-h", "127.0.0.1", "-p", str(self.port), "-U", self.user, "-d", dbname, "-c", sql,
+                        # A client needs no user switch (trust auth over TCP). Switching
+                        # users forces a plain fork, whose atfork handlers in a process
+                        # running gRPC threads occasionally crashed the child.
+                        as_server_user=False)
         return res.stdout
 
     def create_database(self, name: str) -> None:
