@@ -47,10 +47,15 @@ def _matrix() -> dict[str, Scenario]:
                        gap_s=(1, 3), hold_s=(1, 4))
     for link, mode in (("gateway-history", "drop-down"), ("gateway-history", "blackhole"),
                        ("dispatcher-history", "blackhole"), ("dispatcher-history", "reset"),
-                       ("hostagent-dispatcher", "blackhole"), ("hostagent-dispatcher", "delay-up")):
+                       ("hostagent-dispatcher", "blackhole")):
         key = f"net_{link.replace('-', '_')}_{mode.replace('-', '_')}"
         out[key] = _sc(key, lambda lk=link, m=mode: [n.ProxyFault(lk, m, delay_s=4.5)], links=(link,),
                        gap_s=(1, 3), hold_s=(2, 6))
+    # The guard-on twin of mut_epoch_check: late completions of expired leases must be rejected.
+    out["stale_completions"] = _sc("stale_completions",
+                                   lambda: [n.ProxyFault("hostagent-dispatcher", "delay-up", 4.5)],
+                                   links=("hostagent-dispatcher",), gap_s=(0.5, 1), hold_s=(6, 8),
+                                   extra_overrides={"hostagent": {"capacity": 32}})
     out["rival_timer_scanner"] = _sc("rival_timer_scanner", lambda: [n.RivalTimerScanner()], gap_s=(0.5, 1),
                                      hold_s=(4, 8))
     out["mixed"] = _sc("mixed", _everything, duration_s=60, links=ALL_LINKS, skew_services=("history", "dispatcher"),
@@ -70,7 +75,7 @@ def _everything() -> list[n.Nemesis]:
 
 
 # -- mutation runs: one guard off, the checker must notice ---------------------------
-SLOW_MIX = {"slow": (1, {"mode": "ok", "sleep": 1.5}, ("SUCCEEDED",), {})}
+SLOW_MIX = {"slow": (1, {"mode": "ok", "sleep": 2.5}, ("SUCCEEDED",), {})}
 HANG_MIX = {"hang": (1, {"mode": "hang", "sleep": 30}, ("FAILED",),
                      {"timeouts": {"start_to_close": "1s"}, "retry": {"max_attempts": 2, "base": "100ms",
                                                                       "cap": "200ms"}}),
@@ -78,11 +83,13 @@ HANG_MIX = {"hang": (1, {"mode": "hang", "sleep": 30}, ("FAILED",),
 
 MUTATIONS = {
     # Heartbeats and completions from the host agent arrive 4.5 s late (the lease is 3 s): the task
-    # is leased again, and the first lease's completion arrives while the second runs.
+    # is leased again (the agent has spare slots to poll with), and the first lease's completion
+    # arrives while the second lease still runs its 2.5 s handler.
     "mut_epoch_check": (_sc("mut_epoch_check", lambda: [n.ProxyFault("hostagent-dispatcher", "delay-up", 4.5)],
-                            links=("hostagent-dispatcher",), gap_s=(0.5, 1), hold_s=(5, 7),
+                            links=("hostagent-dispatcher",), gap_s=(0.5, 1), hold_s=(6, 8),
                             guards={"epoch_check_on_complete": False},
-                            workload=WorkloadConfig(clients=2, mix=SLOW_MIX)),
+                            extra_overrides={"hostagent": {"capacity": 32}},
+                            workload=WorkloadConfig(clients=1, mix=SLOW_MIX)),
                         ("single_completion",)),
     # Handlers that never return: every attempt is revoked after start_to_close + grace. Uncharged
     # attempts never run out, so the task never reaches FAILED.

@@ -56,11 +56,14 @@ class Scenario:
     skew_services: tuple[str, ...] = ()
     guards: dict | None = None  # history's test-only guard switches (mutation runs)
     workload: WorkloadConfig = dataclasses.field(default_factory=WorkloadConfig)
+    extra_overrides: dict = dataclasses.field(default_factory=dict)  # {service: {field: value}} on top
     must_fail: tuple[str, ...] = ()  # mutation runs: invariants that must catch the broken guard
     test: str = "tests/fault"
 
     def overrides(self) -> dict:
         out = {k: dict(v) for k, v in FAST_OVERRIDES.items()}
+        for svc, fields in self.extra_overrides.items():
+            out.setdefault(svc, {}).update(fields)
         if self.guards:
             out["history"]["guards"] = dict(self.guards)
         return out
