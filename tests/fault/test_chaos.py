@@ -109,6 +109,7 @@ MATRIX = _matrix()
 KNOWN_BUGS = {
     "kill_gateway": "host agent spends attempts on DeploymentUnavailable while the gateway is down "
                     "(test_bugs.py::test_control_plane_outage_does_not_fail_tasks_that_never_ran)",
+    "mixed": "includes kill-gateway: the same DeploymentUnavailable bug",
 }
 _VERDICTS: list[dict] = []
 
