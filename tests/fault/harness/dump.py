@@ -63,3 +63,30 @@ def dump_shards(dsns: dict[str, str], path: str | pathlib.Path | None = None,
 def platform_shard_dsns(platform) -> dict[str, str]:
     """The shard databases of a LocalPlatform, reached directly (never through a proxy)."""
     return {str(i): platform.cluster.dsn(f"ratchet_shard_{i}") for i in range(platform.shards)}
+
+
+def await_timer_quiescence(dsns: dict[str, str], timeout_s: float) -> int:
+    """Wait until no timer is left for a finished task (a lease timer rescheduled while the task
+    completed may outlive it until it fires and is discarded). Returns how many are left."""
+    import time
+
+    async def count() -> int:
+        import asyncpg
+
+        total = 0
+        for dsn in dsns.values():
+            conn = await asyncpg.connect(dsn, timeout=10)
+            try:
+                total += await conn.fetchval(
+                    "SELECT count(*) FROM timers m JOIN tasks t ON t.task_id = m.task_id "
+                    "WHERE t.state IN ('SUCCEEDED', 'FAILED', 'CANCELED', 'EXPIRED')", timeout=10)
+            finally:
+                await conn.close(timeout=5)
+        return total
+
+    deadline = time.monotonic() + timeout_s
+    left = asyncio.run(count())
+    while left and time.monotonic() < deadline:
+        time.sleep(0.25)
+        left = asyncio.run(count())
+    return left
