@@ -80,19 +80,12 @@ def on_completion(task: TaskView, c: CompletionIn, *, rand: Rand = random.random
     return dataclasses.replace(t, checkpoint=c.checkpoint) if c.checkpoint is not None else t
 
 
-def succeeded(c: CompletionIn, lease_epoch: int | None = None) -> Transition:
-    """A success, decided from the completion alone: it needs nothing of the task row
-    but the lease it names (a success that races a cancel is still a success)."""
-    t = Transition(task_id=c.task_id, from_state=TaskState.LEASED, to_state=TaskState.SUCCEEDED,
-                   lease_epoch=c.lease_epoch if lease_epoch is None else lease_epoch, reason="succeeded",
-                   result=c.result or b"null", attempt_outcome=AttemptOutcome.SUCCEEDED)
-    return dataclasses.replace(t, checkpoint=c.checkpoint) if c.checkpoint is not None else t
-
-
 def _on_completion(task: TaskView, c: CompletionIn, rand: Rand) -> Transition:
     if c.outcome == "SUCCEEDED":
-        # The work is done; the current lease's epoch (equal to the completion's when fenced).
-        return succeeded(c, task.lease_epoch)
+        # A success that races a cancel is still a success: the work is done.
+        return Transition(task_id=task.task_id, from_state=TaskState.LEASED, to_state=TaskState.SUCCEEDED,
+                          lease_epoch=task.lease_epoch, reason="succeeded", result=c.result or b"null",
+                          attempt_outcome=AttemptOutcome.SUCCEEDED)
     if c.outcome == "CANCELED" and task.cancel_requested:
         if task.cancel_reason == CancelReason.USER:
             return end_attempt(task, AttemptOutcome.CANCELED, c.error, rand=rand)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import random
-import uuid
 from typing import Sequence
 
 import asyncpg
@@ -17,7 +16,7 @@ import asyncpg
 from ratchet.libs import gates
 from ratchet.libs.taskstate import CancelReason, TaskState
 from ratchet.services.history.config import Guards
-from ratchet.services.history.decide import Rand, cancel_now, on_completion, succeeded
+from ratchet.services.history.decide import Rand, cancel_now, on_completion
 from ratchet.services.history.errors import NotFound
 from ratchet.services.history.model import CompletionIn, TaskView, Transition
 from ratchet.services.history.store import Store
@@ -81,23 +80,13 @@ async def complete_tasks(conn: asyncpg.Connection, store: Store, items: Sequence
     for i, c in enumerate(items):
         first.setdefault(c.task_id, i)
     uniq = [items[i] for i in sorted(first.values())]
-    # A success needs nothing from the row (it races a cancel and still wins), so it goes
-    # straight to its compare-and-set on (task_id, LEASED, lease_epoch): no lock statement
-    # first. Other outcomes read the row (attempts, policy, cancel flag) under a lock.
-    # Both sets in task_id order, so concurrent batches lock rows in one order.
-    fast = guards.epoch_check_on_complete
-    wins = sorted((c for c in uniq if fast and c.outcome == "SUCCEEDED"), key=lambda c: uuid.UUID(c.task_id))
-    rest = [c for c in uniq if not (fast and c.outcome == "SUCCEEDED")]
     async with conn.transaction():
-        applied = await store.task_transition_apply(conn, [succeeded(c) for c in wins]) if wins else {}
-        decided: list[Transition] = []
-        if rest:
-            locked = await store.task_complete_lock(conn, [c.task_id for c in rest], [c.lease_epoch for c in rest],
-                                                    fenced=guards.epoch_check_on_complete)
-            views = {str(r["task_id"]): TaskView.from_row(r) for r in locked}
-            decided = [on_completion(views[c.task_id], c, rand=rand) for c in rest if c.task_id in views]
-        if decided:
-            applied.update(await store.task_transition_apply(conn, decided))
+        locked = await store.task_complete_lock(conn, [c.task_id for c in uniq], [c.lease_epoch for c in uniq],
+                                                fenced=guards.epoch_check_on_complete)
+        views = {str(r["task_id"]): TaskView.from_row(r) for r in locked}
+        decided: list[Transition] = [on_completion(views[c.task_id], c, rand=rand)
+                                     for c in uniq if c.task_id in views]
+        applied = await store.task_transition_apply(conn, decided) if decided else {}
         others = [c.task_id for c in uniq if c.task_id not in applied]
         states = await store.task_state_batch(conn, others) if others else {}
         await gates.reach("history.complete.before_commit")  # fault tests: applied, not committed

@@ -175,7 +175,7 @@ async def test_lease_expiry_retries_until_attempts_are_spent_then_fails(hist):
 
 
 async def test_a_mixed_batch_of_successes_and_failures_closes_every_attempt(hist):
-    """Successes take the lock-free compare-and-set, the others the locked decision path."""
+    """Every outcome of one batch is applied with its attempt end, timers and checkpoint."""
     tenant, app = unique("t"), unique("app")
     await hist.create(*[hist.task(tenant, app) for _ in range(40)])
     leased = list((await hist.lease(app, max_tasks=40, lease_s=30)).tasks)
