@@ -65,9 +65,9 @@ def platform_shard_dsns(platform) -> dict[str, str]:
     return {str(i): platform.cluster.dsn(f"ratchet_shard_{i}") for i in range(platform.shards)}
 
 
-def await_timer_quiescence(dsns: dict[str, str], timeout_s: float) -> int:
+def await_timer_quiescence(dsns: dict[str, str], timeout_s: float) -> dict:
     """Wait until no timer is left for a finished task (a lease timer rescheduled while the task
-    completed may outlive it until it fires and is discarded). Returns how many are left."""
+    completed may outlive it until it fires and is discarded). Returns {"found", "left"}."""
     import time
 
     async def count() -> int:
@@ -85,8 +85,8 @@ def await_timer_quiescence(dsns: dict[str, str], timeout_s: float) -> int:
         return total
 
     deadline = time.monotonic() + timeout_s
-    left = asyncio.run(count())
+    found = left = asyncio.run(count())
     while left and time.monotonic() < deadline:
         time.sleep(0.25)
         left = asyncio.run(count())
-    return left
+    return {"found": found, "left": left}

@@ -121,7 +121,7 @@ def run_scenario(sc: Scenario, seed: int, root: str | os.PathLike) -> dict:
         harness["not_settled"] = workload.settle(sc.settle_timeout_s)
         harness["errors"] += workload.errors
         workload.close()
-        harness["timers_left_for_finished_tasks"] = await_timer_quiescence(platform_shard_dsns(platform), 10.0)
+        harness["timers_of_finished_tasks"] = await_timer_quiescence(platform_shard_dsns(platform), 10.0)
         dump_shards(platform_shard_dsns(platform), run_dir / "dump.json")
     except Exception as e:
         harness["errors"].append(f"{type(e).__name__}: {e}")
