@@ -168,9 +168,9 @@ class Agent:
                                 on_checkpoint=lambda data: self._checkpoint(lease, data))
         lease.sandbox = None
         if lease.lost:
-            # It may have answered just before the kill: never reuse it (the other tasks it
-            # runs, if any, end as collateral: see outcomes.killed_beside).
-            sandbox.kill(f"task {task.task_id} lost its lease")
+            # Its outcome no longer counts; the sandbox was retired (never reused) when the
+            # lease was lost, and goes once nothing else worth running is left in it.
+            self._pool.release(sandbox)
             return
         if end.done is None and end.protocol_error is None and sandbox.killed_for:
             completion = outcomes.killed_beside(task, sandbox.killed_for)
@@ -264,7 +264,7 @@ class Agent:
         log.warning("task %s epoch %d: %s; discarding its outcome", lease.task.task_id, lease.task.lease_epoch,
                     reason)
         if lease.sandbox is not None:
-            lease.sandbox.kill(f"task {lease.task.task_id}: {reason}")
+            self._pool.retire(lease.sandbox, lease.task.task_id, f"task {lease.task.task_id}: {reason}")
         self._release_slot(lease)
 
     async def drain(self, timeout_s: float) -> None:

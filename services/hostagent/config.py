@@ -36,9 +36,9 @@ class HostAgentConfig:
     sandbox_concurrency: int = field(
         64, doc="most tasks one sandbox process runs at once, each in its own thread (1..1000); at most "
                 "about capacity / sandbox_concurrency sandboxes per app version. 1 gives every task its own "
-                "process. A sandbox that crashes fails every attempt it was running (CRASHED); one the agent "
-                "kills to stop a task (lease lost, cancel ignored) fails the others it ran as SandboxCrashed "
-                "(FAILED, retried, not counted by the circuit breakers)")
+                "process. A sandbox that crashes fails every attempt it was running (CRASHED); one running a "
+                "task that must stop (lease lost, cancel ignored) takes no new task and is killed once the "
+                "others in it have ended")
     poll_linger_s: float = field(
         0.005, doc="seconds the agent waits for a quarter of its slots to be free before polling with fewer, "
                    "so leases (and history's transactions) come in batches; 0 polls as soon as one is free")

@@ -96,9 +96,9 @@ def from_end(task: history_pb2.LeasedTask, end: RunEnd, log_tail: str = "") -> h
 
 
 def killed_beside(task: history_pb2.LeasedTask, killed_for: str) -> history_pb2.Completion:
-    """The completion of a task whose sandbox the agent killed to stop another task it ran
-    (a lost lease, a cancel ignored past its grace): FAILED, retried like a failure, with the
-    crash error class, but not CRASHED: this task's code did not crash anything, so it must
-    not count toward its type's circuit breaker."""
+    """The completion of a task whose sandbox the agent killed because of another task it
+    ran (one that broke the protocol): FAILED, retried like a failure, with the crash error
+    class, but not CRASHED: this task's code did not crash anything, so it must not count
+    toward its type's circuit breaker."""
     return failed(task, SANDBOX_CRASHED, f"the sandbox running this attempt was killed to stop another task "
                   f"it ran ({killed_for}); the attempt will be retried")

@@ -7,7 +7,9 @@ its version that has room; a new sandbox starts only when none has, and
 tasks arriving while it starts wait for it instead of starting their own
 (a lease batch of 200 tasks starts ceil(200 / concurrency) processes, not
 200). Idle sandboxes are kept for the next task of the same version; those
-of a superseded version are stopped once idle.
+of a superseded version are stopped once idle. A sandbox running a task that
+must be stopped is retired (`retire`): no new task, killed once the tasks
+still worth running in it have ended.
 """
 
 from __future__ import annotations
@@ -99,13 +101,32 @@ class SandboxPool:
                  sandbox.pid, sandbox.app_id, sandbox.digest, sandbox.concurrency)
 
     def release(self, sandbox: Sandbox) -> None:
-        """Take back one task's place in a sandbox whose run ended well: keep the sandbox
-        unless it is dead, or idle and of a superseded version."""
+        """Take back one task's place in a sandbox whose run ended: keep the sandbox unless
+        it is dead, retired, or idle and of a superseded version."""
         sandbox.load = max(0, sandbox.load - 1)
         if not sandbox.alive:
             return
-        if sandbox.load == 0 and self._active.get(sandbox.app_id) != sandbox.digest:
+        if sandbox.retired_for is not None:
+            self._reap(sandbox)
+        elif sandbox.load == 0 and self._active.get(sandbox.app_id) != sandbox.digest:
             self._stop(sandbox)
+
+    def retire(self, sandbox: Sandbox, task_id: str, reason: str) -> None:
+        """Stop a task whose outcome no longer counts (its lease was lost, or it ignored a
+        cancel past kill_after). Its thread cannot be stopped alone, and killing the process
+        at once would kill the other tasks it runs: so the sandbox takes no new task and is
+        SIGKILLed as soon as only such tasks are left in it (at once if it runs nothing else,
+        always so with sandbox_concurrency 1)."""
+        sandbox.zombies.add(task_id)
+        if sandbox.retired_for is None:
+            sandbox.retired_for = reason
+            self._live.pop(sandbox.sandbox_id, None)  # never placed in again
+        self._reap(sandbox)
+
+    @staticmethod
+    def _reap(sandbox: Sandbox) -> None:
+        if all(task_id in sandbox.zombies for task_id, _ in sandbox.running()):
+            sandbox.kill(sandbox.retired_for)
 
     def note_active(self, app_id: str, digest: str) -> None:
         """Record the app's current version; stop idle sandboxes of older ones."""

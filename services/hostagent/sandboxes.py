@@ -108,6 +108,8 @@ class Sandbox:
         self.last_handler_beat: float | None = None
         self.exit_status: int | None = None
         self.killed_for: str | None = None  # why the agent killed it, if it did
+        self.retired_for: str | None = None  # set once it must take no new task (pool.retire)
+        self.zombies: set[str] = set()  # tasks still running here whose outcome no longer counts
         self.exited = asyncio.Event()
         self._writer: asyncio.StreamWriter | None = None
         self._ready: asyncio.Future | None = None
