@@ -37,18 +37,15 @@ class CeleryPeer(Peer):
         return []
 
     async def setup(self) -> None:
-        import os
         self.port = free_port()
         self.start_server("redis", ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1",
                                     "--save", "", "--appendonly", "no", "--dir", str(self.workdir),
                                     "--protected-mode", "yes"])
         await wait_port(self.port)
         self.broker = f"redis://127.0.0.1:{self.port}/0"
-        os.environ["RATCHET_BENCH_BROKER"] = self.broker
         from loadtest.peers import celery_app
-        celery_app.app.conf.broker_url = self.broker
-        self.app = celery_app.app
-        self.task = celery_app.noop
+        self.app = celery_app.make_app(self.broker)  # a new app per server: no stale connection pool
+        self.task = self.app.tasks["noop"]
         import redis
         self.redis = redis.Redis(host="127.0.0.1", port=self.port)
 

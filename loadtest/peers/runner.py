@@ -76,6 +76,14 @@ async def peer_turn(run, peer_cls, round_no: int, p: Plan, *, big_drain: int = 0
         run.say(f"{name} (round {round_no}) done in {time.monotonic() - t0:.1f}s")
 
 
+async def _reset(b: PeerBench) -> None:
+    """Fresh state for the peer (new database or server), as at the start of its turn."""
+    b.peer.stop_worker()
+    await b.peer.teardown()
+    b.peer.stop_servers()
+    await b.peer.setup()
+
+
 async def _cells(b: PeerBench, p: Plan, first: bool, big_drain: int) -> None:
     peer = b.peer
     if first:
@@ -101,6 +109,8 @@ async def _cells(b: PeerBench, p: Plan, first: bool, big_drain: int) -> None:
         await b.guarded("drain", b.params(), lambda: cells.drain(b, big_drain, 120.0, 180.0))
     if not first:
         return
+    # A drain window may leave a backlog; the latency cells need an empty queue: start afresh.
+    await _reset(b)
     if p.load_s and drain_rate:
         # 50 % of what the system sustains end to end: the lower of its enqueue and drain rates.
         await b.guarded("schedule_to_start_load", b.params(), lambda: cells.schedule_to_start_load(

@@ -43,6 +43,8 @@ class TemporalPeer(Peer):
 
     async def setup(self) -> None:
         from temporalio.client import Client
+        for f in self.workdir.glob("temporal.db*"):
+            f.unlink()  # fresh state: a reset starts a new server on a new file
         self.port = free_port()
         self.start_server("temporal_server", [
             _temporal_bin(), "server", "start-dev", "--headless", "--ip", "127.0.0.1", "--port", str(self.port),
