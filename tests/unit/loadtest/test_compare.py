@@ -132,3 +132,12 @@ def test_shards_table_divides_by_one_shard():
     assert table[2] == "| 1 | 50.0 | 100 | 1.00× | 1.00× |"
     assert table[3] == "| 2 | 75.0 | 180 | 1.50× ▲ | 1.80× ▲ |"
     assert compare.shards_table([]) == []
+
+
+def test_big_drain_is_its_own_row():
+    small = cell("p", "drain", 1000, backlog=70_000)
+    small.extra["requested_backlog"] = 10_000  # a peer's round-1 backlog also holds the enqueue cells' tasks
+    big = cell("p", "drain", 400, backlog=100_000)
+    big.extra["requested_backlog"] = 100_000
+    assert compare.metric([small, big], "p", "drain") == 1000
+    assert compare.metric([small, big], "p", "drain_big") == 400
