@@ -21,6 +21,7 @@ from ratchet.internal.gateway.v1 import control_pb2
 from ratchet.internal.history.v1 import history_pb2
 from ratchet.libs.shardmap import ShardMap, new_task_id, parse_task_id, slot_for_key
 from ratchet.services.gateway import validation
+from ratchet.services.gateway.coalesce import CoalescedCreates
 from ratchet.services.gateway.auth import Principal
 from ratchet.services.gateway.deployments import Deployments
 from ratchet.services.gateway.errors import AlreadyExists, GatewayError, InvalidArgument, NotFound
@@ -79,6 +80,8 @@ class TaskApi:
     def __init__(self, history: HistoryClient, shard_map: ShardMap, deployments: Deployments,
                  max_payload_bytes: int, wall: Callable[[], float] = time.time):
         self.history = history
+        # Single enqueues share CreateTasks calls per shard while one is in flight.
+        self.creates = CoalescedCreates(history)
         self.shard_map = shard_map
         self.deployments = deployments
         self.max_payload_bytes = max_payload_bytes
@@ -96,7 +99,7 @@ class TaskApi:
                       timeout: float) -> tasks_pb2.EnqueueTaskResponse:
         (t,) = await self._validate(p, [req], batch=False)
         new = _new_task(p, t)
-        (res,) = await self.history.create_tasks(self.shard_map.shard_for_task(new.task_id), [new], timeout)
+        res = await self.creates.create(self.shard_map.shard_for_task(new.task_id), new, timeout)
         if res.conflict:
             raise _conflict(t.idempotency_key, res.task_id)
         return tasks_pb2.EnqueueTaskResponse(task_id=res.task_id, deduplicated=res.deduplicated)
@@ -155,7 +158,7 @@ class TaskApi:
         new = _new_task(Principal(req.tenant_id, req.app_id, ""), t)
         new.schedule_id = req.schedule_id
         new.scheduled_time.CopyFrom(req.scheduled_time)
-        (res,) = await self.history.create_tasks(self.shard_map.shard_for_task(new.task_id), [new], timeout)
+        res = await self.creates.create(self.shard_map.shard_for_task(new.task_id), new, timeout)
         if res.conflict:
             raise _conflict(t.idempotency_key, res.task_id, "task.")
         return control_pb2.EnqueueScheduledResponse(task_id=res.task_id, deduplicated=res.deduplicated)
