@@ -41,6 +41,17 @@ def _ledger(payload, ctx, phase, **extra):
 @task(retries=FAST)
 def work(ctx, payload):
     """Run the scripted behaviour, recording start and end in the ledger."""
+    return _run(ctx, payload)
+
+
+@task(retries=FAST)
+def crashy(ctx, payload):
+    """The same script under its own task type: the sandbox crashes it causes on purpose trip only
+    this type's circuit breaker, not the one of the main workload."""
+    return _run(ctx, payload)
+
+
+def _run(ctx, payload):
     _ledger(payload, ctx, "start")
     mode = payload.get("mode", "ok")
     if mode == "crash" and ctx.attempt < payload.get("succeed_on", 2):

@@ -32,7 +32,7 @@ MIX: dict[str, tuple[int, dict, tuple[str, ...], dict]] = {
     "flaky": (10, {"mode": "flaky", "succeed_on": 3}, ("SUCCEEDED",), {}),
     "failing": (6, {"mode": "fail"}, ("FAILED",), {"retry": {"max_attempts": 3, "base": "100ms", "cap": "200ms"}}),
     "fatal": (4, {"mode": "fatal"}, ("FAILED",), {}),
-    "crashing": (4, {"mode": "crash", "succeed_on": 2}, ("SUCCEEDED",), {}),
+    "crashing": (4, {"mode": "crash", "succeed_on": 2}, ("SUCCEEDED",), {"task_type": "crashy"}),
     "cancelled": (8, {"mode": "ok", "sleep": 3.0}, ("SUCCEEDED", "CANCELED"), {}),
 }
 

@@ -72,7 +72,7 @@ def _ctx(attempt=1, epoch=1):
 def test_app_ledger_and_scripts(tmp_path):
     app = _load_app()
     ledger = tmp_path / "ledger.jsonl"
-    handler = getattr(app.work, "fn", None) or getattr(app.work, "__wrapped__", None) or app.work
+    handler = app._run
     res = handler(_ctx(epoch=7), {"op": "o1", "ledger": str(ledger), "mode": "ok"})
     assert res["lease_epoch"] == 7 and res["op"] == "o1"
     with pytest.raises(RetryableError):
