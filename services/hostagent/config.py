@@ -32,9 +32,10 @@ class HostAgentConfig:
     grpc_port: int = field(0, doc="port of the agent's gRPC server (ListSandboxes, health); 0 = any free port")
     worker_id: str = field(default_factory=_default_worker_id,
                            doc="identity recorded on attempts; default <hostname>-<pid>")
-    capacity: int = field(256, doc="task slots: most tasks running at once on this host (1..1000)")
+    capacity: int = field(512, doc="task slots: most tasks running at once on this host (1..1000); a quarter of "
+                                   "them free is one poll, split over the shards: the lease batch size")
     sandbox_concurrency: int = field(
-        64, doc="most tasks one sandbox process runs at once, each in its own thread (1..1000); at most "
+        128, doc="most tasks one sandbox process runs at once, each in its own thread (1..1000); at most "
                 "about capacity / sandbox_concurrency sandboxes per app version. 1 gives every task its own "
                 "process. A sandbox that crashes fails every attempt it was running (CRASHED); one running a "
                 "task that must stop (lease lost, cancel ignored) takes no new task and is killed once the "

@@ -66,7 +66,7 @@ def test_config_requires_targets_token_and_a_short_work_dir(tmp_path):
     base = dict(dispatcher_target="127.0.0.1:1", control_target="127.0.0.1:2", host_token="s3cr3t-value",
                 work_dir=str(tmp_path))
     cfg = load(overrides=base)
-    assert cfg.capacity == 256 and cfg.sandbox_concurrency == 64
+    assert cfg.capacity == 512 and cfg.sandbox_concurrency == 128
     assert cfg.auth_metadata == (("authorization", "Bearer s3cr3t-value"),)
     assert "s3cr3t-value" not in repr(cfg)
     with pytest.raises(ConfigError, match="host_token"):
