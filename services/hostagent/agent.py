@@ -25,7 +25,7 @@ from ratchet.internal.history.v1 import history_pb2
 from ratchet.services.hostagent import outcomes
 from ratchet.services.hostagent.bundles import BundleStore
 from ratchet.services.hostagent.control import Deployments
-from ratchet.services.hostagent.errors import task_error_for
+from ratchet.services.hostagent.errors import ControlUnavailable, task_error_for
 from ratchet.services.hostagent.pool import SandboxPool
 from ratchet.services.hostagent.sandboxes import Sandbox
 
@@ -36,6 +36,8 @@ DEFAULT_KILL_AFTER_S = 30.0
 # Checkpoint bytes one Heartbeat call may carry (1,000 leases x 64 KiB would pass the 64 MiB
 # message limit); the rest wait for the next beat, which is then brought forward.
 HEARTBEAT_CHECKPOINT_BUDGET = 8 * 1024 * 1024
+# Longest pause between tries to reach the control service for a held lease.
+CONTROL_RETRY_MAX_S = 2.0
 
 
 @dataclasses.dataclass(eq=False)
@@ -150,10 +152,30 @@ class Agent:
         bundle_dir = await self._bundles.ensure(deployment.digest)
         return await self._pool.acquire(task.app_id, deployment.digest, deployment.module, bundle_dir)
 
+    async def _prepare_held(self, lease: Lease) -> Sandbox:
+        """_prepare, waiting out a control-plane outage while the lease is held.
+
+        The handler has not run, so an unreachable control service must not
+        spend the task's attempt (found by the fault harness: a gateway outage
+        sent tasks that never ran to FAILED). Heartbeats keep the lease while we
+        wait; a cancel, a lost lease or the server's start_to_close ends it.
+        """
+        delay = 0.1
+        while True:
+            try:
+                return await self._prepare(lease.task)
+            except ControlUnavailable as e:
+                if lease.lost or lease.cancel_requested:
+                    raise
+                log.info("task %s: waiting for the control service (%s); retrying in %.1fs",
+                         lease.task.task_id, e, delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, CONTROL_RETRY_MAX_S)
+
     async def _run(self, lease: Lease) -> None:
         task = lease.task
         try:
-            sandbox = await self._prepare(task)
+            sandbox = await self._prepare_held(lease)
         except Exception as e:  # noqa: BLE001 -- any failure to set up becomes the attempt's error
             error_class, message = task_error_for(e)
             log.warning("task %s: cannot run attempt %d: %s: %s", task.task_id, task.attempt, error_class, message)
