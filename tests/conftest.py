@@ -4,8 +4,14 @@ server), and fresh databases for each test that asks."""
 
 from __future__ import annotations
 
-import itertools
 import os
+
+# gRPC's fork handlers can block fork() forever in a process whose other
+# threads are inside gRPC (seen by the fault harness when the platform starts
+# Postgres or services from a test). It must be set before grpc is imported.
+os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "0")
+
+import itertools  # noqa: E402 -- after the fork-support switch above
 import pathlib
 import tempfile
 

@@ -80,6 +80,7 @@ async def complete_tasks(conn: asyncpg.Connection, store: Store, items: Sequence
     for i, c in enumerate(items):
         first.setdefault(c.task_id, i)
     uniq = [items[i] for i in sorted(first.values())]
+    await gates.reach("history.complete.received")  # fault tests: before any lock is taken
     async with conn.transaction():
         locked = await store.task_complete_lock(conn, [c.task_id for c in uniq], [c.lease_epoch for c in uniq],
                                                 fenced=guards.epoch_check_on_complete)

@@ -20,7 +20,13 @@ Failures print one line starting with "error:" and exit 1.
 
 from __future__ import annotations
 
-import argparse
+import os
+
+# `ratchet dev up` forks Postgres and the services from a process that talks
+# gRPC; gRPC's fork handlers can block fork() forever there. Set before grpc loads.
+os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "0")
+
+import argparse  # noqa: E402 -- after the fork-support switch above
 import pathlib
 import sys
 
