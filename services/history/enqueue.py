@@ -190,9 +190,8 @@ async def create_group(conn: asyncpg.Connection, store: Store, items: Sequence[N
                                             [r.schedule_to_close_s for r in rows],
                                             [r.fingerprint if r.key is not None else None for r in rows], window_s)
     except asyncpg.InvalidTextRepresentationError as e:
-        if "task_create_batch:" not in str(e):
-            raise
-        raise Fallback() from None  # the statement aborted itself: nothing was written
+        _fallback_if_aborted(e)
+        raise
     # Committed. What is left are reads, each in its own snapshot (which sees a key's committed owner).
     taken = [i for i in send if items[i].key is not None and not got[items[i].row.task_id][2]]
     owners = await store.idempotency_key_get_batch(conn, [items[i].key for i in taken]) if taken else {}
@@ -235,3 +234,29 @@ def _keyed_outcome(it: NewTaskIn, inserted: bool, owners: dict) -> CreateOut | H
     if fingerprint == it.fingerprint:
         return CreateOut(owner_id, deduplicated=True)
     return CreateOut(owner_id, conflict=True)
+
+
+def _fallback_if_aborted(e: asyncpg.InvalidTextRepresentationError) -> None:
+    if "task_create_batch:" in str(e):
+        raise Fallback() from None  # the statement aborted itself: nothing was written
+
+
+async def create_all(conn: asyncpg.Connection, store: Store, items: Sequence[NewTaskIn],
+                     window_s: float) -> tuple[list[CreateOut], bool]:
+    """One request of several tasks in one statement, all or nothing: every task is new and
+    every key is claimed, else nothing is written and Fallback is raised (the caller runs
+    create_tasks, which answers keys held by other tasks and retried ids exactly)."""
+    rep = _representatives(items)
+    send, _follow, _alone = _group_plan([items[i] for i in sorted(set(rep.values()))])
+    reps = sorted(set(rep.values()))
+    rows = [items[reps[j]] for j in send]
+    try:
+        got = await store.task_create_batch(conn, [r.row for r in rows], [r.schedule_to_start_s for r in rows],
+                                            [r.schedule_to_close_s for r in rows],
+                                            [r.fingerprint if r.key is not None else None for r in rows], window_s,
+                                            strict=True)
+    except asyncpg.InvalidTextRepresentationError as e:
+        _fallback_if_aborted(e)
+        raise
+    results = [CreateOut(items[rep[i]].row.task_id, deduplicated=rep[i] != i) for i in range(len(items))]
+    return results, any(due for inserted, due, _ in got.values() if inserted)

@@ -63,7 +63,11 @@ class HistoryServicer(history_pb2_grpc.HistoryServiceServicer):
             results = [await self.groups.create(shard, items[0])]
         else:
             async with shard.conn() as conn:
-                results, due = await enqueue.create_tasks(conn, self.store, items, self.cfg.idempotency_window_s)
+                try:  # one statement, all or nothing; the transactional path when it cannot decide
+                    results, due = await enqueue.create_all(conn, self.store, items, self.cfg.idempotency_window_s)
+                except enqueue.Fallback:
+                    results, due = await enqueue.create_tasks(conn, self.store, items,
+                                                              self.cfg.idempotency_window_s)
             if due:
                 self.hub.publish(shard.id)  # after commit, outside the transaction: never a NOTIFY
         await gates.reach("history.enqueue.after_commit")  # fault tests: committed, not yet answered

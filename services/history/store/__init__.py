@@ -104,10 +104,11 @@ class Store:
 
     async def task_create_batch(self, conn, rows: Sequence[NewRow], s2s: Sequence[float | None],
                                 s2c: Sequence[float | None], fingerprints: Sequence[str | None],
-                                window_s: float) -> dict[str, tuple[bool, bool, bool]]:
-        """Claim keys and insert in one statement -> {task_id: (inserted, due, key claimed)}."""
+                                window_s: float, strict: bool = False) -> dict[str, tuple[bool, bool, bool]]:
+        """Claim keys and insert in one statement -> {task_id: (inserted, due, key claimed)};
+        strict: every row is inserted or the statement aborts (InvalidTextRepresentationError)."""
         recs = await self._run(conn, "task_create_batch", *self._new_row_args(rows, s2s, s2c),
-                               list(fingerprints), window_s)
+                               list(fingerprints), window_s, strict)
         return {str(r["task_id"]): (r["inserted"], r["due"], r["claimed"]) for r in recs}
 
     async def task_existing_batch(self, conn, ids: Sequence[str]) -> dict[str, str]:

@@ -66,7 +66,10 @@ SELECT ins.task_id, ins.run_at <= ins.created_at AS due FROM ins
 -- decide alone, a key claimed for a task id that already exists (a
 -- duplicated id racing with another request), aborts the whole statement
 -- with a deliberate cast error naming it; the caller then runs each
--- request on the transactional path.
+-- request on the transactional path. With $21 (strict: one request of
+-- several tasks, all or nothing) any row not inserted aborts it too, so a
+-- key held by another task or a retried id writes nothing here and the
+-- request takes the transactional path, which answers it exactly.
 WITH now AS (SELECT clock_timestamp() AS t),
 i AS (
     SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::bytea[],
@@ -122,8 +125,8 @@ tm AS (
 )
 SELECT i.task_id, ins.task_id IS NOT NULL AS inserted, COALESCE(ins.run_at <= ins.created_at, false) AS due,
        c.claimed,
-       CASE WHEN c.claimed AND ins.task_id IS NULL
-            THEN ('task_create_batch: key claimed for existing task ' || i.task_id::text)::int END AS abort
+       CASE WHEN (c.claimed OR $21::boolean) AND ins.task_id IS NULL
+            THEN ('task_create_batch: not inserted: task ' || i.task_id::text)::int END AS abort
   FROM i LEFT JOIN ins ON ins.task_id = i.task_id
  CROSS JOIN LATERAL (SELECT i.idempotency_key IS NOT NULL AND i.task_id IN (SELECT k.task_id FROM k) AS claimed) c
 

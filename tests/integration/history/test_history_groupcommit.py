@@ -111,3 +111,27 @@ async def test_a_shard_down_fails_the_group_unavailable(make_hist, pg_cluster, k
     with pytest.raises(grpc.aio.AioRpcError) as e:
         await hist.create(t, shard=7)
     assert e.value.code() == grpc.StatusCode.UNAVAILABLE
+
+
+async def test_a_request_of_several_new_tasks_is_one_statement_and_a_held_key_falls_back(make_hist):
+    """All new: one task_create_batch and nothing else; a key held by another task: that
+    statement writes nothing and the transactional path answers (dedup here, and the
+    rest of the request is created)."""
+    hist = await make_hist()
+    ran: list[str] = []
+
+    async def seen(name: str) -> None:
+        ran.append(name)
+    for name in ("task_create_batch", "idempotency_key_claim_batch", "task_insert_batch"):
+        hist.server.store.before[name] = seen
+    tenant = unique("t")
+    tasks = [hist.task(tenant, idempotency_key=f"k{i}" if i % 2 else "", fingerprint="f") for i in range(10)]
+    r = await hist.create(*tasks)
+    assert [x.task_id for x in r.results] == [t.task_id for t in tasks] and ran == ["task_create_batch"]
+    ran.clear()
+    again = hist.task(tenant, idempotency_key="k1", fingerprint="f")
+    fresh = hist.task(tenant)
+    r = await hist.create(fresh, again)
+    assert (r.results[1].task_id, r.results[1].deduplicated) == (tasks[1].task_id, True)
+    assert ran == ["task_create_batch", "idempotency_key_claim_batch", "task_insert_batch"]
+    assert await _count(hist, tenant) == 11
