@@ -40,11 +40,27 @@ def _peer_info(cells) -> tuple[dict, dict]:
     return info, skipped
 
 
+def _bare_report(jsonl: pathlib.Path, cells) -> str:
+    """A run stopped before its report was written: tables from the cells alone (no profiles)."""
+    import json
+
+    from loadtest import machine, report, verdicts
+    first = json.loads(jsonl.read_text().splitlines()[0])
+    desc = machine.describe(str(jsonl.parent))
+    desc["date_utc"] = f"{first['at']} (local time of the run's first cell)"
+    desc.pop("loadavg_at_start", None)
+    return report.render(title="Ratchet benchmark", machine=desc, pg_settings={}, cells=cells,
+                         ratios=verdicts.ratios(cells), verdicts=verdicts.issue2_bar(cells), sections=[],
+                         notes=["Report rebuilt from the cells by loadtest.rerender: the run stopped before "
+                                "writing it, so the Postgres settings and profiles are not shown."]
+                         + verdicts.METHOD_NOTES, mode="full", lead_sections=[("Issue-5 bar", [])])
+
+
 def rerender(jsonl: pathlib.Path, publish: bool) -> pathlib.Path:
     from loadtest import bench
     cells = results.load(jsonl)
     md_path = jsonl.with_suffix(".md")
-    md = md_path.read_text()
+    md = md_path.read_text() if md_path.exists() else _bare_report(jsonl, cells)
     run_id = jsonl.stem
     info, skipped = _peer_info(cells)
     run = types.SimpleNamespace(peer_info=info, skipped=skipped, charts=[])
