@@ -190,9 +190,17 @@ def comparison_table(cells: list[Cell]) -> list[str]:
         if all(v is None for v in vals.values()):
             continue
         ours = vals.get(RATCHET)
-        row = [fmt_num(vals[s]) for s in names] + [fmt_ratio(ratio(ours, vals[p]), hib) for p in peers]
+        row = [_shown(cells, s, key, vals[s]) for s in names] + [fmt_ratio(ratio(ours, vals[p]), hib) for p in peers]
         out.append(f"| {title} | " + " | ".join(row) + " |")
     return out
+
+
+def _shown(cells: list[Cell], system: str, key: str, v: float | None) -> str:
+    """A table value; a recovery that did not finish says so instead of a dash."""
+    if v is None and key == "recovery":
+        _, why = recovery_s(cells, system)
+        return why.replace("not finished in", "not done in") if why != "not measured" else "–"
+    return fmt_num(v)
 
 
 def reference_rates(cells: list[Cell]) -> dict[str, float | None]:

@@ -141,3 +141,11 @@ def test_big_drain_is_its_own_row():
     big.extra["requested_backlog"] = 100_000
     assert compare.metric([small, big], "p", "drain") == 1000
     assert compare.metric([small, big], "p", "drain_big") == 400
+
+
+def test_unrecovered_peer_is_shown_as_such():
+    late = cell("graphile-worker", "recovery", None, label="Postgres")
+    late.extra["limit_s"] = 75.0
+    table = compare.comparison_table([cell("ratchet", "recovery", 33.0), late])
+    row = next(line for line in table if line.startswith("| recovery"))
+    assert "| 33.0 | not done in 75.0 s | –" in row
