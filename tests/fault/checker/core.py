@@ -23,6 +23,7 @@ MODULES = [
     "tests.fault.checker.invariants.execution",
     "tests.fault.checker.invariants.clients",
     "tests.fault.checker.invariants.timers",
+    "tests.fault.checker.invariants.cron",
 ]
 MAX_EXAMPLES = 5  # counterexamples kept per invariant (the total is still counted)
 

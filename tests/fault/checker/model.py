@@ -14,7 +14,10 @@ Formats (one JSON object per line for the two streams):
   ``outcome`` (ok | raise | fatal | cancelled).
 * dump: ``{db_now?, shards: {shard_id: {table: [row, ...]}}}`` with the rows of
   ``tasks``, ``task_attempts``, ``task_transitions``, ``timers`` and
-  ``idempotency_keys`` (and whatever later capabilities add).
+  ``idempotency_keys`` (and whatever later capabilities add), plus ``cron``:
+  ``{db_now, schedules: [...], schedule_slots: [...]}`` from the cron database
+  when the run had schedules (read by ``cronmodel``). The history's process
+  ``cron_admin`` logs ``schedule_create`` / ``schedule_pause``.
 
 Column names and enum spellings are normalised here, in one place, so the
 invariants do not care whether a state is stored as 'LEASED', 'TASK_STATE_LEASED'
@@ -133,6 +136,8 @@ class Task:
     app_id: str | None
     cancel_requested: bool
     row: dict
+    schedule_id: str | None = None  # set when a cron schedule fired the task
+    scheduled_time: Any = None  # the slot it fired for (as dumped: ISO text or a datetime)
 
     @property
     def op_id(self) -> str | None:
@@ -178,7 +183,8 @@ def _task(row: dict, shard: str) -> Task:
         result=as_json(pick(row, "result", "result_json")),
         idempotency_key=pick(row, "idempotency_key") or None,
         tenant_id=pick(row, "tenant_id"), app_id=pick(row, "app_id"),
-        cancel_requested=bool(pick(row, "cancel_requested", default=False)), row=row)
+        cancel_requested=bool(pick(row, "cancel_requested", default=False)), row=row,
+        schedule_id=pick(row, "schedule_id") or None, scheduled_time=pick(row, "scheduled_time"))
 
 
 def _transition(row: dict) -> Transition:
@@ -354,6 +360,12 @@ class Run:
             if task_id in ids:
                 out.append(op)
         return out
+
+    def created_schedules(self) -> dict[str, dict]:
+        """{schedule_id: the create's result} for every schedule the harness created."""
+        return {str(op.result["schedule_id"]): op.result for op in self.ops
+                if op.f == "schedule_create" and op.ok and isinstance(op.result, dict)
+                and op.result.get("schedule_id")}
 
     def final_heal_time(self) -> float | None:
         heals = [float(e.get("time", 0)) for e in self.nemesis if e.get("f") == "heal"]

@@ -4,7 +4,10 @@ histories, ledgers and dumps, which each test then breaks in one way."""
 from __future__ import annotations
 
 import copy
+import datetime as dt
 import itertools
+import json
+import uuid
 
 from ratchet.libs.shardmap import new_task_id
 
@@ -31,6 +34,8 @@ class Builder:
                        "idempotency_keys": []}
         self._clock = itertools.count(1)
         self._pid = itertools.count(1000)
+        self.cron: dict | None = None  # the cron database's tables, when the run had schedules
+        self.meta: dict = {}
 
     def t(self) -> float:
         return float(next(self._clock))
@@ -99,8 +104,10 @@ class Builder:
 
     def run(self):
         dump = {"db_now": "now", "shards": {"0": copy.deepcopy(self.tables)}}
+        if self.cron is not None:
+            dump["cron"] = copy.deepcopy(self.cron)
         return (copy.deepcopy(self.history), copy.deepcopy(self.ledger), dump,
-                {"seed": 7, "scenario": "crafted", "run_dir": "/tmp/crafted"})
+                {"seed": 7, "scenario": "crafted", "run_dir": "/tmp/crafted", **copy.deepcopy(self.meta)})
 
 
 def final_version(b: Builder, task_id: str) -> tuple[str, int]:
@@ -137,3 +144,93 @@ def clean() -> tuple[Builder, dict]:
         state, version = final_version(b, ids[name])
         b.get("c1" if name in "abh" else "c2", ids[name], state, version)
     return b, ids
+
+
+# -- cron ------------------------------------------------------------------------
+# The crafted run's wall clock at history time 0 (run.json's recorder_wall0): history
+# time t is the database-clock instant BASE + t, so nemesis events at t ~ 1000 land
+# among the crafted slots at BASE + 1000...
+BASE = 1_800_000_000
+
+
+def iso(seconds: float) -> str:
+    """An epoch-seconds instant as the dump writes timestamps."""
+    return dt.datetime.fromtimestamp(seconds, dt.timezone.utc).isoformat()
+
+
+def add_schedule(b: Builder, first: int = 1001, count: int = 10, cron: str = "* * * * * *",
+                 catchup_ms: int = 3000) -> dict:
+    """A schedule created at BASE + first - 0.7 that fired `count` slots a second apart,
+    each claimed 20 ms after its time and delivered 60 ms later, each with its task (run to
+    success, with its ledger lines), then paused 0.5 s after the last slot.
+    Returns {"schedule_id", "slots": {slot second: task_id}}."""
+    sid = str(uuid.uuid4())
+    created, paused = BASE + first - 0.7, BASE + first + count - 1 + 0.5
+    if b.cron is None:
+        b.cron = {"db_now": iso(paused + 5), "schedules": [], "schedule_slots": []}
+        b.meta.update(recorder_wall0=BASE, cron={"processes": 1, "misfire_grace_s": 2.0, "tick_interval_s": 0.2})
+    b.op("cron_admin", "schedule_create", {"index": 0, "cron": cron, "catchup_window_s": catchup_ms / 1000},
+         "ok", {"schedule_id": sid, "cron": cron, "created_at": iso(created)})
+    slots = {}
+    for k in range(first, first + count):
+        tid = new_task_id()
+        add_slot(b, sid, k, tid)
+        slots[k] = tid
+    b.cron["schedules"].append({
+        "schedule_id": sid, "tenant_id": "ten", "app_id": "app", "cron": cron, "timezone": "UTC",
+        "task_template": json.dumps({"taskType": "work", "payload": {"mode": "ok"}}), "overlap_policy": "ALLOW",
+        "catchup_window_ms": catchup_ms, "state": "PAUSED", "next_fire_time": None,
+        "last_fire_time": iso(BASE + first + count - 1), "last_task_id": slots[first + count - 1],
+        "created_at": iso(created), "updated_at": iso(paused)})
+    b.op("cron_admin", "schedule_pause", {"schedule_id": sid}, "ok",
+         {"schedule_id": sid, "state": "PAUSED", "updated_at": iso(paused)})
+    return {"schedule_id": sid, "slots": slots}
+
+
+def add_slot(b: Builder, sid: str, second: float, task_id: str | None, state: str = "FIRED", kind: str = "CRON",
+             claimed: float = 0.02, delivered: float = 0.08) -> dict:
+    """One slot at BASE + second, recorded `claimed` s after its time and finished `delivered` s
+    after that; a FIRED slot gets its task (keyed as the gateway keys it) unless task_id is None."""
+    at = BASE + second
+    row = {"schedule_id": sid, "slot": iso(at), "kind": kind, "state": state,
+           "task_id": task_id if state == "FIRED" else None, "cancel_task_id": None,
+           "reason": "schedule paused" if state == "SKIPPED" else None, "attempts": 1,
+           "next_attempt_at": iso(at + claimed), "created_at": iso(at + claimed),
+           "finished_at": None if state in ("PENDING", "BUFFERED", "SENDING") else iso(at + claimed + delivered)}
+    b.cron["schedule_slots"].append(row)
+    if task_id is not None and state == "FIRED":
+        add_scheduled_task(b, task_id, sid, at)
+    return row
+
+
+def add_scheduled_task(b: Builder, task_id: str, sid: str, at: float, key: bool = True) -> None:
+    """A task cron enqueued for slot `at` of schedule `sid`: no client op, payload without an op id."""
+    stamp = dt.datetime.fromtimestamp(at, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    b.task(task_id, None, ["ok"], key=f"sched:{sid}@{stamp}" if key else None)
+    b.tables["tasks"][-1].update(schedule_id=sid, scheduled_time=iso(at))
+
+
+def drop_task(b: Builder, task_id: str) -> None:
+    """Remove every trace of a task from the shards and the ledger."""
+    for table in b.tables:
+        b.tables[table] = [r for r in b.tables[table] if r.get("task_id") != task_id]
+    b.ledger = [e for e in b.ledger if e.get("task_id") != task_id]
+
+
+def drop_slots(b: Builder, sid: str, seconds) -> None:
+    """Remove slots (and their tasks): the cron service never recorded them."""
+    wanted = {iso(BASE + s) for s in seconds}
+    for row in [r for r in b.cron["schedule_slots"] if r["schedule_id"] == sid and r["slot"] in wanted]:
+        if row["task_id"]:
+            drop_task(b, row["task_id"])
+        b.cron["schedule_slots"].remove(row)
+
+
+def nemesis_step(b: Builder, step: int, name: str, start: float, healed: float) -> None:
+    """A nemesis step at history times start..healed (database clock BASE + t)."""
+    b.history += [{"process": "nemesis", "type": "invoke", "f": name, "value": {"step": step, "hold_s": 1},
+                   "time": start},
+                  {"process": "nemesis", "type": "info", "f": name, "value": {"step": step, "injected": {}},
+                   "time": start + 0.01},
+                  {"process": "nemesis", "type": "info", "f": f"{name}:healed", "value": {"step": step},
+                   "time": healed}]
