@@ -1,5 +1,6 @@
 """The short fault tier, part of `make test`: a few nemeses against the mixed
-workload, each ending with every invariant holding. The long matrix is in
+workload, each ending with every invariant holding (`cron_kill` adds two
+per-second schedules and SIGKILLs the cron process). The long matrix is in
 test_chaos.py (`make chaos`)."""
 
 from __future__ import annotations
@@ -7,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from tests.fault.conftest import fault_seed
-from tests.fault.harness.assertions import assert_valid
+from tests.fault.harness.assertions import assert_cron_checked, assert_valid
 from tests.fault.harness.nemesis import KillSandbox, KillService, PauseService, TerminateBackends
 from tests.fault.harness.scenario import Scenario, run_scenario
 
@@ -20,6 +21,8 @@ SHORT = {
                                  gap_s=(1.0, 2.0), hold_s=(1.5, 4.0), test="tests/fault/test_short.py"),
     "pg_terminate": Scenario("pg_terminate", lambda: [TerminateBackends(4)], duration_s=10, gap_s=(0.5, 1.5),
                              hold_s=(0.2, 0.5), test="tests/fault/test_short.py"),
+    "cron_kill": Scenario("cron_kill", lambda: [KillService("cron")], duration_s=10, gap_s=(1.5, 2.5),
+                          hold_s=(1.0, 2.0), schedules=2, test="tests/fault/test_short.py"),
 }
 
 
@@ -28,3 +31,5 @@ SHORT = {
 def test_short_scenario(name, fault_root):
     verdict = run_scenario(SHORT[name], fault_seed(1), fault_root)
     assert_valid(verdict)
+    if SHORT[name].schedules:
+        assert_cron_checked(verdict)

@@ -26,3 +26,11 @@ def assert_caught(verdict: dict, invariants: tuple[str, ...]) -> None:
     failing = [name for name, res in verdict["invariants"].items() if not res["valid"]]
     assert not verdict["valid"] and any(name in failing for name in invariants), (
         f"the checker missed the disabled guard (expected one of {invariants} to fail):\n" + explain(verdict))
+
+
+def assert_cron_checked(verdict: dict) -> None:
+    """A run with schedules: the cron invariants looked at real slots and tasks (no vacuous pass)."""
+    inv = verdict["invariants"]
+    for name in ("cron_slot_tasks", "cron_slot_times", "cron_catchup"):
+        assert inv[name]["checked"] > 0, f"{name} checked nothing:\n" + explain(verdict)
+    assert inv["cron_slot_tasks"]["counts"]["fired"] > 0, "no slot fired:\n" + explain(verdict)

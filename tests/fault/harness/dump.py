@@ -1,4 +1,6 @@
-"""The final dump: every row of the checker's tables on every shard, as JSON."""
+"""The final dump: every row of the checker's tables on every shard (the tasks'
+schedule_id and scheduled_time columns included), and the cron database's
+schedules and slots, as JSON."""
 
 from __future__ import annotations
 
@@ -10,6 +12,8 @@ import pathlib
 import uuid
 
 TABLES = ("tasks", "task_attempts", "task_transitions", "timers", "idempotency_keys")
+# services/cron/migrations/0001_schedules.sql
+CRON_TABLES = ("schedules", "schedule_slots")
 
 
 def _plain(value):
@@ -48,13 +52,17 @@ async def _dump_shard(dsn: str, tables: tuple[str, ...]) -> tuple[dict, str]:
 
 
 def dump_shards(dsns: dict[str, str], path: str | pathlib.Path | None = None,
-                tables: tuple[str, ...] = TABLES) -> dict:
-    """Dump every shard ({shard_id: dsn}); write it to `path` when given."""
+                tables: tuple[str, ...] = TABLES, cron_dsn: str | None = None) -> dict:
+    """Dump every shard ({shard_id: dsn}), and the cron database when `cron_dsn` is given
+    (under "cron": {db_now, schedules, schedule_slots}); write it to `path` when given."""
     async def run():
         return await asyncio.gather(*(_dump_shard(dsn, tables) for dsn in dsns.values()))
     results = asyncio.run(run())
     dump = {"db_now": max(now for _, now in results) if results else None,
             "shards": {sid: tables_ for sid, (tables_, _) in zip(dsns, results)}}
+    if cron_dsn is not None:
+        cron, now = asyncio.run(_dump_shard(cron_dsn, CRON_TABLES))
+        dump["cron"] = {"db_now": now, **cron}
     if path is not None:
         pathlib.Path(path).write_text(json.dumps(dump, default=str))
     return dump

@@ -80,11 +80,22 @@ class Nemesis:
         return {}
 
 
+def _missing_service(env, service: str) -> str | None:
+    names = getattr(env.platform, "service_names", None)
+    if names is not None and service not in names():
+        return f"no {service} process in this platform (it runs {', '.join(names())})"
+    return None
+
+
 class KillService(Nemesis):
-    """SIGKILL one service process; the platform's supervisor restarts it."""
+    """SIGKILL one service process (any of the platform's, e.g. ``cron`` or a second
+    ``cron2``); the platform's supervisor restarts it."""
 
     def __init__(self, service: str):
         self.service, self.name = service, f"kill-{service}"
+
+    def unavailable(self, env):
+        return _missing_service(env, self.service)
 
     def inject(self, env, rng):
         pid = env.platform.service_pid(self.service)
@@ -100,6 +111,9 @@ class PauseService(Nemesis):
 
     def __init__(self, service: str):
         self.service, self.name = service, f"pause-{service}"
+
+    def unavailable(self, env):
+        return _missing_service(env, self.service)
 
     def inject(self, env, rng):
         pid = env.platform.service_pid(self.service)

@@ -7,7 +7,10 @@ FaultPlatform is ratchet.cli.platform.LocalPlatform plus:
 * per-service clock skew with libfaketime (wall clock only; Postgres and the
   sandboxes keep the true clock), changeable at run time;
 * the host agent's sandboxes (ListSandboxes), the Postgres backends, and a
-  ``heal_everything`` that undoes any fault left behind.
+  ``heal_everything`` that undoes any fault left behind;
+* more than one cron process (``cron_processes=2`` adds ``cron2``: the same
+  config and database on its own port, supervised like the others; the design
+  lets several run at once). The gateway's schedule API talks to ``cron``.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import signal
 
 from ratchet.cli.platform import SERVICES, LocalPlatform
 from ratchet.libs.faultproxy import ProxyThread
+from ratchet.libs.pg.cluster import free_port
 
 from .nemesis import restart_postgres
 
@@ -40,8 +44,12 @@ def faketime_library() -> str | None:
 class FaultPlatform(LocalPlatform):
     """A LocalPlatform whose links and clocks the nemeses can break."""
 
+    # The history-pg link splices a TCP proxy into the shard DSNs (configs below): TCP throughout.
+    pg_over_socket = False
+
     def __init__(self, state_dir, shards: int = 2, overrides: dict | None = None, *,
-                 links: tuple[str, ...] = (), skew_services: tuple[str, ...] = (), **kwargs):
+                 links: tuple[str, ...] = (), skew_services: tuple[str, ...] = (), cron_processes: int = 1,
+                 **kwargs):
         # RATCHET_FAULT_SERVICE_MODULES='{"gateway": "pkg.module"}' runs a stand-in for a service
         # (a local debugging aid; the default runs the real services).
         modules = json.loads(os.environ.get("RATCHET_FAULT_SERVICE_MODULES") or "{}")
@@ -60,6 +68,25 @@ class FaultPlatform(LocalPlatform):
         self.skew_dir.mkdir(parents=True, exist_ok=True)
         for name in self.skew_services:
             self.skew(name, 0)
+        if not 1 <= cron_processes <= 9:
+            raise ValueError("cron_processes must be 1..9")
+        self.extra_services = tuple(f"cron{i}" for i in range(2, cron_processes + 1))
+        for name in self.extra_services:
+            self.modules[name] = self.modules["cron"]
+
+    def service_names(self) -> tuple[str, ...]:
+        """Every service process this platform runs, the extra cron processes included."""
+        return (*SERVICES, *self.extra_services)
+
+    def start(self) -> "FaultPlatform":
+        super().start()
+        try:
+            for name in self.extra_services:
+                self.start_service(name)
+        except BaseException:
+            self.stop()
+            raise
+        return self
 
     # -- splicing proxies into the generated configs -------------------------------
     def _link(self, name: str, port: int):
@@ -73,6 +100,9 @@ class FaultPlatform(LocalPlatform):
 
     def configs(self) -> dict[str, dict]:
         configs = super().configs()
+        for name in self.extra_services:  # another cron process: same database, its own port
+            self.ports.setdefault(name, free_port())
+            configs[name] = {**configs["cron"], "grpc_port": self.ports[name]}
         if "history-pg" in self.link_names:
             port = self._link("history-pg", self.cluster.port).port
             configs["history"]["shards"] = {
@@ -158,7 +188,7 @@ class FaultPlatform(LocalPlatform):
 
     def heal_everything(self) -> None:
         """Resume every process, heal every link and clock, restart Postgres if down, wait for SERVING."""
-        for name in SERVICES:
+        for name in self.service_names():
             pid = self.service_pid(name)
             if pid:
                 try:
@@ -176,18 +206,20 @@ class FaultPlatform(LocalPlatform):
             self.skew(name, 0)
         if self.cluster is not None:
             restart_postgres(self.cluster)
-        for name in SERVICES:
+        for name in self.service_names():
             self.ensure_serving(name)
 
     def stop(self, keep_postgres: bool = False) -> None:
         try:
-            for name in SERVICES:  # a stopped process ignores SIGTERM until continued
+            for name in self.service_names():  # a stopped process ignores SIGTERM until continued
                 pid = self.service_pid(name)
                 if pid:
                     try:
                         os.kill(pid, signal.SIGCONT)
                     except ProcessLookupError:
                         pass
+            for name in self.extra_services:  # LocalPlatform.stop knows only its own five
+                self.stop_service(name)
             super().stop(keep_postgres=keep_postgres)
         finally:
             if self.proxies is not None:

@@ -20,6 +20,7 @@ from typing import Callable
 from tests.fault.checker import check_dir
 from tests.fault.checker.__main__ import summary
 
+from .cron import Schedules, await_scheduled_terminal, await_slots_closed
 from .dump import await_timer_quiescence, dump_shards, platform_shard_dsns
 from .nemesis import Nemesis, NemesisRunner, describe, make_schedule
 from .platform import FaultPlatform
@@ -59,6 +60,13 @@ class Scenario:
     extra_overrides: dict = dataclasses.field(default_factory=dict)  # {service: {field: value}} on top
     must_fail: tuple[str, ...] = ()  # mutation runs: invariants that must catch the broken guard
     test: str = "tests/fault"
+    # Cron: this many schedules created after the deploy (every schedule_every_s seconds, overlap
+    # allow, this catch-up window), paused when the workload stops; cron_processes > 1 runs more
+    # cron processes on the one cron database (cron2, ...).
+    schedules: int = 0
+    schedule_every_s: int = 1
+    catchup_window_s: float = 3.0
+    cron_processes: int = 1
 
     def overrides(self) -> dict:
         out = {k: dict(v) for k, v in FAST_OVERRIDES.items()}
@@ -96,18 +104,25 @@ def run_scenario(sc: Scenario, seed: int, root: str | os.PathLike) -> dict:
     state = pathlib.Path(tempfile.mkdtemp(prefix="rf-"))
     os.chmod(state, 0o755)
     platform = FaultPlatform(state / "p", shards=sc.shards, overrides=sc.overrides(), links=sc.links,
-                             skew_services=sc.skew_services, log_level="INFO")
+                             skew_services=sc.skew_services, cron_processes=sc.cron_processes, log_level="INFO")
     env = _Env(platform, rec)
     harness: dict = {"errors": [], "skipped_nemeses": {}}
+    extra = {"recorder_wall0": rec.wall0}
+    schedules = None
     started = time.monotonic()
     try:
         platform.start()
         deploy_app(platform)
+        if sc.schedules:
+            extra["cron"] = _cron_meta(platform, sc)
+            schedules = Schedules(lambda: platform.client(timeout=10.0), rec, str(ledger), sc.schedules,
+                                  sc.schedule_every_s, sc.catchup_window_s)
+            schedules.create()
         nemeses, harness["skipped_nemeses"] = describe(sc.nemeses(), env)
         for name, why in harness["skipped_nemeses"].items():
             rec.nemesis("skipped", {"nemesis": name, "why": why})
         schedule = make_schedule(seed, [n.name for n in nemeses], sc.duration_s, sc.gap_s, sc.hold_s)
-        _write_meta(run_dir, sc, seed, schedule, harness)
+        _write_meta(run_dir, sc, seed, schedule, harness, extra)
         workload = Workload(lambda timeout: platform.client(timeout=timeout, max_retries=0), rec, seed,
                             str(ledger), sc.workload).start()
         runner = NemesisRunner(env, nemeses, schedule, seed).start()
@@ -118,11 +133,18 @@ def run_scenario(sc: Scenario, seed: int, root: str | os.PathLike) -> dict:
         time.sleep(sc.after_heal_s)  # the workload runs on against the healed platform
         workload.stop()
         workload.finish_clients()
+        if schedules is not None:
+            schedules.pause()
+            harness["cron_slots_open"] = await_slots_closed(platform.cluster.dsn("ratchet_cron"), 30.0)
         harness["not_settled"] = workload.settle(sc.settle_timeout_s)
+        if schedules is not None:
+            harness["scheduled_not_terminal"] = await_scheduled_terminal(
+                list(platform_shard_dsns(platform).values()), sc.settle_timeout_s)
         harness["errors"] += workload.errors
         workload.close()
         harness["timers_of_finished_tasks"] = await_timer_quiescence(platform_shard_dsns(platform), 10.0)
-        dump_shards(platform_shard_dsns(platform), run_dir / "dump.json")
+        dump_shards(platform_shard_dsns(platform), run_dir / "dump.json",
+                    cron_dsn=platform.cluster.dsn("ratchet_cron") if schedules is not None else None)
     except Exception as e:
         harness["errors"].append(f"{type(e).__name__}: {e}")
         raise
@@ -134,7 +156,7 @@ def run_scenario(sc: Scenario, seed: int, root: str | os.PathLike) -> dict:
         except Exception as e:
             harness["errors"].append(f"platform stop: {e}")
         _keep_logs(state / "p", run_dir)
-        _write_meta(run_dir, sc, seed, locals().get("schedule", []), harness)
+        _write_meta(run_dir, sc, seed, locals().get("schedule", []), harness, extra)
     verdict = check_dir(run_dir)
     verdict["harness"] = harness
     (run_dir / "verdict.json").write_text(json.dumps(verdict, indent=1, default=str))
@@ -160,9 +182,19 @@ def _wait_schedule(runner: NemesisRunner, sc: Scenario) -> None:
     runner.wait(sc.duration_s + sc.hold_s[1] + 90)
 
 
-def _write_meta(run_dir: pathlib.Path, sc: Scenario, seed: int, schedule, harness: dict) -> None:
+def _cron_meta(platform: FaultPlatform, sc: Scenario) -> dict:
+    """What the cron checker needs to know of the cron processes: their count and firing settings."""
+    from ratchet.services.cron.config import load
+
+    config = load(platform.config_path("cron"))
+    return {"schedules": sc.schedules, "every_s": sc.schedule_every_s, "catchup_window_s": sc.catchup_window_s,
+            "processes": sc.cron_processes, "misfire_grace_s": config.misfire_grace_s,
+            "tick_interval_s": config.tick_interval_s, "send_lease_s": config.send_lease_s}
+
+
+def _write_meta(run_dir: pathlib.Path, sc: Scenario, seed: int, schedule, harness: dict, extra: dict) -> None:
     meta = {"scenario": sc.name, "seed": seed, "test": sc.test, "run_dir": str(run_dir),
             "duration_s": sc.duration_s, "guards": sc.guards, "links": list(sc.links),
             "skew_services": list(sc.skew_services),
-            "schedule": [dataclasses.asdict(s) for s in schedule], "harness": harness}
+            "schedule": [dataclasses.asdict(s) for s in schedule], "harness": harness, **extra}
     (run_dir / "run.json").write_text(json.dumps(meta, indent=1, default=str))

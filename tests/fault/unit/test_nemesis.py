@@ -115,6 +115,15 @@ def test_kill_then_heal_restarts(env):
     assert injected["value"]["injected"] == {"target": "history", "pid": old, "signalled": True}
 
 
+def test_a_service_the_platform_does_not_run_is_skipped(env):
+    from tests.fault.harness.nemesis import describe
+
+    env.platform.service_names = lambda: ("history", "gateway", "cron", "dispatcher", "hostagent")
+    ok, skipped = describe([KillService("cron"), KillService("cron2"), PauseService("cron2")], env)
+    assert [n.name for n in ok] == ["kill-cron"]
+    assert set(skipped) == {"kill-cron2", "pause-cron2"} and "no cron2 process" in skipped["kill-cron2"]
+
+
 def test_a_broken_nemesis_is_reported_and_still_heals(env):
     class Broken(PauseService):
         def inject(self, env, rng):
