@@ -12,7 +12,7 @@ import pytest
 
 from tests.fault.conftest import fault_seed
 from tests.fault.harness import nemesis as n
-from tests.fault.harness.assertions import assert_caught, assert_valid
+from tests.fault.harness.assertions import assert_caught, assert_cron_checked, assert_valid
 from tests.fault.harness.platform import faketime_library
 from tests.fault.harness.report import write_report
 from tests.fault.harness.scenario import Scenario, run_scenario
@@ -58,6 +58,12 @@ def _matrix() -> dict[str, Scenario]:
                                    extra_overrides={"hostagent": {"capacity": 32}})
     out["rival_timer_scanner"] = _sc("rival_timer_scanner", lambda: [n.RivalTimerScanner()], gap_s=(0.5, 1),
                                      hold_s=(4, 8))
+    # Two cron processes on one cron database (the design lets several run), each killed and paused
+    # in turn under three per-second schedules. A kill of one is no excuse for a passed-over slot
+    # (the other keeps claiming); a pause may hold a schedule's row lock, so it is.
+    out["cron_kill_pause"] = _sc("cron_kill_pause", lambda: [n.KillService(c) for c in ("cron", "cron2")]
+                                 + [n.PauseService(c) for c in ("cron", "cron2")],
+                                 schedules=3, cron_processes=2, gap_s=(1, 3), hold_s=(1, 4))
     out["mixed"] = _sc("mixed", _everything, duration_s=60, links=ALL_LINKS, skew_services=("history", "dispatcher"),
                        gap_s=(0.5, 2), hold_s=(0.5, 4), settle_timeout_s=120)
     return out
@@ -128,6 +134,8 @@ def test_chaos(name, fault_root):
     verdict = run_scenario(MATRIX[name], fault_seed(11), fault_root)
     _VERDICTS.append(verdict)
     assert_valid(verdict)
+    if MATRIX[name].schedules:
+        assert_cron_checked(verdict)
 
 
 @pytest.mark.timeout(400, method="thread")

@@ -83,6 +83,8 @@ def _check_slot(run: Run, res: Result, sc: Schedule, slot: Slot, tasks: list) ->
             res.violation(f"FIRED slot {slot.slot} names task {slot.task_id} but the shards hold {ids} for it",
                           ids[0], slot=slot.brief())
         task = run.dump.tasks.get(slot.task_id)
+        if task is not None:
+            res.count(f"final_{task.state}")
         if task is not None and not sm.is_terminal(task.state):
             res.count("stuck")
             res.violation(f"the task of FIRED slot {slot.slot} is still {task.state} after quiescence",
