@@ -1,46 +1,50 @@
 -- The history shard schema as it stands after every migration in
--- services/history/migrations/ (currently 0001 and 0002). Read this to know the
+-- services/history/migrations/ (currently 0001 to 0003). Read this to know the
 -- schema; change it only together with a new migration.
 -- tests/integration/history/test_schema.py migrates one database, loads this
 -- file into another, and requires their catalogs to match.
 CREATE TABLE tasks (
+    -- Written once, by the create (issue 5, migration 0003: the columns a
+    -- task keeps for life first, so an update that stays on its page logs
+    -- only the tail that changed).
     task_id          uuid        PRIMARY KEY,
     tenant_id        text        COLLATE "C" NOT NULL,
     app_id           text        NOT NULL,
     queue            text        NOT NULL,
     task_type        text        NOT NULL,
+    max_attempts     integer     NOT NULL,
+    payload          bytea       NOT NULL,
+    retry_policy     jsonb       NOT NULL,
+    retry_rules      jsonb,
+    timeouts         jsonb       NOT NULL,
+    non_retryable    text[]      NOT NULL DEFAULT '{}',
+    idempotency_key  text,
+    schedule_id      text,
+    scheduled_time   timestamptz,
+    retry_of         uuid,
+    created_at       timestamptz NOT NULL,
+    -- Rewritten by state changes.
     state            text        NOT NULL,
     version          bigint      NOT NULL DEFAULT 1,
     attempt          integer     NOT NULL DEFAULT 0,
-    max_attempts     integer     NOT NULL,
     lease_epoch      bigint      NOT NULL DEFAULT 0,
-    lease_expires_at timestamptz,
-    attempt_deadline timestamptz,
+    run_at           timestamptz NOT NULL,
+    updated_at       timestamptz NOT NULL,
+    started_at       timestamptz,
+    finished_at      timestamptz,
     worker_id        text,
-    cancel_requested boolean     NOT NULL DEFAULT false,
-    cancel_reason    text,
-    kill_at          timestamptz,
-    payload          bytea       NOT NULL,
+    attempt_deadline timestamptz,
     result           bytea,
     error_class      text,
     error_message    text,
     error_stack      text,
-    retry_policy     jsonb       NOT NULL,
-    timeouts         jsonb       NOT NULL,
-    non_retryable    text[]      NOT NULL DEFAULT '{}',
-    idempotency_key  text,
-    run_at           timestamptz NOT NULL,
-    created_at       timestamptz NOT NULL,
-    updated_at       timestamptz NOT NULL,
-    started_at       timestamptz,
-    finished_at      timestamptz,
-    -- Issue 4 (migration 0002), see the comments there.
-    retry_rules      jsonb,
-    schedule_id      text,
-    scheduled_time   timestamptz,
-    checkpoint       bytea,
-    retry_of         uuid,
     retried_as       uuid,
+    -- Also rewritten by heartbeats and cancel requests (HOT updates).
+    cancel_requested boolean     NOT NULL DEFAULT false,
+    cancel_reason    text,
+    kill_at          timestamptz,
+    checkpoint       bytea,
+    lease_expires_at timestamptz,
     CONSTRAINT tasks_retried_only_when_terminal CHECK (
         retried_as IS NULL OR state IN ('SUCCEEDED', 'FAILED', 'CANCELED', 'EXPIRED')),
     CONSTRAINT tasks_state_known CHECK (state IN
@@ -55,8 +59,9 @@ CREATE TABLE tasks (
     CONSTRAINT tasks_counters_valid CHECK (
         version >= 1 AND attempt >= 0 AND max_attempts >= 1 AND lease_epoch >= 0)
 ) WITH (
-    -- Room on each page so heartbeats (which touch no indexed column) are HOT updates.
-    fillfactor = 85,
+    -- Room for a second version of every row of a page, so a lease and a
+    -- completion stay on the page (compressed WAL); heartbeats stay HOT.
+    fillfactor = 50,
     -- Every dispatch leaves a dead tuple in the partial index; vacuum early
     -- because claim latency grows with dead index entries.
     autovacuum_vacuum_scale_factor = 0.02,
