@@ -56,7 +56,13 @@ class BenchPostgres:
         return self.cluster.port
 
     def dsn(self, dbname: str = "postgres") -> str:
-        return self.cluster.dsn(dbname)
+        """Over the Unix socket, for every client alike: the platform (LocalPlatform's default),
+        the reference (pgbench -h socket_dir) and every Postgres-backed peer."""
+        return self.cluster.socket_dsn(dbname)
+
+    @property
+    def socket_dir(self) -> str:
+        return str(self.cluster.data_dir)
 
     def start(self) -> None:
         """initdb, start, register the stop, and read back the effective settings."""

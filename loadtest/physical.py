@@ -73,7 +73,7 @@ class Physical:
     def _pgbench(self, script: str, clients: int) -> dict:
         args = [self.pg.pgbench_path(), "-n", "-M", "prepared", "-c", str(clients),
                 "-j", str(min(clients, 2)), "-T", str(max(1, round(self.seconds))),
-                "-h", "127.0.0.1", "-p", str(self.pg.port), "-U", "ratchet",
+                "-h", self.pg.socket_dir, "-p", str(self.pg.port), "-U", "ratchet",
                 "-f", str(SQL_DIR / script), DB]
         proc = self.registry.popen(f"pgbench {script} c={clients}", args, stdout=subprocess.PIPE,
                                    stderr=subprocess.PIPE, text=True)

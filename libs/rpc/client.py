@@ -17,7 +17,11 @@ CHANNEL_OPTIONS = [
     # reconnect backoff grows to 120 s and kept callers answering UNAVAILABLE
     # long after the peer was back (found by the fault harness, kill_history).
     ("grpc.initial_reconnect_backoff_ms", 100),
-    ("grpc.min_reconnect_backoff_ms", 100),
+    # gRPC core also takes this as the minimum connect timeout: at 100 ms a busy
+    # peer (2 cores, a restart in progress) failed connects with "timed out before
+    # receiving SETTINGS frame" (seen by the cron fault scenario). Attempts still
+    # start 100 ms apart; each may take up to 2 s.
+    ("grpc.min_reconnect_backoff_ms", 2000),
     ("grpc.max_reconnect_backoff_ms", 2000),
 ]
 

@@ -44,8 +44,10 @@ def faketime_library() -> str | None:
 class FaultPlatform(LocalPlatform):
     """A LocalPlatform whose links and clocks the nemeses can break."""
 
-    # The history-pg link splices a TCP proxy into the shard DSNs (configs below): TCP throughout.
-    pg_over_socket = False
+    @property
+    def pg_over_socket(self) -> bool:
+        """The history-pg link splices a TCP proxy into the shard DSNs (configs below): TCP then."""
+        return "history-pg" not in self.link_names
 
     def __init__(self, state_dir, shards: int = 2, overrides: dict | None = None, *,
                  links: tuple[str, ...] = (), skew_services: tuple[str, ...] = (), cron_processes: int = 1,
