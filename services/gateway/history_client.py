@@ -6,11 +6,16 @@ shard, and an ambiguous outcome (deadline passed after sending) says so.
 
 from __future__ import annotations
 
+import asyncio
+
 import grpc
 
 from ratchet.api.tasks.v1 import tasks_pb2
 from ratchet.internal.history.v1 import history_pb2, history_pb2_grpc
 from ratchet.services.gateway import errors
+from ratchet.services.gateway.create_stream import CreateStream, StreamBroken
+
+_CODES = {c.value[0]: c for c in grpc.StatusCode}
 
 
 class HistoryClient:
@@ -19,26 +24,44 @@ class HistoryClient:
     def __init__(self, channel: grpc.aio.Channel, target: str):
         self.stub = history_pb2_grpc.HistoryServiceStub(channel)
         self.target = target
+        self.creates = CreateStream(self.stub, self._create_unary)
+
+    async def _create_unary(self, req: history_pb2.CreateTasksRequest,
+                            timeout: float) -> history_pb2.CreateTasksResponse:
+        return await self.stub.CreateTasks(req, timeout=timeout)
+
+    async def close(self) -> None:
+        """End the enqueue stream (gateway shutdown)."""
+        await self.creates.close()
 
     def _error(self, e: grpc.aio.AioRpcError, shard_id: int, timeout: float) -> errors.GatewayError:
-        code = e.code()
+        return self._status(e.code(), e.details(), shard_id, timeout)
+
+    def _status(self, code: grpc.StatusCode, details: str, shard_id: int, timeout: float) -> errors.GatewayError:
         if code == grpc.StatusCode.UNAVAILABLE:
             return errors.Unavailable(f"shard {shard_id} is unavailable (history at {self.target}: "
-                                      f"{e.details()}); retry later (with the same idempotency key if enqueuing)",
+                                      f"{details}); retry later (with the same idempotency key if enqueuing)",
                                       shard_id=str(shard_id))
         if code == grpc.StatusCode.DEADLINE_EXCEEDED:
             return errors.DeadlineExceeded(f"shard {shard_id} did not answer within {timeout:g}s; the call may "
                                            f"have taken effect: retry with the same idempotency key",
                                            shard_id=str(shard_id))
-        return errors.from_code(code, f"shard {shard_id}: {e.details()}")
+        return errors.from_code(code, f"shard {shard_id}: {details}")
 
     async def create_tasks(self, shard_id: int, tasks: list[history_pb2.NewTask],
                            timeout: float) -> list[history_pb2.CreateResult]:
+        """CreateTasks as a message on the enqueue stream (create_stream.py)."""
         req = history_pb2.CreateTasksRequest(shard_id=shard_id, tasks=tasks)
         try:
-            resp = await self.stub.CreateTasks(req, timeout=timeout)
-        except grpc.aio.AioRpcError as e:
+            resp = await self.creates.call(req, timeout)
+        except grpc.aio.AioRpcError as e:  # the unary fallback's failure
             raise self._error(e, shard_id, timeout) from None
+        except StreamBroken as e:
+            raise self._status(e.code, e.details, shard_id, timeout) from None
+        except asyncio.TimeoutError:
+            raise self._status(grpc.StatusCode.DEADLINE_EXCEEDED, "", shard_id, timeout) from None
+        if isinstance(resp, history_pb2.CallError):
+            raise self._status(_CODES.get(resp.code, grpc.StatusCode.UNKNOWN), resp.message, shard_id, timeout)
         if len(resp.results) != len(tasks):
             raise errors.Internal(f"shard {shard_id} answered {len(resp.results)} results for {len(tasks)} tasks")
         return list(resp.results)

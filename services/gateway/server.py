@@ -67,6 +67,7 @@ class Gateway:
         self.rest_port = 0
         self._pool = None
         self._channel = None
+        self._history: HistoryClient | None = None
         self._cron_channel = None
         self._dispatcher_channel = None
         self._grpc: Server | None = None
@@ -85,7 +86,7 @@ class Gateway:
         # Cron and dispatcher are optional peers: without a target their APIs answer UNAVAILABLE.
         self._cron_channel = aio_channel(c.cron_target) if c.cron_target else None
         self._dispatcher_channel = aio_channel(c.dispatcher_target) if c.dispatcher_target else None
-        history = HistoryClient(self._channel, c.history_target)
+        history = self._history = HistoryClient(self._channel, c.history_target)
         task_api = TaskApi(history, ShardMap.even(c.shard_ids), deployments, c.max_payload_bytes)
         public = [handlers.TaskHandlers(auth, task_api, TaskLister(history, c.shard_ids),
                                         BulkApi(history, c.shard_ids, deployments)),
@@ -116,6 +117,8 @@ class Gateway:
             await self._grpc.stop(grace)
         if self._rest_runner is not None:
             await self._rest_runner.cleanup()
+        if self._history is not None:
+            await self._history.close()
         for channel in (self._channel, self._cron_channel, self._dispatcher_channel):
             if channel is not None:
                 await channel.close()

@@ -10,7 +10,7 @@ from typing import Callable
 
 from ratchet.internal.history.v1 import history_pb2, history_pb2_grpc
 from ratchet.libs import gates, taskstate
-from ratchet.services.history import bulk, convert, dispatch, enqueue, lifecycle, policy, search, timerfire
+from ratchet.services.history import bulk, callstream, convert, dispatch, enqueue, lifecycle, policy, search, timerfire
 from ratchet.services.history.config import HistoryConfig
 from ratchet.services.history.errors import InvalidArgument, rpc, rpc_stream
 from ratchet.services.history.groupcommit import CreateGroups
@@ -31,6 +31,14 @@ _ACTIONS = {
 }
 
 
+def _create_answer(call, response, error) -> history_pb2.CreateTasksStreamResponse:
+    if error is not None:
+        code, message = error
+        return history_pb2.CreateTasksStreamResponse(
+            call_id=call.call_id, error=history_pb2.CallError(code=code.value[0], message=message))
+    return history_pb2.CreateTasksStreamResponse(call_id=call.call_id, response=response)
+
+
 def _batch(items, what: str, limit: int = convert.MAX_BATCH) -> None:
     if len(items) > limit:
         raise InvalidArgument(f"{what} holds {len(items)} items; send at most {limit} per request")
@@ -47,12 +55,25 @@ class HistoryServicer(history_pb2_grpc.HistoryServiceServicer):
         self.hub = hub
         self.rand = (rand or random.Random()).random
         self.on_bulk_start = on_bulk_start
+        self.stopping = asyncio.Event()  # set at shutdown: call streams stop reading and end
         # The ready event goes out after the group's commit, outside the transaction: never a NOTIFY.
         self.groups = CreateGroups(store, cfg.idempotency_window_s, hub.publish)
 
     @rpc
     async def CreateTasks(self, request, context):
         """See history.proto: insert tasks in one transaction, honouring idempotency keys."""
+        return await self._create_tasks(request)
+
+    async def CreateTasksStream(self, request_iterator, context):
+        """See history.proto: CreateTasks calls as messages on one stream, each answered once."""
+        # Headers first: the gateway waits for this one before it writes a call on the stream.
+        await context.send_initial_metadata((("ratchet-call-stream", "1"),))
+        async for reply in callstream.serve(request_iterator, lambda m: self._create_tasks(m.request),
+                                            _create_answer, lambda m: m.timeout_ms / 1000 or None,
+                                            "CreateTasks", self.stopping):
+            yield reply
+
+    async def _create_tasks(self, request) -> history_pb2.CreateTasksResponse:
         shard = self.shards.get(request.shard_id)
         _batch(request.tasks, "tasks")
         items = [enqueue.NewTaskIn(*convert.new_task(t, i)) for i, t in enumerate(request.tasks)]

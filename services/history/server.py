@@ -56,8 +56,9 @@ class HistoryServer:
         log.info("history serving on %s for shards %s", self.address, self.shards.ids)
 
     async def stop(self, grace: float = 5.0) -> None:
-        """Stop serving: end WatchReady streams, drain RPCs, close pools."""
+        """Stop serving: end WatchReady and call streams, drain RPCs, close pools."""
         self.hub.close()
+        self.servicer.stopping.set()
         await self.rpc.stop(grace)
         await self.servicer.groups.close()
         await self.bulk.stop()

@@ -94,6 +94,34 @@ class CreateTasksResponse(_message.Message):
     results: _containers.RepeatedCompositeFieldContainer[CreateResult]
     def __init__(self, results: _Optional[_Iterable[_Union[CreateResult, _Mapping]]] = ...) -> None: ...
 
+class CreateTasksStreamRequest(_message.Message):
+    __slots__ = ("call_id", "request", "timeout_ms")
+    CALL_ID_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    call_id: int
+    request: CreateTasksRequest
+    timeout_ms: int
+    def __init__(self, call_id: _Optional[int] = ..., request: _Optional[_Union[CreateTasksRequest, _Mapping]] = ..., timeout_ms: _Optional[int] = ...) -> None: ...
+
+class CreateTasksStreamResponse(_message.Message):
+    __slots__ = ("call_id", "response", "error")
+    CALL_ID_FIELD_NUMBER: _ClassVar[int]
+    RESPONSE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    call_id: int
+    response: CreateTasksResponse
+    error: CallError
+    def __init__(self, call_id: _Optional[int] = ..., response: _Optional[_Union[CreateTasksResponse, _Mapping]] = ..., error: _Optional[_Union[CallError, _Mapping]] = ...) -> None: ...
+
+class CallError(_message.Message):
+    __slots__ = ("code", "message")
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    code: int
+    message: str
+    def __init__(self, code: _Optional[int] = ..., message: _Optional[str] = ...) -> None: ...
+
 class GetTaskRequest(_message.Message):
     __slots__ = ("shard_id", "task_id", "tenant_id")
     SHARD_ID_FIELD_NUMBER: _ClassVar[int]

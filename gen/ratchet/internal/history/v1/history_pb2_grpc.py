@@ -40,6 +40,11 @@ class HistoryServiceStub:
                 request_serializer=ratchet_dot_internal_dot_history_dot_v1_dot_history__pb2.CreateTasksRequest.SerializeToString,
                 response_deserializer=ratchet_dot_internal_dot_history_dot_v1_dot_history__pb2.CreateTasksResponse.FromString,
                 _registered_method=True)
+        self.CreateTasksStream = channel.stream_stream(
+                '/ratchet.internal.history.v1.HistoryService/CreateTasksStream',
+                request_serializer=ratchet_dot_internal_dot_history_dot_v1_dot_history__pb2.CreateTasksStreamRequest.SerializeToString,
+                response_deserializer=ratchet_dot_internal_dot_history_dot_v1_dot_history__pb2.CreateTasksStreamResponse.FromString,
+                _registered_method=True)
         self.GetTask = channel.unary_unary(
                 '/ratchet.internal.history.v1.HistoryService/GetTask',
                 request_serializer=ratchet_dot_internal_dot_history_dot_v1_dot_history__pb2.GetTaskRequest.SerializeToString,
@@ -111,6 +116,20 @@ class HistoryServiceServicer:
         existing task with the same fingerprint return that task (deduplicated).
         If any key matches a different request, nothing is written and those
         items come back with conflict = true and the original task_id.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CreateTasksStream(self, request_iterator, context):
+        """CreateTasks calls as messages on one long-lived stream: the enqueue
+        path's channel (a message costs the two processes ~2.5x less CPU than a
+        unary call in grpc.aio). Each request is one CreateTasks call with its
+        own call_id and timeout, run concurrently with the others and answered
+        once, in completion order, with its response or the status it failed
+        with (the same status CreateTasks would have returned). A call the
+        stream ended before answering may or may not have taken effect: retry it
+        with the same task ids and keys, as after a unary deadline.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -214,6 +233,11 @@ def add_HistoryServiceServicer_to_server(servicer, server):
                     request_deserializer=ratchet_dot_internal_dot_history_dot_v1_dot_history__pb2.CreateTasksRequest.FromString,
                     response_serializer=ratchet_dot_internal_dot_history_dot_v1_dot_history__pb2.CreateTasksResponse.SerializeToString,
             ),
+            'CreateTasksStream': grpc.stream_stream_rpc_method_handler(
+                    servicer.CreateTasksStream,
+                    request_deserializer=ratchet_dot_internal_dot_history_dot_v1_dot_history__pb2.CreateTasksStreamRequest.FromString,
+                    response_serializer=ratchet_dot_internal_dot_history_dot_v1_dot_history__pb2.CreateTasksStreamResponse.SerializeToString,
+            ),
             'GetTask': grpc.unary_unary_rpc_method_handler(
                     servicer.GetTask,
                     request_deserializer=ratchet_dot_internal_dot_history_dot_v1_dot_history__pb2.GetTaskRequest.FromString,
@@ -303,6 +327,33 @@ class HistoryService:
             '/ratchet.internal.history.v1.HistoryService/CreateTasks',
             ratchet_dot_internal_dot_history_dot_v1_dot_history__pb2.CreateTasksRequest.SerializeToString,
             ratchet_dot_internal_dot_history_dot_v1_dot_history__pb2.CreateTasksResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CreateTasksStream(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/ratchet.internal.history.v1.HistoryService/CreateTasksStream',
+            ratchet_dot_internal_dot_history_dot_v1_dot_history__pb2.CreateTasksStreamRequest.SerializeToString,
+            ratchet_dot_internal_dot_history_dot_v1_dot_history__pb2.CreateTasksStreamResponse.FromString,
             options,
             channel_credentials,
             insecure,
