@@ -1,5 +1,5 @@
 -- The history shard schema as it stands after every migration in
--- services/history/migrations/ (currently 0001 to 0003). Read this to know the
+-- services/history/migrations/ (currently 0001 to 0004). Read this to know the
 -- schema; change it only together with a new migration.
 -- tests/integration/history/test_schema.py migrates one database, loads this
 -- file into another, and requires their catalogs to match.
@@ -82,43 +82,53 @@ CREATE INDEX tasks_dispatch ON tasks (tenant_id, run_at) WHERE state = 'ENQUEUED
 CREATE INDEX tasks_finished ON tasks (tenant_id, app_id, state, finished_at, task_id)
     WHERE finished_at IS NOT NULL;
 
-CREATE TABLE task_attempts (
+-- The transition log: one row per state change, written in the same
+-- transaction. version is consecutive from 1 per task; from_state is NULL
+-- only for the create row. Since migration 0004 it also holds the attempts:
+-- a lease row (to LEASED) carries the attempt number and the worker, and the
+-- row that ends the attempt (the first one leaving LEASED under that
+-- lease_epoch) its outcome and error; task_attempts is a view over them.
+CREATE TABLE task_transitions (
     task_id       uuid        NOT NULL,
-    attempt       integer     NOT NULL,
+    version       bigint      NOT NULL,
+    from_state    text,
+    to_state      text        NOT NULL,
     lease_epoch   bigint      NOT NULL,
-    worker_id     text        NOT NULL,
-    started_at    timestamptz NOT NULL,
-    finished_at   timestamptz,
-    outcome       text        NOT NULL,
+    at            timestamptz NOT NULL,
+    reason        text        NOT NULL,
+    attempt       integer,
+    worker_id     text,
+    outcome       text,
     error_class   text,
     error_message text,
     error_stack   text,
-    PRIMARY KEY (task_id, attempt),
-    CONSTRAINT task_attempts_outcome_known CHECK (outcome IN
-        ('RUNNING', 'SUCCEEDED', 'FAILED', 'LEASE_EXPIRED', 'TIMED_OUT', 'CRASHED', 'CANCELED')),
-    CONSTRAINT task_attempts_running_iff_open CHECK ((outcome = 'RUNNING') = (finished_at IS NULL))
-) WITH (
-    autovacuum_vacuum_scale_factor = 0.05,
-    autovacuum_analyze_scale_factor = 0.05
-);
-
--- The transition log: one row per state change, written in the same
--- transaction. version is consecutive from 1 per task; from_state is NULL
--- only for the create row.
-CREATE TABLE task_transitions (
-    task_id     uuid        NOT NULL,
-    version     bigint      NOT NULL,
-    from_state  text,
-    to_state    text        NOT NULL,
-    lease_epoch bigint      NOT NULL,
-    at          timestamptz NOT NULL,
-    reason      text        NOT NULL,
     PRIMARY KEY (task_id, version),
-    CONSTRAINT task_transitions_create_first CHECK ((from_state IS NULL) = (version = 1))
+    CONSTRAINT task_transitions_create_first CHECK ((from_state IS NULL) = (version = 1)),
+    CONSTRAINT task_transitions_attempt_on_lease CHECK (
+        to_state = 'LEASED' OR (attempt IS NULL AND worker_id IS NULL)),
+    CONSTRAINT task_transitions_outcome_on_end CHECK (
+        outcome IS NULL OR (from_state = 'LEASED' AND outcome IN
+            ('SUCCEEDED', 'FAILED', 'LEASE_EXPIRED', 'TIMED_OUT', 'CRASHED', 'CANCELED'))),
+    CONSTRAINT task_transitions_error_with_outcome CHECK (outcome IS NOT NULL OR error_class IS NULL)
 ) WITH (
     -- Insert-only: vacuum for the visibility map, not for dead tuples.
     autovacuum_vacuum_insert_scale_factor = 0.1
 );
+
+-- One row per lease: started by the lease row, ended by the first row
+-- leaving LEASED under the same epoch (RUNNING until then).
+CREATE VIEW task_attempts AS
+SELECT s.task_id, s.attempt, s.lease_epoch, s.worker_id, s.at AS started_at, e.at AS finished_at,
+       COALESCE(e.outcome, 'RUNNING') AS outcome, e.error_class, e.error_message, e.error_stack
+  FROM task_transitions s
+  LEFT JOIN LATERAL (
+        SELECT x.at, x.outcome, x.error_class, x.error_message, x.error_stack
+          FROM task_transitions x
+         WHERE x.task_id = s.task_id AND x.version > s.version AND x.from_state = 'LEASED'
+           AND x.lease_epoch = s.lease_epoch
+         ORDER BY x.version
+         LIMIT 1) e ON true
+ WHERE s.to_state = 'LEASED';
 
 -- One timer mechanism for delays, retry backoff, lease expiry and timeouts.
 -- At most one timer of each kind per task; lease_epoch fences a timer to the

@@ -1,5 +1,6 @@
--- Named queries on task_attempts (writes happen with the task's state
--- change, in tasks.sql).
+-- Named queries on task_attempts (a view over the transition log since
+-- migration 0004: the lease row opens an attempt, the row leaving LEASED
+-- ends it; both are written with the task's state change, in tasks.sql).
 
 -- name: attempt_list
 -- A task's attempts, oldest first.

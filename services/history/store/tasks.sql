@@ -230,10 +230,11 @@ SELECT c.task_id, q.tenant_id, q.app_id, q.task_type
 -- name: task_lease_batch
 -- transitions: ENQUEUED->LEASED
 -- Lease claimed tasks: charge the attempt and bump the fencing epoch now
--- (so a task that kills every worker still runs out of attempts), open the
--- attempt row, log the transition, and set one `lease` timer at the earlier
--- of lease expiry and the attempt deadline. The delay and schedule_to_start
--- timers are moot once a task starts.
+-- (so a task that kills every worker still runs out of attempts), log the
+-- transition (which opens the attempt: it carries the attempt number and the
+-- worker; task_attempts is a view over the log), and set one `lease` timer at
+-- the earlier of lease expiry and the attempt deadline. The delay and
+-- schedule_to_start timers are moot once a task starts.
 WITH now AS (SELECT clock_timestamp() AS t),
 upd AS (
     UPDATE tasks t
@@ -251,14 +252,11 @@ upd AS (
      WHERE t.task_id = ANY($1::uuid[]) AND t.state = 'ENQUEUED'
     RETURNING t.*
 ),
-att AS (
-    INSERT INTO task_attempts (task_id, attempt, lease_epoch, worker_id, started_at, outcome)
-    SELECT upd.task_id, upd.attempt, upd.lease_epoch, upd.worker_id, upd.updated_at, 'RUNNING' FROM upd
-),
 tr AS (
-    INSERT INTO task_transitions (task_id, version, from_state, to_state, lease_epoch, at, reason)
-    SELECT upd.task_id, upd.version, 'ENQUEUED', 'LEASED', upd.lease_epoch, upd.updated_at,
-           'leased to ' || upd.worker_id FROM upd
+    INSERT INTO task_transitions (task_id, version, from_state, to_state, lease_epoch, at, reason, attempt,
+                                  worker_id)
+    SELECT upd.task_id, upd.version, 'ENQUEUED', 'LEASED', upd.lease_epoch, upd.updated_at, 'leased',
+           upd.attempt, upd.worker_id FROM upd
 ),
 lease_timer AS (
     INSERT INTO timers (task_id, kind, fire_at, lease_epoch)
@@ -356,7 +354,8 @@ SELECT t.task_id, t.state, t.lease_epoch, t.attempt, t.max_attempts, t.retry_pol
 -- Apply a batch of decided transitions, each a compare-and-set on
 -- (task_id, from_state, lease_epoch); the wrapper checks every (from, to)
 -- against taskstate.ALLOWED before sending. In the same statement: the
--- transition row, the end of the running attempt, timers (a lease ends:
+-- transition row (which ends the running attempt: a transition out of
+-- LEASED carries the attempt's outcome and error), timers (a lease ends:
 -- its timer goes; a terminal task: all its timers go; RETRY_WAIT: a retry
 -- timer at the new run_at), and a completion's checkpoint when it has one.
 WITH now AS (SELECT clock_timestamp() AS t),
@@ -393,18 +392,11 @@ upd AS (
     RETURNING t.task_id, t.version, t.state, t.lease_epoch, t.attempt, t.run_at, t.updated_at
 ),
 tr AS (
-    INSERT INTO task_transitions (task_id, version, from_state, to_state, lease_epoch, at, reason)
-    SELECT upd.task_id, upd.version, i.from_state, upd.state, upd.lease_epoch, upd.updated_at, i.reason
+    INSERT INTO task_transitions (task_id, version, from_state, to_state, lease_epoch, at, reason, outcome,
+                                  error_class, error_message, error_stack)
+    SELECT upd.task_id, upd.version, i.from_state, upd.state, upd.lease_epoch, upd.updated_at, i.reason,
+           i.attempt_outcome, i.attempt_error_class, i.attempt_error_message, i.attempt_error_stack
       FROM upd JOIN i ON i.task_id = upd.task_id
-),
-att AS (
-    UPDATE task_attempts a
-       SET finished_at = upd.updated_at, outcome = i.attempt_outcome,
-           error_class = i.attempt_error_class, error_message = i.attempt_error_message,
-           error_stack = i.attempt_error_stack
-      FROM upd JOIN i ON i.task_id = upd.task_id
-     WHERE i.attempt_outcome IS NOT NULL AND a.task_id = upd.task_id AND a.attempt = upd.attempt
-       AND a.lease_epoch = upd.lease_epoch AND a.outcome = 'RUNNING'
 ),
 gone AS (
     DELETE FROM timers m USING upd
@@ -456,18 +448,11 @@ upd AS (
     RETURNING t.task_id, t.version, t.state, t.lease_epoch, t.attempt, t.run_at, t.updated_at
 ),
 tr AS (
-    INSERT INTO task_transitions (task_id, version, from_state, to_state, lease_epoch, at, reason)
-    SELECT upd.task_id, upd.version, i.from_state, upd.state, upd.lease_epoch, upd.updated_at, i.reason
+    INSERT INTO task_transitions (task_id, version, from_state, to_state, lease_epoch, at, reason, outcome,
+                                  error_class, error_message, error_stack)
+    SELECT upd.task_id, upd.version, i.from_state, upd.state, upd.lease_epoch, upd.updated_at, i.reason,
+           i.attempt_outcome, i.attempt_error_class, i.attempt_error_message, i.attempt_error_stack
       FROM upd JOIN i ON i.task_id = upd.task_id
-),
-att AS (
-    UPDATE task_attempts a
-       SET finished_at = upd.updated_at, outcome = i.attempt_outcome,
-           error_class = i.attempt_error_class, error_message = i.attempt_error_message,
-           error_stack = i.attempt_error_stack
-      FROM upd JOIN i ON i.task_id = upd.task_id
-     WHERE i.attempt_outcome IS NOT NULL AND a.task_id = upd.task_id AND a.attempt = upd.attempt
-       AND a.lease_epoch = upd.lease_epoch AND a.outcome = 'RUNNING'
 ),
 gone AS (
     DELETE FROM timers m USING upd

@@ -40,7 +40,8 @@ async def _dump_shard(dsn: str, tables: tuple[str, ...]) -> tuple[dict, str]:
             now = await conn.fetchval("SELECT clock_timestamp()", timeout=10)
             out = {}
             present = {r["tablename"] for r in await conn.fetch(
-                "SELECT tablename FROM pg_tables WHERE schemaname = 'public'", timeout=10)}
+                "SELECT tablename FROM pg_tables WHERE schemaname = 'public' "
+                "UNION SELECT viewname FROM pg_views WHERE schemaname = 'public'", timeout=10)}
             for table in tables:
                 if table not in present:
                     continue

@@ -30,6 +30,8 @@ SELECT 'index', tablename, indexdef FROM pg_indexes WHERE schemaname = 'public'
 UNION ALL
 SELECT 'options', relname, coalesce(array_to_string(reloptions, ','), '')
   FROM pg_class WHERE relnamespace = 'public'::regnamespace AND relkind IN ('r', 'i')
+UNION ALL
+SELECT 'view', viewname, definition FROM pg_views WHERE schemaname = 'public'
 """
 
 
@@ -44,7 +46,7 @@ async def _catalog(dsn: str) -> list[tuple[str, str, str]]:
 
 async def test_migrations_produce_the_committed_schema(fresh_db):
     migrated, committed = fresh_db("hist_migrated"), fresh_db("hist_committed")
-    assert await migrate.apply(migrated, "history", HISTORY / "migrations") == [1, 2, 3]
+    assert await migrate.apply(migrated, "history", HISTORY / "migrations") == [1, 2, 3, 4]
     assert await migrate.apply(migrated, "history", HISTORY / "migrations") == []  # idempotent
     conn = await asyncpg.connect(committed, timeout=10)
     try:
