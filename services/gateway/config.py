@@ -34,6 +34,8 @@ class GatewayConfig:
     max_bundle_bytes: int = field(33554432, doc="largest deployment bundle, bytes; default 33554432 (32 MiB)")
     rpc_timeout_s: float = field(10.0, doc="deadline of every call to history and of every request, seconds; default 10")
     auth_cache_s: float = field(10.0, doc="how long a verified API key stays cached (so revocation takes this long), seconds; default 10")
+    enqueue_stream: bool = field(True, doc="send CreateTasks to history as messages on one stream "
+                                 "(CreateTasksStream) instead of unary calls; default true")
     log_level: str = field("INFO", doc="Python logging level; default INFO")
 
     def __post_init__(self) -> None:

@@ -53,7 +53,7 @@ class CreateStream:
 
     def __init__(self, stub: history_pb2_grpc.HistoryServiceStub,
                  unary: Callable[[history_pb2.CreateTasksRequest, float], Awaitable[history_pb2.CreateTasksResponse]],
-                 clock: Callable[[], float] = time.monotonic):
+                 clock: Callable[[], float] = time.monotonic, enabled: bool = True):
         self._stub = stub
         self._unary = unary
         self._clock = clock
@@ -63,7 +63,7 @@ class CreateStream:
         self._pending: dict[int, asyncio.Future] = {}
         self._on_stream: dict[object, set[int]] = {}  # stream -> ids of the calls written on it
         self._write_lock = asyncio.Lock()
-        self._unary_until = 0.0
+        self._unary_until = 0.0 if enabled else float("inf")  # disabled: unary calls only
         self.opened = 0  # streams opened, for tests
         self.stream_calls = 0  # calls sent as stream messages, for tests
 

@@ -21,10 +21,10 @@ _CODES = {c.value[0]: c for c in grpc.StatusCode}
 class HistoryClient:
     """One channel to history; history serves every shard, each call names one."""
 
-    def __init__(self, channel: grpc.aio.Channel, target: str):
+    def __init__(self, channel: grpc.aio.Channel, target: str, enqueue_stream: bool = True):
         self.stub = history_pb2_grpc.HistoryServiceStub(channel)
         self.target = target
-        self.creates = CreateStream(self.stub, self._create_unary)
+        self.creates = CreateStream(self.stub, self._create_unary, enabled=enqueue_stream)
 
     async def _create_unary(self, req: history_pb2.CreateTasksRequest,
                             timeout: float) -> history_pb2.CreateTasksResponse:

@@ -86,7 +86,7 @@ class Gateway:
         # Cron and dispatcher are optional peers: without a target their APIs answer UNAVAILABLE.
         self._cron_channel = aio_channel(c.cron_target) if c.cron_target else None
         self._dispatcher_channel = aio_channel(c.dispatcher_target) if c.dispatcher_target else None
-        history = self._history = HistoryClient(self._channel, c.history_target)
+        history = self._history = HistoryClient(self._channel, c.history_target, c.enqueue_stream)
         task_api = TaskApi(history, ShardMap.even(c.shard_ids), deployments, c.max_payload_bytes)
         public = [handlers.TaskHandlers(auth, task_api, TaskLister(history, c.shard_ids),
                                         BulkApi(history, c.shard_ids, deployments)),
