@@ -34,6 +34,8 @@ class GatewayConfig:
     max_bundle_bytes: int = field(33554432, doc="largest deployment bundle, bytes; default 33554432 (32 MiB)")
     rpc_timeout_s: float = field(10.0, doc="deadline of every call to history and of every request, seconds; default 10")
     auth_cache_s: float = field(10.0, doc="how long a verified API key stays cached (so revocation takes this long), seconds; default 10")
+    enqueue_calls_in_flight: int = field(1, doc="CreateTasks calls per shard at once for single enqueues "
+                                         "(coalesce.py): 1 coalesces the most, more wait less; 1..8; default 1")
     enqueue_stream: bool = field(True, doc="send CreateTasks to history as messages on one stream "
                                  "(CreateTasksStream) instead of unary calls; default true")
     log_level: str = field("INFO", doc="Python logging level; default INFO")
@@ -62,6 +64,9 @@ class GatewayConfig:
         for name in ("rpc_timeout_s", "auth_cache_s"):
             if getattr(self, name) < 0 or (name == "rpc_timeout_s" and getattr(self, name) == 0):
                 raise ConfigError(f"config field {name!r} must be > 0 seconds")
+        if not 1 <= self.enqueue_calls_in_flight <= 8:
+            raise ConfigError(f"config field 'enqueue_calls_in_flight' must be 1..8, "
+                              f"got {self.enqueue_calls_in_flight}")
 
 
 def load(path: str | os.PathLike | None = None, overrides: dict | None = None) -> GatewayConfig:

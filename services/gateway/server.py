@@ -87,7 +87,8 @@ class Gateway:
         self._cron_channel = aio_channel(c.cron_target) if c.cron_target else None
         self._dispatcher_channel = aio_channel(c.dispatcher_target) if c.dispatcher_target else None
         history = self._history = HistoryClient(self._channel, c.history_target, c.enqueue_stream)
-        task_api = TaskApi(history, ShardMap.even(c.shard_ids), deployments, c.max_payload_bytes)
+        task_api = TaskApi(history, ShardMap.even(c.shard_ids), deployments, c.max_payload_bytes,
+                           calls_in_flight=c.enqueue_calls_in_flight)
         public = [handlers.TaskHandlers(auth, task_api, TaskLister(history, c.shard_ids),
                                         BulkApi(history, c.shard_ids, deployments)),
                   handlers.BreakerHandlers(auth, BreakerApi(self._dispatcher_channel, c.dispatcher_target)),

@@ -78,10 +78,10 @@ class TaskApi:
     """EnqueueTask(s), GetTask, CancelTask for an authenticated app."""
 
     def __init__(self, history: HistoryClient, shard_map: ShardMap, deployments: Deployments,
-                 max_payload_bytes: int, wall: Callable[[], float] = time.time):
+                 max_payload_bytes: int, wall: Callable[[], float] = time.time, calls_in_flight: int = 1):
         self.history = history
-        # Single enqueues share CreateTasks calls per shard while one is in flight.
-        self.creates = CoalescedCreates(history)
+        # Single enqueues share CreateTasks calls per shard while `calls_in_flight` are out.
+        self.creates = CoalescedCreates(history, max_in_flight=calls_in_flight)
         self.shard_map = shard_map
         self.deployments = deployments
         self.max_payload_bytes = max_payload_bytes

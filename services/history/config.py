@@ -74,6 +74,9 @@ class HistoryConfig:
         30.0, doc="Seconds a cancelled or timed-out attempt has to return before its lease is revoked.")
     idempotency_window_s: float = field(86400.0, doc="Seconds an idempotency key keeps naming its task (24 h).")
     pool_max_size: int = field(8, doc="Connections per shard pool.")
+    enqueue_groups_in_flight: int = field(
+        1, doc="Group-committed enqueue transactions per shard at once (groupcommit.py): 1 makes the "
+               "largest groups, more trade commits for less waiting; 1..8.")
     statement_timeout_ms: int = field(10_000, doc="Server-side bound on every statement, in milliseconds.")
     bulk_batch_size: int = field(100, doc="Tasks a bulk operation processes per transaction.")
     bulk_interval_s: float = field(
@@ -100,6 +103,9 @@ class HistoryConfig:
             raise ConfigError(f"config field 'bulk_batch_size' must be 1..1000, got {self.bulk_batch_size}")
         if self.bulk_interval_s <= 0:
             raise ConfigError(f"config field 'bulk_interval_s' must be positive, got {self.bulk_interval_s}")
+        if not 1 <= self.enqueue_groups_in_flight <= 8:
+            raise ConfigError(f"config field 'enqueue_groups_in_flight' must be 1..8, got "
+                              f"{self.enqueue_groups_in_flight}")
         if self.pool_max_size < 1:
             raise ConfigError(f"config field 'pool_max_size' must be at least 1, got {self.pool_max_size}")
         if not 0 <= self.grpc_port <= 65535:

@@ -57,7 +57,8 @@ class HistoryServicer(history_pb2_grpc.HistoryServiceServicer):
         self.on_bulk_start = on_bulk_start
         self.stopping = asyncio.Event()  # set at shutdown: call streams stop reading and end
         # The ready event goes out after the group's commit, outside the transaction: never a NOTIFY.
-        self.groups = CreateGroups(store, cfg.idempotency_window_s, hub.publish)
+        self.groups = CreateGroups(store, cfg.idempotency_window_s, hub.publish,
+                                   max_in_flight=cfg.enqueue_groups_in_flight)
 
     @rpc
     async def CreateTasks(self, request, context):
