@@ -153,7 +153,9 @@ def validate_task(req: tasks_pb2.EnqueueTaskRequest, handlers: dict[str, apps_pb
         delay=req.delay if req.HasField("delay") else None,
         run_at=req.run_at if req.HasField("run_at") else None,
         retry=retry, timeouts=timeouts, non_retryable=list(retry.non_retryable),
-        fingerprint=fingerprint(req, queue))
+        # Only a key is ever compared with its request's fingerprint (history refuses a key reused
+        # for a different request); an unkeyed task needs none.
+        fingerprint=fingerprint(req, queue) if req.idempotency_key else "")
 
 
 def check_unique_keys(tasks: list[ValidTask]) -> None:

@@ -87,7 +87,13 @@ async def test_enqueue_resolves_policy_and_canonical_payload(env):
     assert req.shard_id == ShardMap.even(SHARDS).shard_for_task(task_id)
     assert t.payload_json == b'{"a":1,"b":2}' and t.queue == "default" and t.tenant_id == env.tenant_id
     assert t.retry.max_attempts == 3 and t.retry.factor == 3.0 and t.retry.cap.seconds == 3600
-    assert t.timeouts.start_to_close.seconds == 600 and t.fingerprint.startswith("sha256:")
+    assert t.timeouts.start_to_close.seconds == 600
+    assert t.fingerprint == ""  # only a keyed request carries one (it is compared with the key's owner)
+    r = await env.http.post("/v1/tasks", json={"task_type": "resize", "payload": {"b": 2, "a": 1.0},
+                                               "idempotency_key": "fp-1"}, headers=env.auth())
+    assert r.status_code == 200, r.text
+    (req,) = [c for n, c in env.history.calls if n == "CreateTasks" and c.tasks[0].task_id == r.json()["task_id"]]
+    assert req.tasks[0].fingerprint.startswith("sha256:")
 
 
 async def test_batch_of_1000_ok_in_request_order_across_shards(env):

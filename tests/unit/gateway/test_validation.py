@@ -32,7 +32,8 @@ def test_valid_minimal_request_gets_defaults():
     assert t.retry.max_attempts == 5 and t.retry.factor == 2.0 and t.retry.jitter
     assert t.timeouts.start_to_close.seconds == 600
     assert not t.timeouts.HasField("schedule_to_start")
-    assert t.fingerprint.startswith("sha256:")
+    assert t.fingerprint == ""  # unkeyed: nothing will ever compare it
+    assert check(req(payload={"b": 1}, idempotency_key="k")).fingerprint.startswith("sha256:")
 
 
 def test_unset_payload_is_json_null():
@@ -100,7 +101,7 @@ def test_fingerprint_ignores_key_and_default_queue_but_not_content():
     a = check(req(payload={"x": 1}, idempotency_key="k1"))
     b = check(req(payload={"x": 1}, queue="default", idempotency_key="k2"))
     c = check(req(payload={"x": 2}, idempotency_key="k1"))
-    d = check(req(payload={"x": 1}, delay="5s"))
+    d = check(req(payload={"x": 1}, delay="5s", idempotency_key="k3"))
     assert a.fingerprint == b.fingerprint
     assert len({a.fingerprint, c.fingerprint, d.fingerprint}) == 3
 
