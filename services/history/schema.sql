@@ -1,5 +1,5 @@
 -- The history shard schema as it stands after every migration in
--- services/history/migrations/ (currently 0001 to 0004). Read this to know the
+-- services/history/migrations/ (currently 0001 to 0005). Read this to know the
 -- schema; change it only together with a new migration.
 -- tests/integration/history/test_schema.py migrates one database, loads this
 -- file into another, and requires their catalogs to match.
@@ -45,6 +45,10 @@ CREATE TABLE tasks (
     kill_at          timestamptz,
     checkpoint       bytea,
     lease_expires_at timestamptz,
+    -- The leased task's `lease` timer (migration 0005): when the firer next
+    -- looks at the lease. Set by the lease, moved by the firer, cleared when
+    -- the lease ends; never touched by heartbeats.
+    lease_check_at   timestamptz,
     CONSTRAINT tasks_retried_only_when_terminal CHECK (
         retried_as IS NULL OR state IN ('SUCCEEDED', 'FAILED', 'CANCELED', 'EXPIRED')),
     CONSTRAINT tasks_state_known CHECK (state IN
@@ -57,7 +61,8 @@ CREATE TABLE tasks (
         cancel_reason IS NULL OR cancel_reason IN ('user', 'start_to_close', 'schedule_to_close')),
     CONSTRAINT tasks_kill_needs_cancel CHECK (kill_at IS NULL OR cancel_requested),
     CONSTRAINT tasks_counters_valid CHECK (
-        version >= 1 AND attempt >= 0 AND max_attempts >= 1 AND lease_epoch >= 0)
+        version >= 1 AND attempt >= 0 AND max_attempts >= 1 AND lease_epoch >= 0),
+    CONSTRAINT tasks_lease_check_iff_leased CHECK ((state = 'LEASED') = (lease_check_at IS NOT NULL))
 ) WITH (
     -- Room for a second version of every row of a page, so a lease and a
     -- completion stay on the page (compressed WAL); heartbeats stay HOT.
@@ -81,6 +86,10 @@ CREATE INDEX tasks_dispatch ON tasks (tenant_id, run_at) WHERE state = 'ENQUEUED
 -- becomes terminal, so enqueue, lease and heartbeat pay nothing for it.
 CREATE INDEX tasks_finished ON tasks (tenant_id, app_id, state, finished_at, task_id)
     WHERE finished_at IS NOT NULL;
+
+-- Due lease checks for the timer firer (migration 0005): one entry per
+-- leased task, written by the lease (a non-HOT update anyway).
+CREATE INDEX tasks_lease_check ON tasks (lease_check_at) WHERE state = 'LEASED';
 
 -- The transition log: one row per state change, written in the same
 -- transaction. version is consecutive from 1 per task; from_state is NULL
@@ -132,24 +141,32 @@ SELECT s.task_id, s.attempt, s.lease_epoch, s.worker_id, s.at AS started_at, e.a
 
 -- One timer mechanism for delays, retry backoff, lease expiry and timeouts.
 -- At most one timer of each kind per task; lease_epoch fences a timer to the
--- lease (or retry wait) it was set for.
-CREATE TABLE timers (
+-- lease (or retry wait) it was set for. Since migration 0005 the `lease`
+-- timer is the leased task's lease_check_at; the other kinds are rows here.
+CREATE TABLE timer_queue (
     task_id     uuid        NOT NULL,
     kind        text        NOT NULL,
     fire_at     timestamptz NOT NULL,
     lease_epoch bigint      NOT NULL DEFAULT 0,
-    PRIMARY KEY (task_id, kind),
-    CONSTRAINT timers_kind_known CHECK (kind IN
-        ('delay', 'retry', 'lease', 'schedule_to_start', 'schedule_to_close'))
+    CONSTRAINT timer_queue_pkey PRIMARY KEY (task_id, kind),
+    CONSTRAINT timer_queue_kind_known CHECK (kind IN
+        ('delay', 'retry', 'schedule_to_start', 'schedule_to_close'))
 ) WITH (
     fillfactor = 90,
-    -- The smallest, hottest table: rows churn on every lease.
+    -- The smallest, hottest table: rows churn.
     autovacuum_vacuum_scale_factor = 0.01,
     autovacuum_vacuum_threshold = 200,
     autovacuum_vacuum_cost_delay = 0
 );
 
-CREATE INDEX timers_fire_at ON timers (fire_at);
+CREATE INDEX timer_queue_fire_at ON timer_queue (fire_at);
+
+-- Every pending timer as one list: the timer_queue rows and a `lease` timer
+-- per leased task at its lease_check_at.
+CREATE VIEW timers AS
+SELECT task_id, kind, fire_at, lease_epoch FROM timer_queue
+UNION ALL
+SELECT task_id, 'lease'::text, lease_check_at, lease_epoch FROM tasks WHERE state = 'LEASED';
 
 -- Enqueue idempotency: unique per (tenant, app, key). A key is honoured
 -- until expires_at; after that the same key may name a new task.

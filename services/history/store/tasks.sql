@@ -39,7 +39,7 @@ tr AS (
     SELECT ins.task_id, 1, NULL, 'ENQUEUED', 0, ins.created_at, 'created' FROM ins
 ),
 tm AS (
-    INSERT INTO timers (task_id, kind, fire_at, lease_epoch)
+    INSERT INTO timer_queue (task_id, kind, fire_at, lease_epoch)
     SELECT ins.task_id, v.kind, v.fire_at, 0
       FROM ins JOIN i ON i.task_id = ins.task_id
      CROSS JOIN LATERAL (VALUES
@@ -113,7 +113,7 @@ tr AS (
     SELECT ins.task_id, 1, NULL, 'ENQUEUED', 0, ins.created_at, 'created' FROM ins
 ),
 tm AS (
-    INSERT INTO timers (task_id, kind, fire_at, lease_epoch)
+    INSERT INTO timer_queue (task_id, kind, fire_at, lease_epoch)
     SELECT ins.task_id, v.kind, v.fire_at, 0
       FROM ins JOIN i ON i.task_id = ins.task_id
      CROSS JOIN LATERAL (VALUES
@@ -232,9 +232,10 @@ SELECT c.task_id, q.tenant_id, q.app_id, q.task_type
 -- Lease claimed tasks: charge the attempt and bump the fencing epoch now
 -- (so a task that kills every worker still runs out of attempts), log the
 -- transition (which opens the attempt: it carries the attempt number and the
--- worker; task_attempts is a view over the log), and set one `lease` timer at
--- the earlier of lease expiry and the attempt deadline. The delay and
--- schedule_to_start timers are moot once a task starts.
+-- worker; task_attempts is a view over the log), and set the lease's check
+-- (the row's lease_check_at, its `lease` timer) at the earlier of lease
+-- expiry and the attempt deadline. The delay and schedule_to_start timers
+-- are moot once a task starts.
 WITH now AS (SELECT clock_timestamp() AS t),
 upd AS (
     UPDATE tasks t
@@ -245,6 +246,8 @@ upd AS (
            worker_id = $2::text,
            lease_expires_at = now.t + make_interval(secs => $3::float8),
            attempt_deadline = now.t + make_interval(secs => (t.timeouts->>'start_to_close_s')::float8),
+           lease_check_at = LEAST(now.t + make_interval(secs => $3::float8),
+                                  now.t + make_interval(secs => (t.timeouts->>'start_to_close_s')::float8)),
            cancel_requested = false, cancel_reason = NULL, kill_at = NULL,
            started_at = COALESCE(t.started_at, now.t),
            updated_at = now.t
@@ -258,13 +261,8 @@ tr AS (
     SELECT upd.task_id, upd.version, 'ENQUEUED', 'LEASED', upd.lease_epoch, upd.updated_at, 'leased',
            upd.attempt, upd.worker_id FROM upd
 ),
-lease_timer AS (
-    INSERT INTO timers (task_id, kind, fire_at, lease_epoch)
-    SELECT upd.task_id, 'lease', LEAST(upd.lease_expires_at, upd.attempt_deadline), upd.lease_epoch FROM upd
-    ON CONFLICT (task_id, kind) DO UPDATE SET fire_at = EXCLUDED.fire_at, lease_epoch = EXCLUDED.lease_epoch
-),
 moot AS (
-    DELETE FROM timers m USING upd
+    DELETE FROM timer_queue m USING upd
      WHERE m.task_id = upd.task_id AND m.kind IN ('delay', 'schedule_to_start')
 )
 SELECT upd.task_id, upd.tenant_id, upd.app_id, upd.task_type, upd.queue, upd.payload, upd.attempt,
@@ -356,8 +354,9 @@ SELECT t.task_id, t.state, t.lease_epoch, t.attempt, t.max_attempts, t.retry_pol
 -- against taskstate.ALLOWED before sending. In the same statement: the
 -- transition row (which ends the running attempt: a transition out of
 -- LEASED carries the attempt's outcome and error), timers (a lease ends:
--- its timer goes; a terminal task: all its timers go; RETRY_WAIT: a retry
--- timer at the new run_at), and a completion's checkpoint when it has one.
+-- its check, lease_check_at, is cleared; a terminal task: all its timers
+-- go; RETRY_WAIT: a retry timer at the new run_at), and a completion's
+-- checkpoint when it has one.
 WITH now AS (SELECT clock_timestamp() AS t),
 i AS (
     SELECT * FROM unnest($1::uuid[], $2::text[], $3::bigint[], $4::text[], $5::float8[], $6::bytea[],
@@ -382,6 +381,7 @@ upd AS (
            lease_expires_at = NULL,
            attempt_deadline = NULL,
            kill_at = NULL,
+           lease_check_at = NULL,
            cancel_requested = CASE WHEN i.to_state IN ('RETRY_WAIT', 'ENQUEUED') THEN false
                                    ELSE t.cancel_requested END,
            cancel_reason = CASE WHEN i.to_state IN ('RETRY_WAIT', 'ENQUEUED') THEN NULL ELSE t.cancel_reason END,
@@ -399,12 +399,11 @@ tr AS (
       FROM upd JOIN i ON i.task_id = upd.task_id
 ),
 gone AS (
-    DELETE FROM timers m USING upd
-     WHERE m.task_id = upd.task_id
-       AND (m.kind = 'lease' OR upd.state IN ('SUCCEEDED', 'FAILED', 'CANCELED', 'EXPIRED'))
+    DELETE FROM timer_queue m USING upd
+     WHERE m.task_id = upd.task_id AND upd.state IN ('SUCCEEDED', 'FAILED', 'CANCELED', 'EXPIRED')
 ),
 retry_timer AS (
-    INSERT INTO timers (task_id, kind, fire_at, lease_epoch)
+    INSERT INTO timer_queue (task_id, kind, fire_at, lease_epoch)
     SELECT upd.task_id, 'retry', upd.run_at, upd.lease_epoch FROM upd WHERE upd.state = 'RETRY_WAIT'
     ON CONFLICT (task_id, kind) DO UPDATE SET fire_at = EXCLUDED.fire_at, lease_epoch = EXCLUDED.lease_epoch
 )
@@ -439,6 +438,7 @@ upd AS (
            lease_expires_at = NULL,
            attempt_deadline = NULL,
            kill_at = NULL,
+           lease_check_at = NULL,
            cancel_requested = CASE WHEN i.to_state IN ('RETRY_WAIT', 'ENQUEUED') THEN false
                                    ELSE t.cancel_requested END,
            cancel_reason = CASE WHEN i.to_state IN ('RETRY_WAIT', 'ENQUEUED') THEN NULL ELSE t.cancel_reason END,
@@ -455,12 +455,11 @@ tr AS (
       FROM upd JOIN i ON i.task_id = upd.task_id
 ),
 gone AS (
-    DELETE FROM timers m USING upd
-     WHERE m.task_id = upd.task_id
-       AND (m.kind = 'lease' OR upd.state IN ('SUCCEEDED', 'FAILED', 'CANCELED', 'EXPIRED'))
+    DELETE FROM timer_queue m USING upd
+     WHERE m.task_id = upd.task_id AND upd.state IN ('SUCCEEDED', 'FAILED', 'CANCELED', 'EXPIRED')
 ),
 retry_timer AS (
-    INSERT INTO timers (task_id, kind, fire_at, lease_epoch)
+    INSERT INTO timer_queue (task_id, kind, fire_at, lease_epoch)
     SELECT upd.task_id, 'retry', upd.run_at, upd.lease_epoch FROM upd WHERE upd.state = 'RETRY_WAIT'
     ON CONFLICT (task_id, kind) DO UPDATE SET fire_at = EXCLUDED.fire_at, lease_epoch = EXCLUDED.lease_epoch
 )
@@ -506,7 +505,7 @@ tr AS (
       FROM ins JOIN orig ON orig.task_id = ins.task_id
 ),
 tm AS (
-    INSERT INTO timers (task_id, kind, fire_at, lease_epoch)
+    INSERT INTO timer_queue (task_id, kind, fire_at, lease_epoch)
     SELECT ins.task_id, v.kind, v.fire_at, 0
       FROM ins
      CROSS JOIN LATERAL (VALUES
@@ -552,7 +551,7 @@ tr AS (
       FROM ins JOIN orig ON orig.task_id = ins.task_id
 ),
 tm AS (
-    INSERT INTO timers (task_id, kind, fire_at, lease_epoch)
+    INSERT INTO timer_queue (task_id, kind, fire_at, lease_epoch)
     SELECT ins.task_id, v.kind, v.fire_at, 0
       FROM ins
      CROSS JOIN LATERAL (VALUES

@@ -46,7 +46,7 @@ async def _catalog(dsn: str) -> list[tuple[str, str, str]]:
 
 async def test_migrations_produce_the_committed_schema(fresh_db):
     migrated, committed = fresh_db("hist_migrated"), fresh_db("hist_committed")
-    assert await migrate.apply(migrated, "history", HISTORY / "migrations") == [1, 2, 3, 4]
+    assert await migrate.apply(migrated, "history", HISTORY / "migrations") == [1, 2, 3, 4, 5]
     assert await migrate.apply(migrated, "history", HISTORY / "migrations") == []  # idempotent
     conn = await asyncpg.connect(committed, timeout=10)
     try:
@@ -92,9 +92,9 @@ async def test_the_transition_log_checker_catches_gaps_forks_and_bad_edges(fresh
         await conn.execute(
             """INSERT INTO tasks (task_id, tenant_id, app_id, queue, task_type, state, version, attempt,
                                   max_attempts, lease_epoch, payload, retry_policy, timeouts, run_at,
-                                  created_at, updated_at, lease_expires_at, worker_id)
+                                  created_at, updated_at, lease_expires_at, worker_id, lease_check_at)
                VALUES ($1, 't', 'a', 'q', 'x', 'LEASED', 2, 1, 1, 1, '1', '{}', '{}', now(), now(), now(),
-                       now(), 'w')""", tid)
+                       now(), 'w', now())""", tid)
         await conn.execute("INSERT INTO task_transitions VALUES ($1, 1, NULL, 'ENQUEUED', 0, now(), 'c'), "
                            "($1, 2, 'ENQUEUED', 'LEASED', 1, now(), 'l')", tid)
         await check_transition_logs(dsn)  # the correct log passes
@@ -107,8 +107,8 @@ async def test_the_transition_log_checker_catches_gaps_forks_and_bad_edges(fresh
              "UPDATE task_transitions SET lease_epoch = 0 WHERE version = 1"),
             ("UPDATE task_transitions SET to_state = 'SUCCEEDED' WHERE version = 2",
              "UPDATE task_transitions SET to_state = 'LEASED' WHERE version = 2"),
-            ("UPDATE tasks SET state = 'RETRY_WAIT', lease_expires_at = NULL",
-             "UPDATE tasks SET state = 'LEASED', lease_expires_at = now()"),
+            ("UPDATE tasks SET state = 'RETRY_WAIT', lease_expires_at = NULL, lease_check_at = NULL",
+             "UPDATE tasks SET state = 'LEASED', lease_expires_at = now(), lease_check_at = now()"),
         ]
         for corrupt, restore in corruptions:
             await conn.execute(corrupt)
