@@ -34,6 +34,9 @@ SELECT w.resource_manager AS rmgr, w.record_type,
 -- name: database_oids
 SELECT oid, datname FROM pg_database
 
+-- name: database_names
+SELECT datname FROM pg_database WHERE datallowconn ORDER BY datname
+
 -- name: relation_filenodes
 -- Every relation of this database by its file node; a TOAST table or index
 -- is named after the table that owns it.
