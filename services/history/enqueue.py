@@ -147,8 +147,9 @@ async def _insert(conn, store: Store, items: Sequence[NewTaskIn], idx: list[int]
 
 class Fallback(Exception):
     """The grouped statement met a case only the per-request path decides
-    (a key claimed for a task id that already exists); the group's
-    transaction was rolled back and each request must run on its own."""
+    (a key claimed for a task id that already exists, an expired key, a key
+    or id inserted by another request meanwhile); the group's transaction
+    was rolled back and each request must run on its own."""
 
 
 def _group_plan(items: Sequence[NewTaskIn]) -> tuple[list[int], dict[int, int], list[int]]:
@@ -192,6 +193,8 @@ async def create_group(conn: asyncpg.Connection, store: Store, items: Sequence[N
     except asyncpg.InvalidTextRepresentationError as e:
         _fallback_if_aborted(e)
         raise
+    except asyncpg.UniqueViolationError:
+        raise Fallback() from None  # a key or id another request inserted meanwhile: nothing written
     # Committed. What is left are reads, each in its own snapshot (which sees a key's committed owner).
     taken = [i for i in send if items[i].key is not None and not got[items[i].row.task_id][2]]
     owners = await store.idempotency_key_get_batch(conn, [items[i].key for i in taken]) if taken else {}
@@ -258,5 +261,7 @@ async def create_all(conn: asyncpg.Connection, store: Store, items: Sequence[New
     except asyncpg.InvalidTextRepresentationError as e:
         _fallback_if_aborted(e)
         raise
+    except asyncpg.UniqueViolationError:
+        raise Fallback() from None  # a key or id another request inserted meanwhile: nothing written
     results = [CreateOut(items[rep[i]].row.task_id, deduplicated=rep[i] != i) for i in range(len(items))]
     return results, any(due for inserted, due, _ in got.values() if inserted)

@@ -1,5 +1,5 @@
 -- The history shard schema as it stands after every migration in
--- services/history/migrations/ (currently 0001 to 0005). Read this to know the
+-- services/history/migrations/ (currently 0001 to 0006). Read this to know the
 -- schema; change it only together with a new migration.
 -- tests/integration/history/test_schema.py migrates one database, loads this
 -- file into another, and requires their catalogs to match.
@@ -177,11 +177,20 @@ CREATE TABLE idempotency_keys (
     task_id     uuid        NOT NULL,
     fingerprint text        NOT NULL,
     created_at  timestamptz NOT NULL,
-    expires_at  timestamptz NOT NULL,
-    PRIMARY KEY (tenant_id, app_id, key)
+    expires_at  timestamptz NOT NULL
 ) WITH (
     autovacuum_vacuum_scale_factor = 0.05
 );
+
+-- Unique by a 16-byte digest of (tenant, app, key) (migration 0006): the
+-- first 128 bits of sha256 over the length-prefixed three. Reads compare the
+-- columns too, so a collision could only refuse a key.
+CREATE FUNCTION idempotency_key_hash(tenant_id text, app_id text, key text) RETURNS uuid
+    LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+    RETURN encode(substr(sha256(convert_to(length(tenant_id)::text || ':' || tenant_id || length(app_id)::text
+                                           || ':' || app_id || key, 'UTF8')), 1, 16), 'hex')::uuid;
+
+CREATE UNIQUE INDEX idempotency_keys_hash ON idempotency_keys (idempotency_key_hash(tenant_id, app_id, key));
 
 -- One row per shard part of a bulk operation. The cursor columns are the
 -- position of the last task processed in the operation's scan order, and
