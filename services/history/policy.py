@@ -44,13 +44,20 @@ class Timeouts:
     schedule_to_close_s: float | None = None
 
     def to_json(self) -> dict:
-        """The stored jsonb form."""
-        return dataclasses.asdict(self)
+        """The stored jsonb form. An unset schedule_to_start or schedule_to_close is left out
+        rather than stored as null (issue 5: two absent keys are ~50 bytes less in every task row
+        and its WAL); start_to_close is always stored, unset or not, since its default is not None."""
+        return {k: v for k, v in dataclasses.asdict(self).items()
+                if v is not None or k == "start_to_close_s"}
 
     @classmethod
     def from_json(cls, data: dict) -> "Timeouts":
-        """From the stored jsonb form."""
-        return cls(**{f.name: data[f.name] for f in dataclasses.fields(cls) if f.name in data})
+        """From the stored jsonb form: an absent schedule_to_* key is unset (None), whatever the
+        defaults say; rows written before issue 5 store the null explicitly."""
+        return cls(schedule_to_start_s=data.get("schedule_to_start_s"),
+                   start_to_close_s=data["start_to_close_s"] if "start_to_close_s" in data
+                   else cls.start_to_close_s,
+                   schedule_to_close_s=data.get("schedule_to_close_s"))
 
 
 def seconds(d: duration_pb2.Duration) -> float:

@@ -72,3 +72,14 @@ def test_bad_policies_say_which_field(policy, needle):
 def test_non_positive_timeouts_are_refused():
     with pytest.raises(InvalidArgument, match="start_to_close"):
         timeouts_from_proto(tasks_pb2.Timeouts(start_to_close=duration_pb2.Duration()))
+
+
+def test_unset_schedule_timeouts_are_left_out_of_the_stored_form():
+    t = Timeouts(schedule_to_start_s=None, start_to_close_s=600.0, schedule_to_close_s=None)
+    assert t.to_json() == {"start_to_close_s": 600.0}
+    assert Timeouts.from_json(t.to_json()) == t
+    unlimited = Timeouts(schedule_to_start_s=None, start_to_close_s=None, schedule_to_close_s=None)
+    assert unlimited.to_json() == {"start_to_close_s": None}  # its default is not None: stored as null
+    assert Timeouts.from_json(unlimited.to_json()) == unlimited
+    old_form = {"start_to_close_s": 5.0, "schedule_to_start_s": None, "schedule_to_close_s": None}
+    assert Timeouts.from_json(old_form) == Timeouts(None, 5.0, None)
