@@ -57,24 +57,25 @@ SELECT ins.task_id, ins.run_at <= ins.created_at AS due FROM ins
 -- idempotency keys of the keyed rows and insert every unkeyed row and every
 -- row whose key this statement claimed, with their create transitions and
 -- timers, in one statement. The caller sends each key and each task id at
--- most once, keyed rows in key order so concurrent groups insert keys in
--- one order. Keys and tasks are plain inserts of what the statement's
--- snapshot does not hold (no ON CONFLICT: a speculative insert costs every
--- row a confirmation record in the WAL); a key or id that another request
--- inserts meanwhile makes the statement fail with a unique violation,
--- nothing written, and the caller runs each request on the transactional
--- path. A live key is left alone (not returned); the caller reads its owner
--- in the next statement. $19 are the fingerprints, $20 the key window in
--- seconds. One statement is one transaction (no BEGIN/COMMIT round trips),
--- so the cases it cannot decide alone abort the whole statement with a
--- deliberate cast error naming them, and the caller then runs each request
--- on the transactional path: a key claimed for a task id that already
--- exists (a duplicated id racing with another request), and a key present
--- but expired (taken over there) or another key with the same digest. With
--- $21 (strict: one request of several tasks, all or nothing) any row not
--- inserted aborts it too, so a key held by another task or a retried id
--- writes nothing here and the request takes the transactional path, which
--- answers it exactly.
+-- most once (ON CONFLICT DO UPDATE may not touch a row twice), keyed rows
+-- in key order so concurrent groups lock keys in one order. Keys are unique
+-- by their digest (migration 0006); an expired key is taken over here, a
+-- live key (or, at odds of 2^-128, another key with the same digest) is left
+-- alone, not returned, and the caller reads its owner in the next
+-- statement, whose new snapshot sees the committed owner. $19 are the
+-- fingerprints, $20 the key window in seconds. One statement is one
+-- transaction (no BEGIN/COMMIT round trips), so the one case it cannot
+-- decide alone, a key claimed for a task id that already exists (a
+-- duplicated id racing with another request), aborts the whole statement
+-- with a deliberate cast error naming it; the caller then runs each
+-- request on the transactional path. With $21 (strict: one request of
+-- several tasks, all or nothing) any row not inserted aborts it too, so a
+-- key held by another task or a retried id writes nothing here and the
+-- request takes the transactional path, which answers it exactly.
+-- (Plain inserts guarded by NOT EXISTS instead of ON CONFLICT saved a 48-byte
+-- confirmation record per row but made the statement ~15x slower: 0.6-0.8
+-- ms -> 10-15 ms mean under 8 producers, Postgres CPU per enqueue 0.8 ->
+-- 5.5 ms; docs/benchmarks/findings.md.)
 WITH now AS (SELECT clock_timestamp() AS t),
 i AS (
     SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::bytea[],
@@ -91,20 +92,14 @@ k AS (
            now.t + make_interval(secs => $20::float8)
       FROM i CROSS JOIN now
      WHERE i.idempotency_key IS NOT NULL
-       AND NOT EXISTS (SELECT 1 FROM idempotency_keys x
-                        WHERE idempotency_key_hash(x.tenant_id, x.app_id, x.key)
-                              = idempotency_key_hash(i.tenant_id, i.app_id, i.idempotency_key))
      ORDER BY i.tenant_id COLLATE "C", i.app_id COLLATE "C", i.idempotency_key COLLATE "C"
+    ON CONFLICT ((idempotency_key_hash(tenant_id, app_id, key))) DO UPDATE
+       SET task_id = EXCLUDED.task_id, fingerprint = EXCLUDED.fingerprint,
+           created_at = EXCLUDED.created_at, expires_at = EXCLUDED.expires_at
+     WHERE idempotency_keys.expires_at <= clock_timestamp()
+       AND (idempotency_keys.tenant_id, idempotency_keys.app_id, idempotency_keys.key)
+           = (EXCLUDED.tenant_id, EXCLUDED.app_id, EXCLUDED.key)
     RETURNING task_id
-),
-held AS (
-    -- Keys present already that this statement does not decide: expired ones
-    -- (to be taken over) and another key with the same digest.
-    SELECT i.task_id FROM i JOIN idempotency_keys x
-        ON idempotency_key_hash(x.tenant_id, x.app_id, x.key)
-           = idempotency_key_hash(i.tenant_id, i.app_id, i.idempotency_key)
-     WHERE x.expires_at <= clock_timestamp()
-        OR (x.tenant_id, x.app_id, x.key) IS DISTINCT FROM (i.tenant_id, i.app_id, i.idempotency_key)
 ),
 ins AS (
     INSERT INTO tasks (task_id, tenant_id, app_id, queue, task_type, state, version, attempt,
@@ -117,8 +112,8 @@ ins AS (
            COALESCE(i.run_at, now.t + make_interval(secs => COALESCE(i.delay_s, 0))), now.t, now.t,
            i.retry_rules, i.schedule_id, i.scheduled_time
       FROM i CROSS JOIN now
-     WHERE (i.idempotency_key IS NULL OR i.task_id IN (SELECT k.task_id FROM k))
-       AND NOT EXISTS (SELECT 1 FROM tasks x WHERE x.task_id = i.task_id)
+     WHERE i.idempotency_key IS NULL OR i.task_id IN (SELECT k.task_id FROM k)
+    ON CONFLICT (task_id) DO NOTHING
     RETURNING task_id, run_at, created_at
 ),
 tr AS (
@@ -139,10 +134,7 @@ tm AS (
 SELECT i.task_id, ins.task_id IS NOT NULL AS inserted, COALESCE(ins.run_at <= ins.created_at, false) AS due,
        c.claimed,
        CASE WHEN (c.claimed OR $21::boolean) AND ins.task_id IS NULL
-            THEN ('task_create_batch: not inserted: task ' || i.task_id::text)::int
-            WHEN i.task_id IN (SELECT held.task_id FROM held)
-            THEN ('task_create_batch: key of task ' || i.task_id::text || ' is expired or shares its digest')::int
-       END AS abort
+            THEN ('task_create_batch: not inserted: task ' || i.task_id::text)::int END AS abort
   FROM i LEFT JOIN ins ON ins.task_id = i.task_id
  CROSS JOIN LATERAL (SELECT i.idempotency_key IS NOT NULL AND i.task_id IN (SELECT k.task_id FROM k) AS claimed) c
 
