@@ -58,7 +58,8 @@ class ScheduleApi:
                 schedule_id=str(uuid.uuid4()), tenant_id=caller.tenant_id, app_id=caller.app_id,
                 cron=valid.cron, timezone=valid.timezone, task_template=valid.template,
                 overlap_policy=valid.overlap_policy, catchup_window_ms=valid.catchup_window_ms,
-                next_fire_time=first, request_id=valid.request_id, fingerprint=valid.fingerprint))
+                next_fire_time=first, request_id=valid.request_id, fingerprint=valid.fingerprint,
+                created_at=now))
             if row is None:
                 row = await tx.schedule_get_by_request(caller.tenant_id, caller.app_id, valid.request_id)
                 if row is None or row.fingerprint != valid.fingerprint:

@@ -99,6 +99,10 @@ class NewSchedule:
     next_fire_time: dt.datetime
     request_id: str | None
     fingerprint: str
+    # The clock reading next_fire_time was computed from: the schedule's created_at, so its
+    # first occurrence is always after its creation (a clock read at insert time could fall
+    # after a second boundary that the read before it did not, on a busy machine).
+    created_at: dt.datetime | None = None
 
 
 def _uuid(value: str) -> uuid.UUID | None:
@@ -138,7 +142,8 @@ class Tx:
         """Insert; None when the caller's request_id already names a schedule."""
         row = await self._row("schedule_insert", uuid.UUID(s.schedule_id), s.tenant_id, s.app_id, s.cron,
                               s.timezone, json.dumps(s.task_template, sort_keys=True), s.overlap_policy,
-                              s.catchup_window_ms, s.next_fire_time, s.request_id, s.fingerprint)
+                              s.catchup_window_ms, s.next_fire_time, s.request_id, s.fingerprint,
+                              s.created_at)
         return ScheduleRow.of(row) if row else None
 
     async def schedule_get(self, schedule_id: str, tenant_id: str, app_id: str) -> ScheduleRow | None:

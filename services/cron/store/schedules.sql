@@ -5,9 +5,11 @@
 SELECT clock_timestamp() AS now;
 
 -- name: schedule_insert
+-- $12: the clock reading the first occurrence ($9) was computed from (NULL: now).
 INSERT INTO schedules (schedule_id, tenant_id, app_id, cron, timezone, task_template, overlap_policy,
-                       catchup_window_ms, state, next_fire_time, request_id, fingerprint)
-VALUES ($1, $2, $3, $4, $5, $6::jsonb, $7, $8, 'ACTIVE', $9, $10, $11)
+                       catchup_window_ms, state, next_fire_time, request_id, fingerprint, created_at, updated_at)
+VALUES ($1, $2, $3, $4, $5, $6::jsonb, $7, $8, 'ACTIVE', $9, $10, $11,
+        COALESCE($12::timestamptz, clock_timestamp()), COALESCE($12::timestamptz, clock_timestamp()))
 ON CONFLICT (tenant_id, app_id, request_id) WHERE request_id IS NOT NULL DO NOTHING
 RETURNING *;
 

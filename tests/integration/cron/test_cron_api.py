@@ -219,3 +219,25 @@ async def test_health_and_reflection(cron):
     for name in ("", "ratchet.internal.cron.v1.CronService"):
         resp = await stub.Check(health_pb2.HealthCheckRequest(service=name), timeout=5)
         assert resp.status == health_pb2.HealthCheckResponse.SERVING
+
+
+async def test_a_schedule_is_created_at_the_clock_reading_its_first_occurrence_came_from(cron, db, monkeypatch):
+    """A slow create (a busy machine between reading the clock and inserting) must not leave
+    the first occurrence at or before created_at: the fault checker's cron_slot_times found that."""
+    from ratchet.services.cron import schedules as schedules_mod
+
+    real_next_after = schedules_mod.next_after
+
+    def slow_next_after(*args, **kwargs):
+        out = real_next_after(*args, **kwargs)
+        import time
+        time.sleep(1.2)  # past the next second boundary before the insert
+        return out
+
+    monkeypatch.setattr(schedules_mod, "next_after", slow_next_after)
+    c = await cron()
+    s = await create(c.stub, "* * * * * *")
+    row = await db.fetchrow("SELECT created_at FROM schedules WHERE schedule_id = $1::uuid", s.schedule_id)
+    first = s.next_fire_time.ToDatetime(dt.timezone.utc)  # the create's answer: the first occurrence
+    assert row["created_at"] < first <= row["created_at"] + dt.timedelta(seconds=1)
+    assert s.created_at.ToDatetime(dt.timezone.utc) == row["created_at"]
