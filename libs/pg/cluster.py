@@ -10,6 +10,7 @@ import glob
 import os
 import pathlib
 import pwd
+import random
 import shutil
 import signal
 import socket
@@ -31,8 +32,34 @@ DEFAULT_SETTINGS = {
 }
 
 
+# Listening ports are picked below the kernel's ephemeral range: a port the kernel hands
+# out for port 0 is one every outgoing connection may take as its local port too, and a
+# service told to listen on it a moment later then failed "address already in use" (seen in
+# `make test`: the gateway's REST port).
+_LISTEN_PORTS = (20000, 32767)
+_rng = random.Random()
+
+
+def _ephemeral_low() -> int:
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago."""
+    """A TCP port on 127.0.0.1 that was free a moment ago, outside the ephemeral range when
+    the kernel leaves room below it (else any free port)."""
+    lo, hi = _LISTEN_PORTS[0], min(_LISTEN_PORTS[1], _ephemeral_low() - 1)
+    for _ in range(100 if hi > lo else 0):
+        port = _rng.randint(lo, hi)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]

@@ -212,10 +212,9 @@ class Peer:
 
 
 def free_port() -> int:
-    import socket
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A free listening port below the ephemeral range (ratchet.libs.pg.cluster.free_port)."""
+    from ratchet.libs.pg.cluster import free_port as _free_port
+    return _free_port()
 
 
 async def wait_port(port: int, timeout: float = 30.0) -> None:
