@@ -78,7 +78,7 @@ async def cell_drain(b: Bench, min_tasks: int, limit_s: float) -> float:
     top = await dbstats.statements_top(b.admin, b.dbs, s["succeeded"])
     b.run.sections.append(("Postgres statements during the drain",
                            dbstats.statements_markdown(top, s["succeeded"], s["span_s"], "the drain")))
-    capacity = b.pt.overrides.get("hostagent", {}).get("capacity", 8)
+    capacity = b.pt.overrides.get("hostagent", {}).get("capacity", _default_capacity())
     c = b.cell("drain", {"backlog": backlog, "hostagent_capacity": capacity}, rate=s["rate"], unit="tasks/s",
                n=s["succeeded"], wall=s["span_s"], d=d, cpu_ms=cpu_ms,
                notes="rate = succeeded / (last finished_at - first started_at) from the shards")
@@ -91,3 +91,11 @@ async def cell_drain(b: Bench, min_tasks: int, limit_s: float) -> float:
                     "amplification and CPU are per task finished in it")
     b.run.record(c)
     return s["rate"]
+
+
+def _default_capacity() -> int:
+    """The host agent's own default task slots (what the drain ran with unless overridden)."""
+    import dataclasses
+
+    from ratchet.services.hostagent.config import HostAgentConfig
+    return next(f.default for f in dataclasses.fields(HostAgentConfig) if f.name == "capacity")
