@@ -29,7 +29,9 @@ def fault_seed(default: int) -> int:
 @pytest.fixture(scope="session")
 def fault_root() -> pathlib.Path:
     base = os.environ.get("RATCHET_FAULT_DIR") or str(ROOT / "build" / "fault" / time.strftime("%Y%m%d-%H%M%S"))
-    path = pathlib.Path(base)
+    # Absolute: the path travels in task payloads (the ledger) to sandboxes, whose working
+    # folder is their app bundle (`make chaos` passes a relative RATCHET_FAULT_DIR).
+    path = pathlib.Path(base).resolve()
     path.mkdir(parents=True, exist_ok=True)
     os.chmod(path, 0o777)
     return path
