@@ -100,7 +100,8 @@ class CreateStream:
             await self._send(msg, timeout)
             self.stream_calls += 1
             # The answer can beat a timeout that history enforces too: allow a little slack.
-            return await asyncio.wait_for(asyncio.shield(fut), timeout + 0.05)
+            async with asyncio.timeout(timeout + 0.05):
+                return await fut
         finally:
             self._pending.pop(call_id, None)
             if not fut.done():
@@ -115,48 +116,48 @@ class CreateStream:
         return await self._unary(req, timeout)
 
     async def _send(self, msg: history_pb2.CreateTasksStreamRequest, timeout: float) -> None:
-        deadline = self._clock() + timeout
-        await asyncio.wait_for(self._write_lock.acquire(), timeout)
+        call = None
         try:
-            if self._call is None:
-                await self._open(max(0.001, deadline - self._clock()))
-            call = self._call
-            self._on_stream[call].add(msg.call_id)  # before the write: the stream's end fails it
-            try:
-                await asyncio.wait_for(call.write(msg), max(0.001, deadline - self._clock()))
-            except asyncio.TimeoutError:
+            async with asyncio.timeout(timeout):  # one deadline for the lock, the open and the write
+                async with self._write_lock:
+                    if self._call is None:
+                        await self._open()
+                    call = self._call
+                    self._on_stream[call].add(msg.call_id)  # before the write: the stream's end fails it
+                    try:
+                        await call.write(msg)
+                    except (grpc.aio.AioRpcError, grpc.aio.UsageError, asyncio.InvalidStateError) as e:
+                        # The stream was over before this write (history stopping or gone): the
+                        # message never left, so the call may go out again on a new stream (it is
+                        # idempotent by task ids and keys in any case).
+                        code, details = await _final_status(call, e)
+                        self._ended(call, code, details)
+                        raise StreamBroken(code, details, unsent=True) from None
+        except TimeoutError:
+            if call is not None:
                 # History is not reading (stalled, or flow control is full): the stream is no good.
                 self._ended(call, grpc.StatusCode.DEADLINE_EXCEEDED, "history did not take the call in time")
-                raise
-            except (grpc.aio.AioRpcError, grpc.aio.UsageError, asyncio.InvalidStateError) as e:
-                # The stream was over before this write (history stopping or gone): the message
-                # never left, so the call may go out again on a new stream (it is idempotent by
-                # task ids and keys in any case).
-                code, details = await _final_status(call, e)
-                self._ended(call, code, details)
-                raise StreamBroken(code, details, unsent=True) from None
-        finally:
-            self._write_lock.release()
+            raise
 
-    async def _open(self, timeout: float) -> None:
+    async def _open(self) -> None:
         """Open the stream and wait for history's headers (sent first thing), so a history
-        without the RPC is told apart (UNIMPLEMENTED) before any call is written on it."""
+        without the RPC is told apart (UNIMPLEMENTED) before any call is written on it.
+        Bounded by the caller's deadline."""
         call = self._stub.CreateTasksStream()
         self.opened += 1
         try:
-            headers = await asyncio.wait_for(call.initial_metadata(), timeout)
+            headers = await call.initial_metadata()
             if not any(k == STREAM_HEADER for k, _ in (headers or ())):
                 # Not history's stream handler: a trailers-only answer (UNIMPLEMENTED from an
                 # older history, or an error): its status says which.
-                code = await asyncio.wait_for(call.code(), timeout)
+                code = await call.code()
                 raise StreamBroken(code, (await call.details()) or code.name)
-        except asyncio.TimeoutError:
-            call.cancel()
-            raise StreamBroken(grpc.StatusCode.UNAVAILABLE, "history did not open the enqueue stream in time") \
-                from None
         except grpc.aio.AioRpcError as e:
             call.cancel()
             raise StreamBroken(*_failure(e)) from None
+        except BaseException:
+            call.cancel()  # out of time (cancelled) or refused: never used
+            raise
         self._call = call
         self._on_stream[call] = set()
         self._reader = asyncio.ensure_future(self._read(call))

@@ -21,6 +21,14 @@ from ratchet.services.history.handlers import _create_answer
 pytestmark = pytest.mark.timeout(60)
 
 
+async def until(cond, what: str, timeout: float = 5.0) -> None:
+    """Poll cond() until it holds, at most `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, f"not within {timeout:g} s: {what}"
+        await asyncio.sleep(0.01)
+
+
 def task(i: int) -> history_pb2.NewTask:
     return history_pb2.NewTask(task_id=f"t-{i}", tenant_id="tn", app_id="app", task_type="noop")
 
@@ -158,7 +166,7 @@ async def test_a_server_that_goes_away_fails_waiting_calls_at_once_and_a_new_str
 
     peer.servicer.behave = hold
     waiting = [asyncio.ensure_future(client.create_tasks(0, [task(i)], 20.0)) for i in range(5)]
-    await asyncio.sleep(0.3)
+    await until(lambda: len(peer.servicer.seen) == 5, "history holds all five calls")
     t0 = time.monotonic()
     await peer.stop(0)  # a crash, as far as the stream can tell
     outcomes = await asyncio.gather(*waiting, return_exceptions=True)
@@ -188,9 +196,9 @@ async def test_a_stopping_server_answers_what_it_started_then_ends_the_stream(pa
 
     peer.servicer.behave = hold
     waiting = [asyncio.ensure_future(client.create_tasks(0, [task(i)], 10.0)) for i in range(3)]
-    await asyncio.sleep(0.3)
+    await until(lambda: len(peer.servicer.seen) == 3, "history holds all three calls")
     peer.servicer.stopping.set()  # what HistoryServer.stop does first
-    await asyncio.sleep(0.1)
+    await asyncio.sleep(0)  # let the stream's reader see it before the calls finish
     gate.set()
     results = await asyncio.gather(*waiting)
     assert sorted(r[0].task_id for r in results) == ["t-0", "t-1", "t-2"]
