@@ -236,3 +236,26 @@ CREATE TABLE bulk_operation_failures (
     at           timestamptz NOT NULL,
     PRIMARY KEY (operation_id, seq)
 );
+
+-- ANALYZE only what the planner uses (migration 0007): no statistics for
+-- payloads, results, errors, policies and key text no query filters on, nor
+-- for the unique digest expression (one SQL function call per sampled row).
+ALTER TABLE tasks
+    ALTER COLUMN payload SET STATISTICS 0,
+    ALTER COLUMN retry_policy SET STATISTICS 0,
+    ALTER COLUMN retry_rules SET STATISTICS 0,
+    ALTER COLUMN timeouts SET STATISTICS 0,
+    ALTER COLUMN non_retryable SET STATISTICS 0,
+    ALTER COLUMN idempotency_key SET STATISTICS 0,
+    ALTER COLUMN result SET STATISTICS 0,
+    ALTER COLUMN error_message SET STATISTICS 0,
+    ALTER COLUMN error_stack SET STATISTICS 0,
+    ALTER COLUMN cancel_reason SET STATISTICS 0,
+    ALTER COLUMN checkpoint SET STATISTICS 0;
+ALTER TABLE task_transitions
+    ALTER COLUMN error_message SET STATISTICS 0,
+    ALTER COLUMN error_stack SET STATISTICS 0;
+ALTER TABLE idempotency_keys
+    ALTER COLUMN key SET STATISTICS 0,
+    ALTER COLUMN fingerprint SET STATISTICS 0;
+ALTER INDEX idempotency_keys_hash ALTER COLUMN 1 SET STATISTICS 0;

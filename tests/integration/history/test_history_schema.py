@@ -15,12 +15,17 @@ SELECT 'column' AS kind, c.relname AS rel,
        lpad(a.attnum::text, 3, '0') || ' ' || a.attname || ' ' || format_type(a.atttypid, a.atttypmod)
        || CASE WHEN a.attnotnull THEN ' NOT NULL' ELSE '' END
        || coalesce(' DEFAULT ' || pg_get_expr(d.adbin, d.adrelid), '')
-       || coalesce(' COLLATE ' || co.collname, '') AS def
+       || coalesce(' COLLATE ' || co.collname, '')
+       || CASE WHEN a.attstattarget >= 0 THEN ' STATISTICS ' || a.attstattarget ELSE '' END AS def
   FROM pg_attribute a
   JOIN pg_class c ON c.oid = a.attrelid
   LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
   LEFT JOIN pg_collation co ON co.oid = a.attcollation AND co.collname <> 'default'
  WHERE c.relnamespace = 'public'::regnamespace AND c.relkind = 'r' AND a.attnum > 0 AND NOT a.attisdropped
+UNION ALL
+SELECT 'index column statistics', c.relname, a.attnum || ' ' || a.attstattarget
+  FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid
+ WHERE c.relnamespace = 'public'::regnamespace AND c.relkind = 'i' AND a.attstattarget >= 0
 UNION ALL
 SELECT 'constraint', c.relname, con.conname || ' ' || pg_get_constraintdef(con.oid)
   FROM pg_constraint con JOIN pg_class c ON c.oid = con.conrelid
@@ -46,7 +51,7 @@ async def _catalog(dsn: str) -> list[tuple[str, str, str]]:
 
 async def test_migrations_produce_the_committed_schema(fresh_db):
     migrated, committed = fresh_db("hist_migrated"), fresh_db("hist_committed")
-    assert await migrate.apply(migrated, "history", HISTORY / "migrations") == [1, 2, 3, 4, 5, 6]
+    assert await migrate.apply(migrated, "history", HISTORY / "migrations") == [1, 2, 3, 4, 5, 6, 7]
     assert await migrate.apply(migrated, "history", HISTORY / "migrations") == []  # idempotent
     conn = await asyncpg.connect(committed, timeout=10)
     try:
@@ -120,5 +125,34 @@ async def test_the_transition_log_checker_catches_gaps_forks_and_bad_edges(fresh
                 raise AssertionError(f"the checker missed: {corrupt}")
             await conn.execute(restore)
             await check_transition_logs(dsn)
+    finally:
+        await conn.close()
+
+
+async def test_analyze_skips_the_columns_no_query_filters_on(fresh_db):
+    """Migration 0007: autovacuum's ANALYZE builds statistics for the filtered columns only."""
+    dsn = fresh_db("hist_stats")
+    await migrate.apply(dsn, "history", HISTORY / "migrations")
+    conn = await asyncpg.connect(dsn, timeout=10)
+    try:
+        await conn.execute("""
+            INSERT INTO tasks (task_id, tenant_id, app_id, queue, task_type, state, max_attempts, payload,
+                               retry_policy, timeouts, run_at, created_at, updated_at, idempotency_key)
+            SELECT gen_random_uuid(), 't' || (i % 3), 'a', 'q', 'x', 'ENQUEUED', 1, convert_to(repeat('p', 200), 'UTF8'),
+                   '{"max_attempts": 5}', '{}', now(), now(), now(), 'k' || i
+              FROM generate_series(1, 500) i""", timeout=30)
+        await conn.execute("""
+            INSERT INTO idempotency_keys (tenant_id, app_id, key, task_id, fingerprint, created_at, expires_at)
+            SELECT 't', 'a', 'k' || i, gen_random_uuid(), 'f', now(), now() + interval '1 day'
+              FROM generate_series(1, 500) i""", timeout=30)
+        await conn.execute("ANALYZE tasks, idempotency_keys", timeout=30)
+        stats = {(r["tablename"], r["attname"]) for r in await conn.fetch(
+            "SELECT tablename, attname FROM pg_stats WHERE schemaname = 'public'", timeout=10)}
+        for kept in (("tasks", "state"), ("tasks", "tenant_id"), ("tasks", "run_at"), ("tasks", "created_at")):
+            assert kept in stats, f"{kept} lost its statistics"
+        for skipped in (("tasks", "payload"), ("tasks", "retry_policy"), ("tasks", "idempotency_key"),
+                        ("idempotency_keys", "key"), ("idempotency_keys", "fingerprint"),
+                        ("idempotency_keys_hash", "idempotency_key_hash")):
+            assert skipped not in stats, f"{skipped} still gets statistics"
     finally:
         await conn.close()
