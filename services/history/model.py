@@ -37,6 +37,9 @@ class Transition:
     attempt_outcome: AttemptOutcome | None = None
     attempt_error: ErrorInfo | None = None
     checkpoint: bytes | None = None  # stored with the outcome when set (a completion's last checkpoint)
+    # The cancel request the decision read, for a decision made without a row lock:
+    # the transition then applies only if the row still holds it.
+    cancel_seen: str | None = None
 
     def __post_init__(self) -> None:
         taskstate.check(self.from_state, self.to_state)
@@ -81,6 +84,11 @@ class TaskView:
             cancel_reason=CancelReason(row["cancel_reason"]) if row["cancel_reason"] else None,
             rules=rules_from_json(rules),
         )
+
+    @property
+    def cancel_seen(self) -> str:
+        """The cancel request as task_transition_apply compares it: '' or 'requested:<reason>'."""
+        return f"requested:{self.cancel_reason.value if self.cancel_reason else ''}" if self.cancel_requested else ""
 
 
 @dataclasses.dataclass(frozen=True)

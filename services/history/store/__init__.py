@@ -169,6 +169,10 @@ class Store:
                                grace_s)
         return {str(r["task_id"]) for r in recs}
 
+    async def task_complete_read(self, conn, ids: Sequence[str], epochs: Sequence[int]) -> list[asyncpg.Record]:
+        """Read, without locking, the tasks whose lease is current."""
+        return await self._run(conn, "task_complete_read", _uuids(ids), list(epochs))
+
     async def task_complete_lock(self, conn, ids: Sequence[str], epochs: Sequence[int],
                                  fenced: bool = True) -> list[asyncpg.Record]:
         """Lock tasks whose lease is current (fenced=False: ignore the epoch, test-only)."""
@@ -192,7 +196,7 @@ class Store:
             [err(t.error, "stack") for t in ts], [t.reason for t in ts],
             [t.attempt_outcome.value if t.attempt_outcome else None for t in ts],
             [err(t.attempt_error, "error_class") for t in ts], [err(t.attempt_error, "message") for t in ts],
-            [err(t.attempt_error, "stack") for t in ts], [t.checkpoint for t in ts])
+            [err(t.attempt_error, "stack") for t in ts], [t.checkpoint for t in ts], [t.cancel_seen for t in ts])
         return {str(r["task_id"]): (r["state"], r["version"]) for r in recs}
 
     async def attempt_list(self, conn, task_id: str) -> list[asyncpg.Record]:

@@ -9,6 +9,7 @@ from ratchet.api.tasks.v1 import tasks_pb2
 from ratchet.internal.history.v1 import history_pb2 as h
 from ratchet.libs.shardmap import new_task_id
 from ratchet.services.history.policy import duration
+from ratchet.services.history.store import Store
 
 from .helpers import eventually, unique
 
@@ -157,3 +158,33 @@ async def test_schedule_to_close_cancels_a_running_task_then_fails_it(hist):
     assert got.attempts[0].outcome == tasks_pb2.ATTEMPT_OUTCOME_TIMED_OUT
     (hb,) = await hist.heartbeat((task_id, leased.lease_epoch))
     assert hb.action == h.LEASE_ACTION_LEASE_LOST
+
+
+@pytest.mark.parametrize("outcome, final", [("FAILED", tasks_pb2.TASK_STATE_CANCELED),
+                                            ("SUCCEEDED", tasks_pb2.TASK_STATE_SUCCEEDED)])
+async def test_a_cancel_landing_between_a_completions_read_and_its_update_is_not_lost(hist, monkeypatch, outcome,
+                                                                                     final):
+    """Completions decide from an unlocked read; a cancel committed after that read must make the
+    update miss and the decision be made again (a failure then ends CANCELED instead of retrying
+    with the cancel request wiped)."""
+    tenant, app = unique("t"), unique("app")
+    task_id = await hist.create_one(tenant, app, max_attempts=5)
+    leased = await hist.lease_one(app, lease_s=30)
+    real, raced = Store.task_complete_read, []
+
+    async def read_then_cancel(self, conn, ids, epochs):
+        rows = await real(self, conn, ids, epochs)
+        if not raced:
+            raced.append((await hist.cancel(task_id, tenant)))  # another transaction commits in between
+        return rows
+    monkeypatch.setattr(Store, "task_complete_read", read_then_cancel)
+    r = await hist.complete_one(leased, outcome, error=tasks_pb2.TaskError(error_class="Boom"),
+                                result_json=b'"done"' if outcome == "SUCCEEDED" else b"")
+    assert raced, "the completion path no longer reads before it updates"
+    assert r.accepted and r.state == final
+    got = await hist.get(task_id, tenant)
+    assert got.state == final
+    if outcome == "FAILED":
+        # As test_a_failure_after_a_cancel_ends_canceled...: the attempt failed, the task ends CANCELED.
+        assert got.cancel_requested and got.attempts[0].outcome == tasks_pb2.ATTEMPT_OUTCOME_FAILED
+        assert len(got.attempts) == 1 and await hist.timers(task_id) == {}
