@@ -103,6 +103,18 @@ async def run_physical(run: Run) -> None:
         for w in ((2,) if run.quick else (1, 2, 4)):
             rows = 100_000 if run.quick else 500_000
             run.record(await phys.phys_batched(w, 100, rows))
+    await quiesce(run, "the reference")
+
+
+async def quiesce(run: Run, after: str) -> None:
+    """Vacuum what `after` left and checkpoint, outside any cell, so its cleanup never
+    runs inside the next system's cells (PERFORMANCE.md: same conditions for every system)."""
+    try:
+        took = await run.pg.quiesce()
+        run.say(f"quiesced after {after}: VACUUM ANALYZE of every database + CHECKPOINT in {took:.1f}s")
+    except Exception as e:  # noqa: BLE001 - a slow vacuum must not lose the run
+        run.notes.append(f"quiesce after {after} failed: {e!r}")
+        run.say(f"quiesce after {after} failed: {e!r}")
 
 
 async def run_physical_again(run: Run) -> None:
@@ -177,6 +189,7 @@ async def run_rounds(run: Run) -> None:
             except Exception as e:  # noqa: BLE001 - one system must not lose the others' cells
                 run.notes.append(f"{system} in round {r} failed: {e!r}")
                 traceback.print_exc()
+            await quiesce(run, f"{system} (round {r})")
     if "ratchet" in systems and not run.quick:
         await ratchet_extra.shard_sweep(run)
 

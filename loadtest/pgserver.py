@@ -8,6 +8,7 @@ import os
 import pathlib
 import shutil
 import tempfile
+import time
 
 from ratchet.libs.pg.cluster import LocalCluster
 
@@ -120,3 +121,28 @@ class BenchPostgres:
 
     def create_database(self, name: str) -> None:
         self.cluster.create_database(name)
+
+    async def quiesce(self, timeout_s: float = 300.0) -> float:
+        """VACUUM ANALYZE every database, then CHECKPOINT; returns the seconds it took.
+
+        Run between systems: the rows one system updated or deleted are otherwise
+        vacuumed by autovacuum in the middle of the next system's cells (on 2 cores
+        a VACUUM of 100k dead rows takes a core for seconds), and its dirty pages are
+        flushed by the next checkpoint; either lands on whoever runs next.
+        """
+        import asyncpg  # the bench's extra, not the platform's
+        t0 = time.monotonic()
+        admin = await asyncpg.connect(self.dsn("postgres"), timeout=10)
+        try:
+            names = [r["datname"] for r in await admin.fetch(
+                "SELECT datname FROM pg_database WHERE datallowconn ORDER BY datname", timeout=10)]
+            for name in names:
+                conn = await asyncpg.connect(self.dsn(name), timeout=10)
+                try:
+                    await conn.execute("VACUUM (ANALYZE)", timeout=max(1.0, timeout_s - (time.monotonic() - t0)))
+                finally:
+                    await conn.close(timeout=5)
+            await admin.execute("CHECKPOINT", timeout=max(1.0, timeout_s - (time.monotonic() - t0)))
+        finally:
+            await admin.close(timeout=5)
+        return time.monotonic() - t0

@@ -19,6 +19,9 @@ METHOD_NOTES = [
     "transactions included); write xacts/task = transaction ids consumed cluster-wide (durable commits); "
     "WAL B/task = pg_current_wal_lsn delta; WAL syncs/task = pg_stat_wal.wal_sync delta (group commit "
     "shares syncs). Each cell starts right after a CHECKPOINT.",
+    "Between systems (after the reference and after every system's turn) the bench runs VACUUM ANALYZE on "
+    "every database and a CHECKPOINT, outside any cell: what one system left (dead rows, dirty pages) is "
+    "cleaned before the next one runs, instead of by autovacuum or the checkpointer inside its cells.",
     "CPU ms/task per process comes from /proc/<pid>/stat (utime+stime plus reaped children) of each "
     "service's process tree; bench_driver is this load generator, load_client is pgbench.",
     "PHYS_job: pgbench script of three autocommit statements (INSERT; UPDATE ... WHERE id = (SELECT ... "
