@@ -5,7 +5,7 @@ Order (each cell leaves the state the next one needs):
   schedule_to_start_idle  one task at a time on an idle queue, created -> started
   (host agent stopped: enqueued tasks stay put and become the drain's backlog)
   enqueue_single          closed loop, N concurrent producers, one task per call
-  enqueue_ack_open_loop   Poisson arrivals at 50 % of the best enqueue_single rate
+  enqueue_ack_open_loop   Poisson arrivals at 50 % and 75 % (full: also 25 %) of the best enqueue_single rate
   enqueue_batch           100 and 1,000 tasks per call
   drain                   host agent started on the whole backlog; first start -> last finish
   drain_profiled          a second backlog drained under py-spy (ratchet_profiles.py)
@@ -239,7 +239,7 @@ async def run_cells(b: Bench) -> None:
         rates.append(r or 0.0)
     capacity = max(rates)
     if capacity > 0:
-        for frac in ((0.5,) if quick else (0.25, 0.5, 0.75)):
+        for frac in ((0.5, 0.75) if quick else (0.25, 0.5, 0.75)):  # quick: both bars' loads
             await guarded(b, "enqueue_ack_open_loop", {"fraction": frac},
                           lambda frac=frac: cell_open_loop(b, capacity, frac, run.seconds + 3))
     total = 3_000 if quick else 20_000
