@@ -341,11 +341,16 @@ RETURNING t.task_id
 -- cancel request seen) refuses any row that changed in between; those rows
 -- are decided again under task_complete_lock. A row lock per completed task
 -- cost a LOCK WAL record and ~38 % of the drain's statement time.
+-- One primary-key probe per id (the LIMIT keeps the subquery from being
+-- flattened into a join, and the filters stay outside it, else the planner
+-- probes the partial index by state): as a plain join it hash-joined the
+-- partial index of leased tasks, whose dead entries pile up during a drain
+-- (2.2 ms per 100 ids with 5k completed since the last vacuum, 0.4 ms so).
 SELECT t.task_id, t.state, t.lease_epoch, t.attempt, t.max_attempts, t.retry_policy, t.retry_rules,
        t.non_retryable, t.cancel_requested, t.cancel_reason
-  FROM tasks t JOIN unnest($1::uuid[], $2::bigint[]) AS i(task_id, lease_epoch)
-    ON t.task_id = i.task_id AND t.lease_epoch = i.lease_epoch
- WHERE t.state = 'LEASED'
+  FROM unnest($1::uuid[], $2::bigint[]) AS i(task_id, lease_epoch)
+ CROSS JOIN LATERAL (SELECT * FROM tasks t WHERE t.task_id = i.task_id LIMIT 1) t
+ WHERE t.lease_epoch = i.lease_epoch AND t.state = 'LEASED'
 
 -- name: task_complete_lock
 -- Lock the tasks whose lease (task_id, lease_epoch) is still current, in
