@@ -16,6 +16,12 @@ Put one in front of Postgres or between two services, point the client at
 Directions: ``up`` is client->server, ``down`` is server->client. Every control
 method is safe to call from any thread. Bytes are never reordered: a delayed
 chunk holds the chunks behind it.
+
+A connection that lost bytes never forwards again, and heal() resets it: TCP
+never delivers a byte stream with a hole in it (the lost segments are resent
+or the connection dies), so resuming after the hole would hand the peers a
+corrupt stream no real network produces (HTTP/2 then misparses frames and
+HPACK state: a gRPC call once got another stream's status).
 """
 
 from __future__ import annotations
@@ -74,6 +80,7 @@ class Link:
         self.stats = Stats()
         self._server: asyncio.AbstractServer | None = None
         self._conns: set[tuple[asyncio.StreamWriter, asyncio.StreamWriter | None]] = set()
+        self._torn: set[tuple[asyncio.StreamWriter, asyncio.StreamWriter | None]] = set()  # lost bytes
 
     # -- control (any thread) ---------------------------------------------
     def delay(self, seconds: float, direction: str = "both") -> None:
@@ -98,11 +105,13 @@ class Link:
         """Reset every open connection (both sides get an RST). Returns how many."""
         return self._call(self._reset_all)
 
-    def heal(self) -> None:
-        """Clean pass-through again (open connections that were reset stay closed)."""
+    def heal(self) -> int:
+        """Clean pass-through again for new connections and for open ones that lost nothing;
+        an open connection that lost bytes is reset (see the module doc). Returns how many."""
         self.refusing = False
         for d in DIRECTIONS:
             self.policy[d] = Policy()
+        return self._call(self._reset_torn)
 
     def describe(self) -> dict:
         return {"name": self.name, "port": self.port, "upstream": f"{self.upstream[0]}:{self.upstream[1]}",
@@ -141,6 +150,19 @@ class Link:
             await self._server.wait_closed()
         self._reset_all()
 
+    def _reset_torn(self) -> int:
+        n = 0
+        for conn in list(self._torn):
+            if conn in self._conns:
+                for w in conn:
+                    if w is not None:
+                        _rst(w)
+                self._conns.discard(conn)
+                n += 1
+        self._torn.clear()
+        self.stats.resets += n
+        return n
+
     def _reset_all(self) -> int:
         n = 0
         for client, upstream in list(self._conns):
@@ -167,13 +189,16 @@ class Link:
         conn = (writer, up_writer)
         self._conns.add(conn)
         try:
-            await asyncio.gather(self._pipe(reader, up_writer, "up"), self._pipe(up_reader, writer, "down"))
+            await asyncio.gather(self._pipe(reader, up_writer, "up", conn),
+                                 self._pipe(up_reader, writer, "down", conn))
         finally:
             self._conns.discard(conn)
+            self._torn.discard(conn)
             for w in conn:
                 w.close()
 
-    async def _pipe(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, direction: str) -> None:
+    async def _pipe(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, direction: str,
+                    conn: tuple) -> None:
         queue: asyncio.Queue = asyncio.Queue()
         sender = asyncio.ensure_future(self._send(queue, writer, direction))
         try:
@@ -185,7 +210,8 @@ class Link:
                 if not data:
                     break
                 policy = self.policy[direction]
-                if policy.drop:
+                if policy.drop or conn in self._torn:
+                    self._torn.add(conn)  # a hole in the stream: nothing after it may pass
                     self.stats.dropped[direction] += len(data)
                     continue
                 self.stats.bytes[direction] += len(data)

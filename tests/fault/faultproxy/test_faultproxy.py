@@ -214,3 +214,23 @@ def test_postgres_through_the_proxy(pg_cluster):
         asyncio.run(scenario())
     finally:
         proxies.stop()
+
+
+def test_heal_resets_connections_that_lost_bytes_and_keeps_the_others(link, echo):
+    """TCP never delivers a stream with a hole: a connection that lost bytes is reset on heal
+    instead of resuming with the bytes after the hole (HTTP/2 misparses such a stream)."""
+    with connect(link) as lossy, connect(link) as idle:
+        assert roundtrip(lossy) == b"ping" and roundtrip(idle) == b"ping"
+        link.drop("up")
+        lossy.sendall(b"lost")
+        assert wait_for(lambda: link.stats.dropped["up"] >= 4)
+        assert link.heal() == 1
+        lossy.settimeout(2)
+        try:
+            got = lossy.recv(10)
+        except ConnectionResetError:
+            got = b""
+        assert got == b"", "a connection with a hole in its stream must not carry on"
+        assert roundtrip(idle) == b"ping", "a connection that lost nothing carries on"
+    with connect(link) as fresh:
+        assert roundtrip(fresh) == b"ping"
