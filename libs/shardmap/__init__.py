@@ -46,7 +46,8 @@ def new_task_id(slot: int | None = None, *, now_ms: int | None = None) -> str:
     value |= 0b10 << 62
     value |= slot << 46
     value |= rand & ((1 << 46) - 1)
-    return str(uuid.UUID(int=value))
+    h = "%032x" % value  # str(uuid.UUID(int=value)) without the object: 1.7 -> 0.5 us
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 
 
 def slot_of(task_id: str) -> int:

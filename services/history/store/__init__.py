@@ -88,12 +88,19 @@ class Store:
     # -- tasks ----------------------------------------------------------------
     @staticmethod
     def _new_row_args(rows: Sequence[NewRow], s2s: Sequence[float | None], s2c: Sequence[float | None]) -> list:
+        dumped: dict[int, str] = {}  # rows of one policy share its dicts: encode each object once
+
+        def dumps(obj) -> str:
+            text = dumped.get(id(obj))
+            if text is None:
+                text = dumped[id(obj)] = json.dumps(obj)
+            return text
         return [_uuids([r.task_id for r in rows]), [r.tenant_id for r in rows], [r.app_id for r in rows],
                 [r.task_type for r in rows], [r.queue for r in rows], [r.payload for r in rows],
                 [r.delay_s for r in rows], [r.run_at for r in rows], [r.idempotency_key for r in rows],
-                [r.max_attempts for r in rows], [json.dumps(r.retry_policy) for r in rows],
-                [json.dumps(r.timeouts) for r in rows], [json.dumps(r.non_retryable) for r in rows],
-                list(s2s), list(s2c), [json.dumps(r.retry_rules) if r.retry_rules else None for r in rows],
+                [r.max_attempts for r in rows], [dumps(r.retry_policy) for r in rows],
+                [dumps(r.timeouts) for r in rows], [dumps(r.non_retryable) for r in rows],
+                list(s2s), list(s2c), [dumps(r.retry_rules) if r.retry_rules else None for r in rows],
                 [r.schedule_id for r in rows], [r.scheduled_time for r in rows]]
 
     async def task_insert_batch(self, conn, rows: Sequence[NewRow],

@@ -148,3 +148,29 @@ def test_type_limits_split_into_paused_and_capped():
     a, b, c = ("t", "app", "a"), ("t", "app", "b"), ("t", "app", "c")
     paused, caps = split_limits([(a, 0), (b, 3), (b, 1), (c, 2), (c, 0)])
     assert sorted(paused) == [a, c] and caps == {b: 1}
+
+
+def _new(**retry) -> "convert.history_pb2.NewTask":
+    p = convert.history_pb2.NewTask(task_id=new_task_id(), tenant_id="t", app_id="a", task_type="x",
+                                    payload_json=b"1")
+    for k, v in retry.items():
+        setattr(p.retry, k, v)
+    return p
+
+
+def test_a_policy_is_converted_once_and_only_for_requests_that_carry_it():
+    convert._POLICIES.clear()
+    a1, *_ = convert.new_task(_new(max_attempts=3), 0)
+    a2, *_ = convert.new_task(_new(max_attempts=3), 1)
+    b, *_ = convert.new_task(_new(max_attempts=7), 2)
+    assert a1.retry_policy is a2.retry_policy, "one conversion for tasks sharing a policy"
+    assert a1.max_attempts == a2.max_attempts == 3 and b.max_attempts == 7 and b.retry_policy != a1.retry_policy
+    assert len(convert._POLICIES) == 2
+
+
+def test_an_invalid_policy_is_refused_with_its_own_index_after_valid_ones_were_cached():
+    convert._POLICIES.clear()
+    convert.new_task(_new(max_attempts=3), 0)
+    with pytest.raises(InvalidArgument, match=r"tasks\[5\]\.retry"):
+        convert.new_task(_new(max_attempts=-1), 5)
+    assert len(convert._POLICIES) == 1, "a refused policy is not remembered"
