@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
-from typing import Iterable
+from typing import Callable, Iterable
 
 from ratchet.libs.clock import Clock, SystemClock
 
@@ -70,10 +70,14 @@ class Waiter:
 class ParkingLot:
     """FIFO queues of parked polls, one per poll class."""
 
-    def __init__(self, clock: Clock | None = None) -> None:
+    def __init__(self, clock: Clock | None = None, on_demand: Callable[[bool], None] | None = None) -> None:
         self._queues: dict[PollClass, collections.deque[Waiter]] = {}
         self._clock = clock or SystemClock()
         self.closed = False
+        # Called with True when a first poll parks and False when the last one leaves:
+        # ready events are only worth receiving while someone waits for them.
+        self.on_demand = on_demand
+        self._count = 0
 
     def _head(self, poll_class: PollClass) -> Waiter | None:
         now = self._clock.monotonic()
@@ -86,6 +90,9 @@ class ParkingLot:
         """Join the back of the class's line."""
         waiter = Waiter(self, poll_class)
         self._queues.setdefault(poll_class, collections.deque()).append(waiter)
+        self._count += 1
+        if self._count == 1 and self.on_demand is not None:
+            self.on_demand(True)
         return waiter
 
     def leave(self, waiter: Waiter, pass_on: Iterable[int] = ()) -> None:
@@ -98,6 +105,9 @@ class ParkingLot:
             queue.remove(waiter)
         except ValueError:
             return
+        self._count -= 1
+        if self._count == 0 and self.on_demand is not None:
+            self.on_demand(False)
         baton = set(pass_on) | waiter.signalled
         waiter.signalled = set()
         if not queue:

@@ -81,6 +81,7 @@ class DispatcherServer:
         self.timers = TimerLoop(self.history, config.shard_ids, config.timer_interval_s, self._ready,
                                 self.clock, self.book)
         self.watch = WatchLoop(self.history, config.shard_ids, self._ready, self.clock)
+        self.lot.on_demand = self.watch.demand  # ready events only while polls wait
         self.tick = FallbackTick(config.shard_ids, self.lot.signal, self.clock)
         self.breaker_loop = BreakerLoop(self.breakers, self.clock)
         self._pool = None

@@ -210,6 +210,41 @@ class HistoryServicer(history_pb2_grpc.HistoryServiceServicer):
         finally:
             self.hub.unwatch(watcher)
 
+    @rpc_stream
+    async def WatchReadyOnDemand(self, request_iterator, context):
+        """See history.proto: WatchReady while the caller says it wants events."""
+        first = None
+        async for first in request_iterator:
+            break
+        if first is None:
+            return
+        shard_ids = list(first.shard_ids) or self.shards.ids
+        for sid in shard_ids:
+            self.shards.get(sid)  # unknown shards are refused up front
+        watcher = self.hub.watch(shard_ids, wanted=False)
+        watcher.want(first.wanted)  # wanted from the start: every shard once, as after any flip
+
+        async def read() -> None:
+            async for req in request_iterator:
+                if req.shard_ids and set(req.shard_ids) != watcher.shard_ids:
+                    raise InvalidArgument("WatchReadyOnDemand: the shards are named by the first request only")
+                watcher.want(req.wanted)
+
+        reader = asyncio.ensure_future(read())
+        reader.add_done_callback(lambda _t: watcher.close())  # the caller's side ended (or broke)
+        try:
+            while True:
+                events = await watcher.next()
+                if not events:
+                    if reader.done() and not reader.cancelled() and reader.exception() is not None:
+                        raise reader.exception()
+                    return
+                for sid in events:
+                    yield history_pb2.WatchReadyOnDemandResponse(shard_id=sid)
+        finally:
+            reader.cancel()
+            self.hub.unwatch(watcher)
+
     @rpc
     async def ListTasks(self, request, context):
         """See history.proto: one page of the tenant's matching tasks, newest first (no attempts)."""

@@ -1,15 +1,28 @@
-"""Watch loop: keep one WatchReady stream open to history for the owned
+"""Watch loop: keep one ready-event stream open to history for the owned
 shards; each event wakes the parked polls of that shard. The stream is best
 effort (history coalesces and may drop events): the fallback tick covers what
 it misses, so a broken stream costs latency, never work. A broken stream is
-reopened with jittered exponential backoff."""
+reopened with jittered exponential backoff.
+
+The stream is WatchReadyOnDemand: events are wanted only while polls wait
+(`demand`, from the parking lot), and for HOLD_S after the last one left, so
+a worker re-polling at once never flips it. With every worker busy, or none
+connected, history sends nothing per commit (that was ~0.1 ms of dispatcher
+CPU per enqueue, for wake-ups nobody acted on). Each flip to wanted makes
+history send every shard once, so work that arrived unannounced still wakes
+the poll. A history without the RPC (UNIMPLEMENTED) gets plain WatchReady.
+"""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import random
-from typing import Callable, Iterable
+from typing import AsyncIterator, Callable, Iterable
 
+import grpc
+
+from ratchet.internal.history.v1 import history_pb2 as hpb
 from ratchet.libs.clock import Clock
 from ratchet.services.dispatcher.errors import DispatcherError
 from ratchet.services.dispatcher.history_client import HistoryClient
@@ -22,19 +35,62 @@ BACKOFF_BASE_S = 0.05
 BACKOFF_MAX_S = 5.0
 # A stream that stayed open this long was fine even if it carried no event.
 HEALTHY_STREAM_S = 10.0
+# Events stay wanted this long after the last parked poll left.
+HOLD_S = 2.0
 
 
 class WatchLoop:
-    """Turns WatchReady events into wake-ups."""
+    """Turns ready events into wake-ups."""
 
     def __init__(self, history: HistoryClient, shard_ids: Iterable[int], on_ready: Callable[[int], None],
-                 clock: Clock, stream_deadline_s: float = STREAM_DEADLINE_S):
+                 clock: Clock, stream_deadline_s: float = STREAM_DEADLINE_S, hold_s: float = HOLD_S):
         self._history = history
         self._shards = sorted(shard_ids)
         self._on_ready = on_ready
         self._clock = clock
         self._stream_deadline_s = stream_deadline_s
+        self._hold_s = hold_s
         self.connects = 0
+        self.on_demand_supported = True
+        self._demand = False
+        self._idle_since = -float("inf")
+        self._changed = asyncio.Event()
+        self.wanted_sent: list[bool] = []  # what this loop told history, in order (tests)
+
+    def demand(self, waiting: bool) -> None:
+        """The parking lot's signal: polls are waiting (True) or the last one left (False)."""
+        self._demand = waiting
+        if not waiting:
+            self._idle_since = self._clock.monotonic()
+        self._changed.set()
+
+    def _wanted(self) -> bool:
+        return self._demand or self._clock.monotonic() - self._idle_since < self._hold_s
+
+    async def _requests(self) -> AsyncIterator[hpb.WatchReadyOnDemandRequest]:
+        sent = self._wanted()
+        self.wanted_sent.append(sent)
+        yield hpb.WatchReadyOnDemandRequest(shard_ids=self._shards, wanted=sent)
+        while True:
+            self._changed.clear()
+            want = self._wanted()
+            if want != sent:
+                sent = want
+                self.wanted_sent.append(sent)
+                yield hpb.WatchReadyOnDemandRequest(wanted=sent)
+                continue
+            # Wanted but idle: look again when the hold runs out.
+            left = self._idle_since + self._hold_s - self._clock.monotonic() if sent and not self._demand else None
+            try:
+                await asyncio.wait_for(self._changed.wait(), None if left is None else max(0.01, left))
+            except asyncio.TimeoutError:
+                pass
+
+    def _events(self) -> AsyncIterator[int]:
+        if self.on_demand_supported:
+            return self._history.watch_ready_on_demand(self._requests(), self._shards,
+                                                       timeout=self._stream_deadline_s)
+        return self._history.watch_ready(self._shards, timeout=self._stream_deadline_s)
 
     async def run(self) -> None:
         """Run until cancelled."""
@@ -45,13 +101,18 @@ class WatchLoop:
             events = 0
             opened = self._clock.monotonic()
             try:
-                async for shard in self._history.watch_ready(self._shards, timeout=self._stream_deadline_s):
+                async for shard in self._events():
                     events += 1
                     if shard in owned:
                         self._on_ready(shard)
                 error = None
             except DispatcherError as err:
                 error = err
+                if self.on_demand_supported and getattr(err, "code", None) == grpc.StatusCode.UNIMPLEMENTED:
+                    log.info("history has no WatchReadyOnDemand; using WatchReady")
+                    self.on_demand_supported = False
+                    self.connects -= 1  # a probe of the RPC, not a stream that ran
+                    continue
             healthy = events or self._clock.monotonic() - opened >= HEALTHY_STREAM_S
             failures = 0 if healthy else failures + 1
             if error is not None and failures:

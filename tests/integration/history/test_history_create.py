@@ -237,3 +237,57 @@ async def test_timers_that_make_work_ready_wake_watchers(make_hist):
     stream.cancel()
     reader.cancel()
     await asyncio.gather(reader, return_exceptions=True)
+
+
+async def test_on_demand_watchers_hear_nothing_unwanted_and_every_shard_when_they_start_wanting(hist):
+    """WatchReadyOnDemand: no event per commit while the dispatcher has no poll waiting; a flip to
+    wanted sends every watched shard at once (work that arrived meanwhile must still wake a poll)."""
+    wants: asyncio.Queue = asyncio.Queue()
+
+    async def requests():
+        yield h.WatchReadyOnDemandRequest(shard_ids=[1, 2], wanted=False)
+        while True:
+            yield h.WatchReadyOnDemandRequest(wanted=await wants.get())
+
+    stream = hist.stub.WatchReadyOnDemand(requests(), timeout=30)
+    got: list[int] = []
+
+    async def read():
+        async for msg in stream:
+            got.append(msg.shard_id)
+
+    reader = asyncio.create_task(read())
+    try:
+        await eventually(lambda: _true(hist.server.hub.watcher_count >= 1), 5)
+        (watcher,) = [w for w in hist.server.hub._watchers if w.shard_ids == {1, 2}]  # noqa: SLF001
+        tenant = unique("t")
+        for _ in range(3):
+            await hist.create(hist.task(tenant), shard=2)
+        await eventually(lambda: _true(watcher.dropped >= 1), 5)
+        await asyncio.sleep(0.2)
+        assert got == [], "events flowed while nobody wanted them"
+        await wants.put(True)
+        await eventually(lambda: _true(sorted(got) == [1, 2]), 5)  # both shards, once, at the flip
+        await hist.create(hist.task(tenant), shard=1)
+        await eventually(lambda: _true(sorted(got) == [1, 1, 2]), 5)
+        await wants.put(False)
+        await eventually(lambda: _true(not watcher.wanted), 5)
+        await hist.create(hist.task(tenant), shard=1)
+        await asyncio.sleep(0.2)
+        assert sorted(got) == [1, 1, 2]
+    finally:
+        stream.cancel()
+        reader.cancel()
+        await asyncio.gather(reader, return_exceptions=True)
+
+
+async def test_on_demand_watch_refuses_unknown_shards(hist):
+    async def requests():
+        yield h.WatchReadyOnDemandRequest(shard_ids=[99], wanted=True)
+        await asyncio.sleep(5)
+
+    stream = hist.stub.WatchReadyOnDemand(requests(), timeout=10)
+    with pytest.raises(grpc.aio.AioRpcError) as e:
+        async for _ in stream:
+            pass
+    assert e.value.code() in (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.NOT_FOUND), e.value

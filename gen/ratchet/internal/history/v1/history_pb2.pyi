@@ -358,6 +358,20 @@ class WatchReadyResponse(_message.Message):
     shard_id: int
     def __init__(self, shard_id: _Optional[int] = ...) -> None: ...
 
+class WatchReadyOnDemandRequest(_message.Message):
+    __slots__ = ("shard_ids", "wanted")
+    SHARD_IDS_FIELD_NUMBER: _ClassVar[int]
+    WANTED_FIELD_NUMBER: _ClassVar[int]
+    shard_ids: _containers.RepeatedScalarFieldContainer[int]
+    wanted: bool
+    def __init__(self, shard_ids: _Optional[_Iterable[int]] = ..., wanted: _Optional[bool] = ...) -> None: ...
+
+class WatchReadyOnDemandResponse(_message.Message):
+    __slots__ = ("shard_id",)
+    SHARD_ID_FIELD_NUMBER: _ClassVar[int]
+    shard_id: int
+    def __init__(self, shard_id: _Optional[int] = ...) -> None: ...
+
 class ListTasksRequest(_message.Message):
     __slots__ = ("shard_id", "tenant_id", "app_id", "filter", "page_size", "cursor")
     SHARD_ID_FIELD_NUMBER: _ClassVar[int]

@@ -80,6 +80,11 @@ class HistoryServiceStub:
                 request_serializer=ratchet_dot_internal_dot_history_dot_v1_dot_history__pb2.WatchReadyRequest.SerializeToString,
                 response_deserializer=ratchet_dot_internal_dot_history_dot_v1_dot_history__pb2.WatchReadyResponse.FromString,
                 _registered_method=True)
+        self.WatchReadyOnDemand = channel.stream_stream(
+                '/ratchet.internal.history.v1.HistoryService/WatchReadyOnDemand',
+                request_serializer=ratchet_dot_internal_dot_history_dot_v1_dot_history__pb2.WatchReadyOnDemandRequest.SerializeToString,
+                response_deserializer=ratchet_dot_internal_dot_history_dot_v1_dot_history__pb2.WatchReadyOnDemandResponse.FromString,
+                _registered_method=True)
         self.ListTasks = channel.unary_unary(
                 '/ratchet.internal.history.v1.HistoryService/ListTasks',
                 request_serializer=ratchet_dot_internal_dot_history_dot_v1_dot_history__pb2.ListTasksRequest.SerializeToString,
@@ -188,6 +193,17 @@ class HistoryServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def WatchReadyOnDemand(self, request_iterator, context):
+        """WatchReady on demand: the caller says when it has polls waiting for work
+        (`wanted`), and events flow only while it does. The first request names
+        the shards; later ones only flip `wanted`. Each flip to wanted answers at
+        once with an event for every watched shard (work may have arrived while
+        nobody listened), so no wake-up is lost across a flip.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def ListTasks(self, request, context):
         """One page of the tenant's tasks on this shard matching the filter,
         newest first; cursor is opaque to callers.
@@ -272,6 +288,11 @@ def add_HistoryServiceServicer_to_server(servicer, server):
                     servicer.WatchReady,
                     request_deserializer=ratchet_dot_internal_dot_history_dot_v1_dot_history__pb2.WatchReadyRequest.FromString,
                     response_serializer=ratchet_dot_internal_dot_history_dot_v1_dot_history__pb2.WatchReadyResponse.SerializeToString,
+            ),
+            'WatchReadyOnDemand': grpc.stream_stream_rpc_method_handler(
+                    servicer.WatchReadyOnDemand,
+                    request_deserializer=ratchet_dot_internal_dot_history_dot_v1_dot_history__pb2.WatchReadyOnDemandRequest.FromString,
+                    response_serializer=ratchet_dot_internal_dot_history_dot_v1_dot_history__pb2.WatchReadyOnDemandResponse.SerializeToString,
             ),
             'ListTasks': grpc.unary_unary_rpc_method_handler(
                     servicer.ListTasks,
@@ -543,6 +564,33 @@ class HistoryService:
             '/ratchet.internal.history.v1.HistoryService/WatchReady',
             ratchet_dot_internal_dot_history_dot_v1_dot_history__pb2.WatchReadyRequest.SerializeToString,
             ratchet_dot_internal_dot_history_dot_v1_dot_history__pb2.WatchReadyResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WatchReadyOnDemand(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/ratchet.internal.history.v1.HistoryService/WatchReadyOnDemand',
+            ratchet_dot_internal_dot_history_dot_v1_dot_history__pb2.WatchReadyOnDemandRequest.SerializeToString,
+            ratchet_dot_internal_dot_history_dot_v1_dot_history__pb2.WatchReadyOnDemandResponse.FromString,
             options,
             channel_credentials,
             insecure,
