@@ -10,6 +10,8 @@ import shutil
 import tempfile
 import time
 
+import asyncpg
+
 from ratchet.libs.pg.cluster import LocalCluster
 
 from loadtest.procs import Registry, proc_start_ticks, stop_pid
@@ -130,7 +132,6 @@ class BenchPostgres:
         a VACUUM of 100k dead rows takes a core for seconds), and its dirty pages are
         flushed by the next checkpoint; either lands on whoever runs next.
         """
-        import asyncpg  # the bench's extra, not the platform's
         t0 = time.monotonic()
         admin = await asyncpg.connect(self.dsn("postgres"), timeout=10)
         try:

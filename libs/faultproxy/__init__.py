@@ -151,28 +151,21 @@ class Link:
         self._reset_all()
 
     def _reset_torn(self) -> int:
-        n = 0
-        for conn in list(self._torn):
-            if conn in self._conns:
-                for w in conn:
-                    if w is not None:
-                        _rst(w)
-                self._conns.discard(conn)
-                n += 1
-        self._torn.clear()
-        self.stats.resets += n
-        return n
+        torn, self._torn = self._torn & self._conns, set()
+        return self._reset(torn)
 
     def _reset_all(self) -> int:
-        n = 0
-        for client, upstream in list(self._conns):
+        return self._reset(set(self._conns))
+
+    def _reset(self, conns: set) -> int:
+        """RST both sides of each connection and forget it."""
+        for client, upstream in conns:
             _rst(client)
             if upstream is not None:
                 _rst(upstream)
-            n += 1
-        self._conns.clear()
-        self.stats.resets += n
-        return n
+        self._conns -= conns
+        self.stats.resets += len(conns)
+        return len(conns)
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         if self.refusing:

@@ -87,15 +87,8 @@ class HistoryClient:
                                     shard_ids: Sequence[int], timeout: float) -> AsyncIterator[int]:
         """Like watch_ready, with `requests` saying when events are wanted (history.proto).
         A history without the RPC raises HistoryRejected with code UNIMPLEMENTED."""
-        call = self._stub.WatchReadyOnDemand(requests, timeout=timeout)
-        try:
-            async for event in call:
-                self.reachable.set()
-                yield event.shard_id
-        except grpc.aio.AioRpcError as err:
-            raise from_rpc_error(shard_ids[0] if shard_ids else -1, err) from None
-        finally:
-            call.cancel()
+        async for shard_id in self._events(self._stub.WatchReadyOnDemand(requests, timeout=timeout), shard_ids):
+            yield shard_id
 
     async def watch_ready(self, shard_ids: Sequence[int], timeout: float) -> AsyncIterator[int]:
         """Yield shard ids as history reports ready work; ends when the stream does.
@@ -105,6 +98,11 @@ class HistoryClient:
         noticed and the watch reconnects.
         """
         call = self._stub.WatchReady(hpb.WatchReadyRequest(shard_ids=list(shard_ids)), timeout=timeout)
+        async for shard_id in self._events(call, shard_ids):
+            yield shard_id
+
+    async def _events(self, call, shard_ids: Sequence[int]) -> AsyncIterator[int]:
+        """The shard ids a ready-event stream carries; errors as domain errors for the first shard."""
         try:
             async for event in call:
                 self.reachable.set()

@@ -77,7 +77,6 @@ class ParkingLot:
         # Called with True when a first poll parks and False when the last one leaves:
         # ready events are only worth receiving while someone waits for them.
         self.on_demand = on_demand
-        self._count = 0
 
     def _head(self, poll_class: PollClass) -> Waiter | None:
         now = self._clock.monotonic()
@@ -90,8 +89,7 @@ class ParkingLot:
         """Join the back of the class's line."""
         waiter = Waiter(self, poll_class)
         self._queues.setdefault(poll_class, collections.deque()).append(waiter)
-        self._count += 1
-        if self._count == 1 and self.on_demand is not None:
+        if self.on_demand is not None and self.parked() == 1:
             self.on_demand(True)
         return waiter
 
@@ -105,13 +103,12 @@ class ParkingLot:
             queue.remove(waiter)
         except ValueError:
             return
-        self._count -= 1
-        if self._count == 0 and self.on_demand is not None:
-            self.on_demand(False)
         baton = set(pass_on) | waiter.signalled
         waiter.signalled = set()
         if not queue:
             del self._queues[waiter.poll_class]
+            if self.on_demand is not None and not self._queues:
+                self.on_demand(False)
         elif baton:
             head = self._head(waiter.poll_class)
             if head is not None:

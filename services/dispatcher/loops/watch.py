@@ -108,7 +108,7 @@ class WatchLoop:
                 error = None
             except DispatcherError as err:
                 error = err
-                if self.on_demand_supported and getattr(err, "code", None) == grpc.StatusCode.UNIMPLEMENTED:
+                if self.on_demand_supported and err.code == grpc.StatusCode.UNIMPLEMENTED:
                     log.info("history has no WatchReadyOnDemand; using WatchReady")
                     self.on_demand_supported = False
                     self.connects -= 1  # a probe of the RPC, not a stream that ran
