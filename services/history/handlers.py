@@ -39,6 +39,14 @@ def _create_answer(call, response, error) -> history_pb2.CreateTasksStreamRespon
     return history_pb2.CreateTasksStreamResponse(call_id=call.call_id, response=response)
 
 
+def _create_calls(msg: history_pb2.CreateTasksStreamRequest):
+    return msg.calls or (msg,)
+
+
+def _create_frame(answers: list[history_pb2.CreateTasksStreamResponse]) -> history_pb2.CreateTasksStreamResponse:
+    return answers[0] if len(answers) == 1 else history_pb2.CreateTasksStreamResponse(answers=answers)
+
+
 def _batch(items, what: str, limit: int = convert.MAX_BATCH) -> None:
     if len(items) > limit:
         raise InvalidArgument(f"{what} holds {len(items)} items; send at most {limit} per request")
@@ -68,10 +76,12 @@ class HistoryServicer(history_pb2_grpc.HistoryServiceServicer):
     async def CreateTasksStream(self, request_iterator, context):
         """See history.proto: CreateTasks calls as messages on one stream, each answered once."""
         # Headers first: the gateway waits for this one before it writes a call on the stream.
-        await context.send_initial_metadata((("ratchet-call-stream", "1"),))
+        await context.send_initial_metadata(((callstream.STREAM_HEADER, str(callstream.PROTOCOL)),))
+        framed = callstream.peer_version(context.invocation_metadata()) >= 2
         async for reply in callstream.serve(request_iterator, lambda m: self._create_tasks(m.request),
                                             _create_answer, lambda m: m.timeout_ms / 1000 or None,
-                                            "CreateTasks", self.stopping):
+                                            "CreateTasks", self.stopping, calls_of=_create_calls,
+                                            frame=_create_frame if framed else None):
             yield reply
 
     async def _create_tasks(self, request) -> history_pb2.CreateTasksResponse:

@@ -16,7 +16,7 @@ from ratchet.services.gateway import errors
 from ratchet.services.gateway.history_client import HistoryClient
 from ratchet.services.history import callstream
 from ratchet.services.history.errors import InvalidArgument, ShardUnavailable
-from ratchet.services.history.handlers import _create_answer
+from ratchet.services.history.handlers import _create_answer, _create_calls, _create_frame
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -36,7 +36,9 @@ def task(i: int) -> history_pb2.NewTask:
 class Scripted(history_pb2_grpc.HistoryServiceServicer):
     """CreateTasks answers each task id back; `behave(request)` may sleep or raise first."""
 
-    def __init__(self, streaming: bool = True):
+    def __init__(self, streaming: bool = True, version: int = 1):
+        self.version = version  # the framing the stream's header announces
+        self.messages = 0  # request messages read
         self.stopping = asyncio.Event()
         self.streams = 0
         self.unary_calls = 0
@@ -58,9 +60,18 @@ class Scripted(history_pb2_grpc.HistoryServiceServicer):
 
     async def CreateTasksStream(self, request_iterator, context):  # noqa: N802 - grpc method name
         self.streams += 1
-        await context.send_initial_metadata((("ratchet-call-stream", "1"),))
-        async for reply in callstream.serve(request_iterator, lambda m: self._create(m.request), _create_answer,
-                                            lambda m: m.timeout_ms / 1000 or None, "CreateTasks", self.stopping):
+        await context.send_initial_metadata((("ratchet-call-stream", str(self.version)),))
+        framed = self.version >= 2 and callstream.peer_version(context.invocation_metadata()) >= 2
+
+        async def counted():
+            async for msg in request_iterator:
+                if self.version < 2:
+                    assert not msg.calls, "a multi-call message sent to a version-1 server"
+                self.messages += 1
+                yield msg
+        async for reply in callstream.serve(counted(), lambda m: self._create(m.request), _create_answer,
+                                            lambda m: m.timeout_ms / 1000 or None, "CreateTasks", self.stopping,
+                                            calls_of=_create_calls, frame=_create_frame if framed else None):
             yield reply
 
 
@@ -87,12 +98,12 @@ class Peer:
         await self.server.stop(grace)
 
 
-@pytest.fixture
-async def pair():
+@pytest.fixture(params=[1, 2], ids=["framing-v1", "framing-v2"])
+async def pair(request):
     made = []
 
-    async def make(streaming: bool = True):
-        peer = Peer(Scripted(streaming))
+    async def make(streaming: bool = True, version: int = request.param):
+        peer = Peer(Scripted(streaming, version))
         await peer.start()
         channel = grpc.aio.insecure_channel(f"127.0.0.1:{peer.port}")
         client = HistoryClient(channel, f"127.0.0.1:{peer.port}")
@@ -119,6 +130,22 @@ async def test_concurrent_calls_share_one_stream_and_each_gets_its_own_answer(pa
         assert [r.task_id for r in res] == [f"t-{i}", f"t-{i + 1000}"]
     assert client.creates.opened == 1 and peer.servicer.streams == 1
     assert client.creates.stream_calls == 200 and peer.servicer.unary_calls == 0
+    if peer.servicer.version == 1:
+        assert peer.servicer.messages == 200  # a version-1 history gets one call per message
+
+
+async def test_a_version_2_history_gets_the_calls_ready_together_in_one_message(pair):
+    peer, client = await pair(version=2)
+    rng = random.Random(3)
+
+    async def jitter(request):
+        await asyncio.sleep(rng.random() * 0.02)
+
+    peer.servicer.behave = jitter
+    results = await asyncio.gather(*(client.create_tasks(i % 4, [task(i)], 5.0) for i in range(300)))
+    assert [r[0].task_id for r in results] == [f"t-{i}" for i in range(300)]
+    assert client.creates.stream_calls == 300 and client.creates.opened == 1
+    assert peer.servicer.messages == client.creates.writes < 300
 
 
 async def test_one_calls_error_answers_only_that_call(pair):

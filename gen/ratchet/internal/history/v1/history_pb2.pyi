@@ -95,24 +95,28 @@ class CreateTasksResponse(_message.Message):
     def __init__(self, results: _Optional[_Iterable[_Union[CreateResult, _Mapping]]] = ...) -> None: ...
 
 class CreateTasksStreamRequest(_message.Message):
-    __slots__ = ("call_id", "request", "timeout_ms")
+    __slots__ = ("call_id", "request", "timeout_ms", "calls")
     CALL_ID_FIELD_NUMBER: _ClassVar[int]
     REQUEST_FIELD_NUMBER: _ClassVar[int]
     TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    CALLS_FIELD_NUMBER: _ClassVar[int]
     call_id: int
     request: CreateTasksRequest
     timeout_ms: int
-    def __init__(self, call_id: _Optional[int] = ..., request: _Optional[_Union[CreateTasksRequest, _Mapping]] = ..., timeout_ms: _Optional[int] = ...) -> None: ...
+    calls: _containers.RepeatedCompositeFieldContainer[CreateTasksStreamRequest]
+    def __init__(self, call_id: _Optional[int] = ..., request: _Optional[_Union[CreateTasksRequest, _Mapping]] = ..., timeout_ms: _Optional[int] = ..., calls: _Optional[_Iterable[_Union[CreateTasksStreamRequest, _Mapping]]] = ...) -> None: ...
 
 class CreateTasksStreamResponse(_message.Message):
-    __slots__ = ("call_id", "response", "error")
+    __slots__ = ("call_id", "response", "error", "answers")
     CALL_ID_FIELD_NUMBER: _ClassVar[int]
     RESPONSE_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
+    ANSWERS_FIELD_NUMBER: _ClassVar[int]
     call_id: int
     response: CreateTasksResponse
     error: CallError
-    def __init__(self, call_id: _Optional[int] = ..., response: _Optional[_Union[CreateTasksResponse, _Mapping]] = ..., error: _Optional[_Union[CallError, _Mapping]] = ...) -> None: ...
+    answers: _containers.RepeatedCompositeFieldContainer[CreateTasksStreamResponse]
+    def __init__(self, call_id: _Optional[int] = ..., response: _Optional[_Union[CreateTasksResponse, _Mapping]] = ..., error: _Optional[_Union[CallError, _Mapping]] = ..., answers: _Optional[_Iterable[_Union[CreateTasksStreamResponse, _Mapping]]] = ...) -> None: ...
 
 class CallError(_message.Message):
     __slots__ = ("code", "message")

@@ -1,0 +1,408 @@
+"""Unary calls carried as messages on one bidirectional stream.
+
+grpc.aio spends ~0.4 ms of client CPU and ~0.5 ms of server CPU on a unary
+call on the 2-core bench machine, against ~0.2 ms each for a message on an
+open stream (docs/benchmarks/findings.md). Two hot paths therefore send their
+calls as messages on a long-lived stream: the gateway's CreateTasks to history
+(CreateTasksStream) and the SDK's enqueues to the gateway (EnqueueTaskStream).
+Both follow one contract, implemented here once for both sides:
+
+* A request message is `{call_id, request, timeout_ms}`: the call_id is the
+  caller's, unique among its calls in flight on the stream; timeout_ms bounds
+  the call from when it was sent (0: no limit but the stream's).
+* The server sends a header (`ratchet-call-stream`) before anything else, so
+  a caller tells a server without the RPC (UNIMPLEMENTED, an older version)
+  apart before it writes a call, and falls back to unary calls.
+* Each call is answered once, in completion order, with the response or the
+  status the unary RPC would have returned (a CallError). A call past its
+  timeout is abandoned and answered DEADLINE_EXCEEDED, as a unary deadline is.
+* When the caller ends the stream, calls in flight finish and are answered;
+  when the server stops, it stops reading, answers what it started and ends
+  with OK, so calls it never answered were never started and may be sent
+  again. When the stream breaks, calls in flight are ambiguous (UNAVAILABLE:
+  retry with the same ids and keys, which deduplicate).
+
+`serve` is the server side, `CallStream` the caller's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import time
+from typing import Any, AsyncIterator, Awaitable, Callable, Iterable
+
+import grpc
+
+log = logging.getLogger(__name__)
+
+# Calls one stream may have running at once; past it the stream is not read
+# (HTTP/2 flow control pushes back on the sender) until one finishes.
+MAX_IN_FLIGHT = 2048
+# Most calls (or answers) one message carries, and about the most bytes of requests a
+# caller packs into one (a single larger request still goes, alone).
+MAX_FRAME_CALLS = 256
+MAX_FRAME_BYTES = 1 << 20
+
+
+async def serve(requests: AsyncIterator[Any], handle: Callable[[Any], Awaitable[Any]],
+                answer: Callable[[Any, Any, Any], Any],
+                timeout_s: Callable[[Any], float | None], method: str, stopping: asyncio.Event,
+                error_of: Callable[[BaseException, str], Any],
+                max_in_flight: int = MAX_IN_FLIGHT, *,
+                calls_of: Callable[[Any], Iterable[Any]] | None = None,
+                frame: Callable[[list[Any]], Any] | None = None) -> AsyncIterator[Any]:
+    """Yield the answers of the calls read from `requests`: answer(call, result, None), or
+    answer(call, None, error_of(exc, method)) when the call raised exc (what error_of returns
+    is the caller's: history's (code, message), the gateway's error object). A call past
+    timeout_s(call) raises asyncio.TimeoutError into error_of.
+
+    calls_of(message) lists the calls one message carries (default: the message is one
+    call). With `frame`, the answers ready at once go out together as frame(answers), up to
+    MAX_FRAME_CALLS per message; without it, one message per answer.
+
+    Once `stopping` is set (server shutdown) no further request is read; the calls
+    running are answered and the stream ends with OK. The caller treats calls it
+    sent but never saw answered as ambiguous and sends them again (to the next server).
+    """
+    done: asyncio.Queue = asyncio.Queue()
+    slots = asyncio.Semaphore(max_in_flight)
+    running: set[asyncio.Task] = set()
+
+    async def one(call) -> None:
+        try:
+            limit = timeout_s(call)
+            if limit:
+                async with asyncio.timeout(limit):  # (this is a task already: no wait_for task)
+                    result = await handle(call)
+            else:
+                result = await handle(call)
+            reply = answer(call, result, None)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - the call's own answer
+            reply = answer(call, None, error_of(exc, method))
+        finally:
+            slots.release()
+        done.put_nowait(reply)
+
+    async def read() -> None:
+        try:
+            async for msg in requests:
+                for call in (calls_of(msg) if calls_of is not None else (msg,)):
+                    await slots.acquire()
+                    task = asyncio.ensure_future(one(call))
+                    running.add(task)
+                    task.add_done_callback(running.discard)
+            if running:
+                await asyncio.wait(list(running))  # (wait, unlike gather, never cancels them)
+        finally:
+            if not stopping.is_set():
+                done.put_nowait(None)
+
+    async def stop_reading() -> None:
+        await stopping.wait()
+        if not reader.done():
+            reader.cancel()  # an abandoned read: what it had started still runs and is answered
+        if running:
+            await asyncio.wait(list(running))
+        done.put_nowait(None)
+
+    reader = asyncio.ensure_future(read())
+    stopper = asyncio.ensure_future(stop_reading())
+    try:
+        ended = False
+        while not ended:
+            reply = await done.get()
+            if reply is None:
+                break
+            if frame is None:
+                yield reply
+                continue
+            batch = [reply]
+            while not done.empty() and len(batch) < MAX_FRAME_CALLS:
+                more = done.get_nowait()
+                if more is None:
+                    ended = True
+                    break
+                batch.append(more)
+            yield frame(batch)
+        if not stopping.is_set():
+            await reader  # re-raises what broke the read side
+    finally:
+        stopper.cancel()
+        if not reader.done():
+            reader.cancel()
+        for task in list(running):
+            task.cancel()
+
+
+# The header a call stream's server sends first, before any answer, and the metadata its
+# caller opens it with: the version of the framing each side speaks. 1: one call (one
+# answer) per message; 2: a message may carry several (a server answers that way only a
+# caller that said 2).
+STREAM_HEADER = "ratchet-call-stream"
+PROTOCOL = 2
+
+
+def _version(value) -> int:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return 1
+
+
+def peer_version(metadata) -> int:
+    """The framing version a caller opened the stream with (1 if it did not say)."""
+    return _version(next((v for k, v in (metadata or ()) if k == STREAM_HEADER), None))
+# After UNIMPLEMENTED, how long unary calls are used before the stream is tried again.
+RETRY_STREAM_AFTER_S = 30.0
+
+
+class StreamBroken(Exception):
+    """The stream ended or failed before answering a call; the call may have taken effect."""
+
+    def __init__(self, code: grpc.StatusCode, details: str, unsent: bool = False):
+        super().__init__(details)
+        # The server ended the stream cleanly (OK) without answering this call: by the stream's
+        # contract it never started it, so it may be sent again on a new stream.
+        self.unsent = unsent
+        # Whatever ended the stream, the call's outcome is unknown: UNAVAILABLE to the caller
+        # (retry with the same ids and keys), except UNIMPLEMENTED, which selects unary calls.
+        self.code = code if code == grpc.StatusCode.UNIMPLEMENTED else grpc.StatusCode.UNAVAILABLE
+        self.details = details if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.OK) \
+            else f"{code.name}: {details}"
+
+
+class CallStream:
+    """One call stream to a server, shared by every caller; a call is a message, or a
+    part of one.
+
+    open(metadata) starts the streaming RPC (a grpc.aio stream-stream call) with that
+    metadata; wrap(calls, framed) builds one request message from calls, a list of
+    (call_id, request, timeout_ms): several only when `framed` (the server's header
+    says it reads multi-call messages); answers(reply) lists a reply's (call_id,
+    outcome) pairs; unary(request, timeout) is the same call as a unary RPC, used while
+    the server does not serve the stream. `peer` and `method` name the two in errors.
+
+    Callers put their calls in an outbox; one writer sends what has gathered there
+    while the previous write was in progress as one message (natural batching: no
+    added wait when idle, fewer and larger writes under load, where a grpc.aio write
+    costs far more than the bytes it carries).
+    """
+
+    def __init__(self, open: Callable[[tuple], Any], wrap: Callable[[list[tuple[int, Any, int]], bool], Any],
+                 answers: Callable[[Any], Iterable[tuple[int, Any]]],
+                 unary: Callable[[Any, float], Awaitable[Any]], *, peer: str, method: str,
+                 clock: Callable[[], float] = time.monotonic, enabled: bool = True):
+        self._open_rpc = open
+        self._wrap = wrap
+        self._answers = answers
+        self._unary = unary
+        self.peer, self.method = peer, method
+        self._clock = clock
+        self._ids = itertools.count(1)
+        self._call = None
+        self._framed = False  # the open stream's server reads multi-call messages
+        self._reader: asyncio.Task | None = None
+        self._writer: asyncio.Task | None = None
+        self._outbox: dict[int, tuple[Any, float]] = {}  # call id -> (request, deadline): not yet written
+        self._pending: dict[int, asyncio.Future] = {}
+        self._on_stream: dict[object, set[int]] = {}  # stream -> ids of the calls written on it
+        self._unary_until = 0.0 if enabled else float("inf")  # disabled: unary calls only
+        self.opened = 0  # streams opened, for tests
+        self.stream_calls = 0  # calls sent on the stream, for tests
+        self.writes = 0  # messages written, for tests
+
+    async def call(self, req: Any, timeout: float) -> Any:
+        """The call's response, or the CallError the server answered it with.
+
+        Raises StreamBroken (ambiguous: the stream ended first), asyncio.TimeoutError
+        (ambiguous: no answer in time) or the unary path's grpc.aio.AioRpcError."""
+        deadline = self._clock() + timeout
+        for _ in range(3):  # a call the server never started goes again, twice at most
+            left = deadline - self._clock()
+            if left <= 0:
+                raise asyncio.TimeoutError()
+            if self._clock() < self._unary_until:
+                return await self._unary(req, left)
+            try:
+                return await self._call_once(req, left)
+            except StreamBroken as e:
+                if e.code == grpc.StatusCode.UNIMPLEMENTED:
+                    return await self._fall_back(req, deadline - self._clock())
+                if not e.unsent:
+                    raise
+                last = e
+        raise last
+
+    async def _call_once(self, req: Any, timeout: float):
+        call_id = next(self._ids)
+        fut = asyncio.get_running_loop().create_future()
+        self._pending[call_id] = fut
+        self._outbox[call_id] = (req, self._clock() + timeout)
+        if self._writer is None or self._writer.done():
+            self._writer = asyncio.ensure_future(self._write_loop())
+        try:
+            # The answer can beat a timeout that the server enforces too: allow a little slack.
+            async with asyncio.timeout(timeout + 0.05):
+                return await fut
+        finally:
+            self._outbox.pop(call_id, None)  # out of time before it was written: it never leaves
+            self._pending.pop(call_id, None)
+            if not fut.done():
+                fut.cancel()
+            elif not fut.cancelled():
+                fut.exception()  # retrieved: a failure this call already reported another way
+
+    async def _fall_back(self, req, timeout: float):
+        log.warning("the %s does not serve %sStream (an older version?): unary %s for %.0f s",
+                    self.peer, self.method, self.method, RETRY_STREAM_AFTER_S)
+        self._unary_until = self._clock() + RETRY_STREAM_AFTER_S
+        return await self._unary(req, timeout)
+
+    def _fail(self, ids, exc: BaseException) -> None:
+        for call_id in ids:
+            fut = self._pending.get(call_id)
+            if fut is not None and not fut.done():
+                fut.set_exception(exc)
+
+    async def _write_loop(self) -> None:
+        """Write the outbox until it is empty: each turn, what gathered as one message."""
+        while self._outbox:
+            now = self._clock()
+            if self._call is None:
+                budget = max(self._outbox.values(), key=lambda v: v[1])[1] - now
+                try:
+                    async with asyncio.timeout(max(0.001, budget)):  # bounded by the longest-waiting caller
+                        await self._open()
+                except StreamBroken as e:
+                    ids = list(self._outbox)
+                    self._outbox.clear()
+                    self._fail(ids, e)
+                    continue
+                except TimeoutError:
+                    ids = list(self._outbox)
+                    self._outbox.clear()
+                    self._fail(ids, asyncio.TimeoutError())
+                    continue
+            call, framed = self._call, self._framed
+            batch, size = [], 0
+            for call_id, (req, deadline) in list(self._outbox.items()):
+                if batch and (not framed or len(batch) >= MAX_FRAME_CALLS or size >= MAX_FRAME_BYTES):
+                    break
+                del self._outbox[call_id]
+                batch.append((call_id, req, max(1, int((deadline - now) * 1000))))
+                if framed:
+                    size += req.ByteSize()
+            ids = [b[0] for b in batch]
+            self._on_stream[call].update(ids)  # before the write: the stream's end fails them
+            budget = max(b[2] for b in batch) / 1000
+            try:
+                async with asyncio.timeout(budget):
+                    await call.write(self._wrap(batch, framed))
+            except TimeoutError:
+                # The server is not reading (stalled, or flow control is full): the stream is no good.
+                self._ended(call, grpc.StatusCode.DEADLINE_EXCEEDED, f"the {self.peer} did not take the call in time")
+            except (grpc.aio.AioRpcError, grpc.aio.UsageError, asyncio.InvalidStateError) as e:
+                # The stream was over before this write (the server stopping or gone): the
+                # message never left, so its calls may go out again on a new stream (they are
+                # idempotent by ids and keys in any case).
+                self._on_stream.get(call, set()).difference_update(ids)  # (before the await below)
+                code, details = await _final_status(call, e, self.peer)
+                self._fail(ids, StreamBroken(code, details, unsent=True))
+                self._ended(call, code, details)
+            else:
+                self.writes += 1
+                self.stream_calls += len(batch)
+
+    async def _open(self) -> None:
+        """Open the stream and wait for the server's headers (sent first thing), so a server
+        without the RPC is told apart (UNIMPLEMENTED) before any call is written on it."""
+        call = self._open_rpc(((STREAM_HEADER, str(PROTOCOL)),))
+        self.opened += 1
+        try:
+            headers = await call.initial_metadata()
+            version = next((v for k, v in (headers or ()) if k == STREAM_HEADER), None)
+            if version is None:
+                # Not a call-stream handler: a trailers-only answer (UNIMPLEMENTED from an
+                # older server, or an error): its status says which.
+                code = await call.code()
+                raise StreamBroken(code, (await call.details()) or code.name)
+        except grpc.aio.AioRpcError as e:
+            call.cancel()
+            raise StreamBroken(*_failure(e, self.peer)) from None
+        except BaseException:
+            call.cancel()  # out of time (cancelled) or refused: never used
+            raise
+        self._call = call
+        self._framed = _version(version) >= 2
+        self._on_stream[call] = set()
+        self._reader = asyncio.ensure_future(self._read(call))
+
+    async def _read(self, call) -> None:
+        code, details, unsent = grpc.StatusCode.UNAVAILABLE, f"the {self.peer} ended the {self.method} stream", False
+        try:
+            while True:
+                reply = await call.read()
+                if reply is grpc.aio.EOF:
+                    # A clean end (the server stopping) answers every call it started first.
+                    unsent = (await call.code()) == grpc.StatusCode.OK
+                    break
+                on_stream = self._on_stream.get(call, set())
+                for call_id, outcome in self._answers(reply):
+                    on_stream.discard(call_id)
+                    fut = self._pending.get(call_id)
+                    if fut is not None and not fut.done():
+                        fut.set_result(outcome)
+        except asyncio.CancelledError:
+            code, details = grpc.StatusCode.UNAVAILABLE, "the caller is closing the stream"
+            raise
+        except grpc.aio.AioRpcError as e:
+            code, details = _failure(e, self.peer)
+        finally:
+            self._ended(call, code, details, unsent)
+
+    def _ended(self, call, code: grpc.StatusCode, details: str, unsent: bool = False) -> None:
+        """The stream is over: fail every call still waiting on it; the next call opens a new one."""
+        if self._call is call:
+            self._call = None
+        call.cancel()
+        self._fail(self._on_stream.pop(call, ()), StreamBroken(code, details, unsent))
+
+    async def close(self) -> None:
+        """Cancel the stream (the caller shutting down); calls waiting on it fail."""
+        call, reader, writer = self._call, self._reader, self._writer
+        self._call = None
+        if writer is not None and not writer.done():
+            writer.cancel()
+            await asyncio.gather(writer, return_exceptions=True)
+        unsent = list(self._outbox)
+        self._outbox.clear()
+        self._fail(unsent, StreamBroken(grpc.StatusCode.UNAVAILABLE, "the caller is closing the stream"))
+        if call is not None:
+            call.cancel()
+        if reader is not None:
+            reader.cancel()
+            await asyncio.gather(reader, return_exceptions=True)
+
+
+async def _final_status(call, e: BaseException, peer: str) -> tuple[grpc.StatusCode, str]:
+    """Why a write failed: the call's own status when it has ended (a write racing the
+    server's answer fails INTERNAL in grpc core, while the call says e.g. UNIMPLEMENTED)."""
+    try:
+        code = await asyncio.wait_for(call.code(), 1.0)
+        if code == grpc.StatusCode.OK:
+            return code, f"the {peer} ended the call stream"
+        if code is not None:
+            return code, (await call.details()) or code.name
+    except (asyncio.TimeoutError, grpc.aio.AioRpcError):
+        pass
+    return _failure(e, peer)
+
+
+def _failure(e: BaseException, peer: str) -> tuple[grpc.StatusCode, str]:
+    if isinstance(e, grpc.aio.AioRpcError) and e.code() != grpc.StatusCode.INTERNAL:
+        return e.code(), e.details() or e.code().name
+    return grpc.StatusCode.UNAVAILABLE, f"the call stream to the {peer} failed: {type(e).__name__}"
