@@ -31,10 +31,11 @@ _HANDLER_SIDE = {
 }
 _LAZY = {
     "Client": "ratchet.client",
+    "AsyncClient": "ratchet.aio",
     "TaskInfo": "ratchet.client",
 }
 
-__all__ = ["task", "RetryPolicy", "RetryableError", "FatalError", "TaskContext", "Client", "TaskInfo"]
+__all__ = ["task", "RetryPolicy", "RetryableError", "FatalError", "TaskContext", "Client", "AsyncClient", "TaskInfo"]
 
 
 def _bind(name: str, module: str) -> object:

@@ -84,10 +84,27 @@ def error_from_rpc(err: grpc.RpcError) -> RatchetError:
     """The typed exception for a failed call; the one place codes are mapped."""
     code = err.code() if hasattr(err, "code") else grpc.StatusCode.UNKNOWN
     message = (err.details() if hasattr(err, "details") else None) or code.name.lower()
+    original = _original_task_id(err, message) if _ERRORS.get(code) is Conflict else None
+    return error_from_status(code, message, original)
+
+
+def error_from_status(code: grpc.StatusCode, message: str, original_task_id: str | None = None) -> RatchetError:
+    """The typed exception for a status (a failed call, or one call's error on a call stream)."""
     cls = _ERRORS.get(code, RatchetError)
     if cls is Conflict:
-        return Conflict(message, code.name, task_id=_original_task_id(err, message))
+        if original_task_id is None:
+            m = _UUID.search(message)
+            original_task_id = m.group(0).lower() if m else None
+        return Conflict(message, code.name, task_id=original_task_id)
     return cls(message, code.name)
+
+
+_CODES = {c.value[0]: c for c in grpc.StatusCode}
+
+
+def status_code(value: int) -> grpc.StatusCode:
+    """The grpc.StatusCode of a numeric code (UNKNOWN for a number this grpc does not know)."""
+    return _CODES.get(value, grpc.StatusCode.UNKNOWN)
 
 
 def invalid(message: str) -> InvalidArgument:

@@ -110,21 +110,13 @@ class Client(TaskSearchCalls, ScheduleCalls):
         dict (max_attempts, base, factor, cap, jitter, non_retryable, rules).
         timeouts: a dict of schedule_to_start, start_to_close, schedule_to_close.
         """
-        req = self._request(task_type, payload, queue=queue, delay=delay, run_at=run_at,
+        req = enqueue_request(task_type, payload, queue=queue, delay=delay, run_at=run_at,
                             idempotency_key=idempotency_key, retry=retry, timeouts=timeouts)
         return self._t.call(self._tasks.EnqueueTask, req).task_id
 
     def enqueue_batch(self, tasks: list[dict]) -> list[str]:
         """Enqueue up to 1,000 tasks (dicts with enqueue's arguments); ids in order."""
-        reqs = []
-        for i, item in enumerate(tasks):
-            if not isinstance(item, dict) or "task_type" not in item:
-                raise invalid(f"tasks[{i}] must be a dict with a task_type")
-            try:
-                reqs.append(self._request(**item))
-            except TypeError as e:
-                raise invalid(f"tasks[{i}]: {e}") from None
-        resp = self._t.call(self._tasks.EnqueueTasks, tasks_pb2.EnqueueTasksRequest(tasks=reqs))
+        resp = self._t.call(self._tasks.EnqueueTasks, tasks_pb2.EnqueueTasksRequest(tasks=batch_requests(tasks)))
         return list(resp.task_ids)
 
     def get(self, task_id: str) -> TaskInfo:
@@ -166,24 +158,39 @@ class Client(TaskSearchCalls, ScheduleCalls):
                                                handlers=handlers)
         return self._t.call(self._apps.CreateDeployment, req).deployment
 
-    def _request(self, task_type: str, payload: Any = None, *, queue: str | None = None,
-                 delay: Any = None, run_at: Any = None, idempotency_key: str | None = None,
-                 retry: Any = None, timeouts: Any = None) -> tasks_pb2.EnqueueTaskRequest:
-        if delay is not None and run_at is not None:
-            raise invalid("give delay or run_at, not both")
-        req = tasks_pb2.EnqueueTaskRequest(task_type=task_type, queue=queue or "",
-                                           idempotency_key=idempotency_key or new_idempotency_key())
-        if payload is not None:
-            req.payload.CopyFrom(to_value(payload))
-        if delay is not None:
-            req.delay.CopyFrom(duration(delay, "delay"))
-        if run_at is not None:
-            req.run_at.CopyFrom(timestamp(run_at))
-        if retry is not None:
-            req.retry.CopyFrom(retry_message(retry))
-        if timeouts is not None:
-            req.timeouts.CopyFrom(timeouts_message(timeouts))
-        return req
+def enqueue_request(task_type: str, payload: Any = None, *, queue: str | None = None,
+                    delay: Any = None, run_at: Any = None, idempotency_key: str | None = None,
+                    retry: Any = None, timeouts: Any = None) -> tasks_pb2.EnqueueTaskRequest:
+    """The EnqueueTaskRequest of one enqueue call (Client.enqueue's arguments); a key is
+    minted when none is given, and the caller resends the same request on its retries."""
+    if delay is not None and run_at is not None:
+        raise invalid("give delay or run_at, not both")
+    req = tasks_pb2.EnqueueTaskRequest(task_type=task_type, queue=queue or "",
+                                       idempotency_key=idempotency_key or new_idempotency_key())
+    if payload is not None:
+        req.payload.CopyFrom(to_value(payload))
+    if delay is not None:
+        req.delay.CopyFrom(duration(delay, "delay"))
+    if run_at is not None:
+        req.run_at.CopyFrom(timestamp(run_at))
+    if retry is not None:
+        req.retry.CopyFrom(retry_message(retry))
+    if timeouts is not None:
+        req.timeouts.CopyFrom(timeouts_message(timeouts))
+    return req
+
+
+def batch_requests(tasks: list[dict]) -> list[tasks_pb2.EnqueueTaskRequest]:
+    """enqueue_batch's items (dicts of enqueue's arguments) as requests; InvalidArgument names the bad one."""
+    reqs = []
+    for i, item in enumerate(tasks):
+        if not isinstance(item, dict) or "task_type" not in item:
+            raise invalid(f"tasks[{i}] must be a dict with a task_type")
+        try:
+            reqs.append(enqueue_request(**item))
+        except TypeError as e:
+            raise invalid(f"tasks[{i}]: {e}") from None
+    return reqs
 
 
 class AdminClient:

@@ -47,6 +47,8 @@ class TaskHandlers:
 
     service = tasks_pb2.DESCRIPTOR.services_by_name["TaskService"]
     add_to_server = staticmethod(tasks_pb2_grpc.add_TaskServiceServicer_to_server)
+    # Streaming RPCs that carry calls of a unary one as messages (libs/rpc/callstream).
+    call_streams = {"EnqueueTaskStream": "EnqueueTask"}
 
     def __init__(self, auth: Authenticator, tasks: TaskApi, lister: TaskLister, bulk: BulkApi):
         self.auth, self.tasks, self.lister, self.bulk = auth, tasks, lister, bulk

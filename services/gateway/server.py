@@ -3,14 +3,18 @@ the two listeners (gRPC with health + reflection, REST) over one set of handlers
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import pathlib
 
 import grpc
 from aiohttp import web
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message_factory
 
 from ratchet.libs.pg import migrate
 from ratchet.libs.pg.pool import create_pool
+from ratchet.libs.rpc import callstream
 from ratchet.libs.rpc.client import aio_channel
 from ratchet.libs.rpc.server import Server
 from ratchet.libs.shardmap import ShardMap
@@ -48,13 +52,68 @@ def _unary(fn: handlers.Handler, rpc_timeout_s: float):
     return call
 
 
-def servicer(h: object, rpc_timeout_s: float) -> object:
-    """An object with one coroutine per RPC of h.service, for add_XxxServicer_to_server."""
+def _error_of(exc: BaseException, method: str) -> errors.GatewayError:
+    """A call's failure on a call stream, as the unary RPC would have failed."""
+    if isinstance(exc, errors.GatewayError):
+        return exc
+    if isinstance(exc, (asyncio.TimeoutError, TimeoutError)):
+        return errors.DeadlineExceeded(f"{method} did not finish within the call's timeout; it may or may "
+                                       f"not have taken effect: retry it with the same idempotency_key")
+    log.error("unexpected error in %s", method, exc_info=exc)
+    return errors.Internal(f"internal error ({type(exc).__name__}); it has been logged")
+
+
+def _call_stream(fn: handlers.Handler, m: _descriptor.MethodDescriptor, unary: str, rpc_timeout_s: float,
+                 stopping: asyncio.Event):
+    """A call stream (libs/rpc/callstream) whose calls are calls of the unary handler fn.
+
+    The request message carries `calls` ({call_id, request, timeout_ms}), the response
+    `answers` ({call_id, response | error}). The stream's metadata (the API key) goes with
+    every call; each call is bounded by its own timeout_ms and the gateway's rpc timeout,
+    as a unary call is."""
+    response_cls = message_factory.GetMessageClass(m.output_type)
+    answer_cls = message_factory.GetMessageClass(m.output_type.fields_by_name["answers"].message_type)
+
+    def timeout_of(call) -> float:
+        return min(rpc_timeout_s, call.timeout_ms / 1000) if call.timeout_ms else rpc_timeout_s
+
+    def answer(call, response, err: errors.GatewayError | None):
+        if err is None:
+            return answer_cls(call_id=call.call_id, response=response)
+        if err.http_status >= 500:
+            log.warning("%s -> %s: %s", unary, err.code.name, err.message)
+        return answer_cls(call_id=call.call_id, error={
+            "code": err.code.value[0], "message": err.message,
+            "fields": {k: str(v) for k, v in err.fields.items()}})
+
+    async def stream(request_iterator, context: grpc.aio.ServicerContext):
+        metadata = {k.lower(): v for k, v in (context.invocation_metadata() or ()) if isinstance(v, str)}
+        # Headers first: a caller waits for them before it writes a call on the stream.
+        await context.send_initial_metadata(((callstream.STREAM_HEADER, str(callstream.PROTOCOL)),))
+        async for reply in callstream.serve(
+                request_iterator, lambda call: fn(call.request, handlers.Call(metadata, timeout_of(call))),
+                answer, timeout_of, unary, stopping, _error_of, calls_of=lambda msg: msg.calls,
+                frame=lambda answers: response_cls(answers=answers)):
+            yield reply
+    return stream
+
+
+def servicer(h: object, rpc_timeout_s: float, stopping: asyncio.Event) -> object:
+    """An object with one coroutine per RPC of h.service, for add_XxxServicer_to_server.
+
+    A streaming RPC must be a call stream of one of the service's unary RPCs, named in
+    h.call_streams (stream method -> unary method)."""
     class Servicer:
         pass
     s = Servicer()
     for m in h.service.methods:
-        setattr(s, m.name, _unary(handlers.method(h, m), rpc_timeout_s))
+        if m.client_streaming or m.server_streaming:
+            unary = getattr(h, "call_streams", {}).get(m.name)
+            if unary is None:
+                raise RuntimeError(f"{type(h).__name__} has no call stream for {m.full_name}")
+            setattr(s, m.name, _call_stream(getattr(h, unary), m, unary, rpc_timeout_s, stopping))
+        else:
+            setattr(s, m.name, _unary(handlers.method(h, m), rpc_timeout_s))
     return s
 
 
@@ -71,6 +130,7 @@ class Gateway:
         self._cron_channel = None
         self._dispatcher_channel = None
         self._grpc: Server | None = None
+        self._stopping = asyncio.Event()  # set at shutdown: call streams stop reading and end with OK
         self._rest_runner: web.AppRunner | None = None
 
     async def start(self) -> None:
@@ -97,7 +157,8 @@ class Gateway:
                   handlers.AppHandlers(auth, deployments), handlers.TenantHandlers(auth, store)]
         internal = [handlers.ControlHandlers(auth, deployments, task_api)]
         every = public + internal
-        self._grpc = Server([(h.add_to_server, servicer(h, c.rpc_timeout_s)) for h in every],
+        self._grpc = Server([(h.add_to_server, servicer(h, c.rpc_timeout_s, self._stopping))
+                             for h in every],
                             [h.service.full_name for h in every], host=c.host, port=c.grpc_port)
         self.grpc_port = self._grpc.port
         rest = RestServer(public, c.rpc_timeout_s, c.max_bundle_bytes)
@@ -114,6 +175,7 @@ class Gateway:
 
     async def stop(self, grace: float = 5.0) -> None:
         """Stop taking calls, let in-flight ones finish within grace, then release everything."""
+        self._stopping.set()
         if self._grpc is not None:
             await self._grpc.stop(grace)
         if self._rest_runner is not None:

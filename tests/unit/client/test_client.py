@@ -8,7 +8,7 @@ import grpc
 import pytest
 
 from ratchet.api.tasks.v1 import tasks_pb2
-from ratchet.client import (Client, Conflict, InvalidArgument, NotFound, PayloadTooLarge, PermissionDenied,
+from ratchet.client import (Client, enqueue_request, Conflict, InvalidArgument, NotFound, PayloadTooLarge, PermissionDenied,
                             RatchetError, Unauthenticated, Unavailable, error_from_rpc, from_value,
                             retry_message, task_info, timeouts_message, to_value)
 from ratchet.retry import RetryPolicy
@@ -84,9 +84,9 @@ def test_delay_and_run_at_are_exclusive():
     c = Client("127.0.0.1:1", "k")
     with pytest.raises(InvalidArgument, match="delay or run_at"):
         c.enqueue("greet", delay="1s", run_at=dt.datetime.now(dt.timezone.utc))
-    req = c._request("greet", delay="1m30s", queue="emails")
+    req = enqueue_request("greet", delay="1m30s", queue="emails")
     assert (req.delay.seconds, req.queue) == (90, "emails")
-    req = c._request("greet", run_at="2030-01-01T00:00:00+00:00")
+    req = enqueue_request("greet", run_at="2030-01-01T00:00:00+00:00")
     assert req.run_at.ToDatetime(tzinfo=dt.timezone.utc).year == 2030
     c.close()
 

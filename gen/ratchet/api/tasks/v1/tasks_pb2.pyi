@@ -150,6 +150,55 @@ class EnqueueTaskResponse(_message.Message):
     deduplicated: bool
     def __init__(self, task_id: _Optional[str] = ..., deduplicated: _Optional[bool] = ...) -> None: ...
 
+class EnqueueTaskStreamRequest(_message.Message):
+    __slots__ = ("calls",)
+    CALLS_FIELD_NUMBER: _ClassVar[int]
+    calls: _containers.RepeatedCompositeFieldContainer[EnqueueTaskCall]
+    def __init__(self, calls: _Optional[_Iterable[_Union[EnqueueTaskCall, _Mapping]]] = ...) -> None: ...
+
+class EnqueueTaskCall(_message.Message):
+    __slots__ = ("call_id", "request", "timeout_ms")
+    CALL_ID_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    call_id: int
+    request: EnqueueTaskRequest
+    timeout_ms: int
+    def __init__(self, call_id: _Optional[int] = ..., request: _Optional[_Union[EnqueueTaskRequest, _Mapping]] = ..., timeout_ms: _Optional[int] = ...) -> None: ...
+
+class EnqueueTaskStreamResponse(_message.Message):
+    __slots__ = ("answers",)
+    ANSWERS_FIELD_NUMBER: _ClassVar[int]
+    answers: _containers.RepeatedCompositeFieldContainer[EnqueueTaskAnswer]
+    def __init__(self, answers: _Optional[_Iterable[_Union[EnqueueTaskAnswer, _Mapping]]] = ...) -> None: ...
+
+class EnqueueTaskAnswer(_message.Message):
+    __slots__ = ("call_id", "response", "error")
+    CALL_ID_FIELD_NUMBER: _ClassVar[int]
+    RESPONSE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    call_id: int
+    response: EnqueueTaskResponse
+    error: CallError
+    def __init__(self, call_id: _Optional[int] = ..., response: _Optional[_Union[EnqueueTaskResponse, _Mapping]] = ..., error: _Optional[_Union[CallError, _Mapping]] = ...) -> None: ...
+
+class CallError(_message.Message):
+    __slots__ = ("code", "message", "fields")
+    class FieldsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    FIELDS_FIELD_NUMBER: _ClassVar[int]
+    code: int
+    message: str
+    fields: _containers.ScalarMap[str, str]
+    def __init__(self, code: _Optional[int] = ..., message: _Optional[str] = ..., fields: _Optional[_Mapping[str, str]] = ...) -> None: ...
+
 class EnqueueTasksRequest(_message.Message):
     __slots__ = ("tasks",)
     TASKS_FIELD_NUMBER: _ClassVar[int]

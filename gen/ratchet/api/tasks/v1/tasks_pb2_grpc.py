@@ -45,6 +45,11 @@ class TaskServiceStub:
                 request_serializer=ratchet_dot_api_dot_tasks_dot_v1_dot_tasks__pb2.EnqueueTasksRequest.SerializeToString,
                 response_deserializer=ratchet_dot_api_dot_tasks_dot_v1_dot_tasks__pb2.EnqueueTasksResponse.FromString,
                 _registered_method=True)
+        self.EnqueueTaskStream = channel.stream_stream(
+                '/ratchet.api.tasks.v1.TaskService/EnqueueTaskStream',
+                request_serializer=ratchet_dot_api_dot_tasks_dot_v1_dot_tasks__pb2.EnqueueTaskStreamRequest.SerializeToString,
+                response_deserializer=ratchet_dot_api_dot_tasks_dot_v1_dot_tasks__pb2.EnqueueTaskStreamResponse.FromString,
+                _registered_method=True)
         self.GetTask = channel.unary_unary(
                 '/ratchet.api.tasks.v1.TaskService/GetTask',
                 request_serializer=ratchet_dot_api_dot_tasks_dot_v1_dot_tasks__pb2.GetTaskRequest.SerializeToString,
@@ -101,6 +106,24 @@ class TaskServiceServicer:
         that fails validation in any item is refused whole. Items are committed
         atomically per shard; a batch that fails with UNAVAILABLE may have been
         committed on some shards, so retry it with the same idempotency keys.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def EnqueueTaskStream(self, request_iterator, context):
+        """EnqueueTask calls on one long-lived stream: the SDK's path for
+        producers that enqueue often (a message costs the gateway and the client
+        a fraction of a unary call, and one message may carry many calls). Each
+        call carries one EnqueueTaskRequest with a caller-chosen call_id and its
+        own timeout, and is answered once, in completion order, with exactly what
+        EnqueueTask would have answered: its response or its error. Answers ready
+        together come back in one message. The gateway sends the header
+        `ratchet-call-stream` before any answer. A call the stream ended before
+        answering may or may not have been committed: send it again with the
+        same idempotency_key (if the gateway ended the stream cleanly, with OK,
+        it never started the calls it did not answer). gRPC only; over REST use
+        POST /v1/tasks or /v1/tasks:batch.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -181,6 +204,11 @@ def add_TaskServiceServicer_to_server(servicer, server):
                     servicer.EnqueueTasks,
                     request_deserializer=ratchet_dot_api_dot_tasks_dot_v1_dot_tasks__pb2.EnqueueTasksRequest.FromString,
                     response_serializer=ratchet_dot_api_dot_tasks_dot_v1_dot_tasks__pb2.EnqueueTasksResponse.SerializeToString,
+            ),
+            'EnqueueTaskStream': grpc.stream_stream_rpc_method_handler(
+                    servicer.EnqueueTaskStream,
+                    request_deserializer=ratchet_dot_api_dot_tasks_dot_v1_dot_tasks__pb2.EnqueueTaskStreamRequest.FromString,
+                    response_serializer=ratchet_dot_api_dot_tasks_dot_v1_dot_tasks__pb2.EnqueueTaskStreamResponse.SerializeToString,
             ),
             'GetTask': grpc.unary_unary_rpc_method_handler(
                     servicer.GetTask,
@@ -273,6 +301,33 @@ class TaskService:
             '/ratchet.api.tasks.v1.TaskService/EnqueueTasks',
             ratchet_dot_api_dot_tasks_dot_v1_dot_tasks__pb2.EnqueueTasksRequest.SerializeToString,
             ratchet_dot_api_dot_tasks_dot_v1_dot_tasks__pb2.EnqueueTasksResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def EnqueueTaskStream(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/ratchet.api.tasks.v1.TaskService/EnqueueTaskStream',
+            ratchet_dot_api_dot_tasks_dot_v1_dot_tasks__pb2.EnqueueTaskStreamRequest.SerializeToString,
+            ratchet_dot_api_dot_tasks_dot_v1_dot_tasks__pb2.EnqueueTaskStreamResponse.FromString,
             options,
             channel_credentials,
             insecure,

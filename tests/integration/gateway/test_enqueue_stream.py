@@ -1,0 +1,148 @@
+"""TaskService.EnqueueTaskStream and the SDK's AsyncClient that uses it: every
+call on the stream is answered exactly as EnqueueTask would have answered it
+(ids, deduplication, conflicts with the original id, validation, auth,
+deadlines), many calls share one stream, and one call's failure never ends it.
+Against a real control database and the fake history (fakes.py)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import grpc
+import pytest
+
+from ratchet.aio import AsyncClient
+from ratchet.api.tasks.v1 import tasks_pb2
+from ratchet.client import Conflict, DeadlineExceeded, InvalidArgument, Unauthenticated
+from ratchet.libs.pg.cluster import free_port
+from ratchet.libs.rpc.callstream import STREAM_HEADER
+
+from .conftest import start_gateway
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def _endpoint(env) -> str:
+    return f"127.0.0.1:{env.gateway.grpc_port}"
+
+
+def _created(env, key: str) -> list:
+    return [c for n, c in env.history.calls if n == "CreateTasks" and any(t.idempotency_key == key for t in c.tasks)]
+
+
+async def test_concurrent_enqueues_share_one_stream_and_each_reaches_history(env):
+    async with AsyncClient(_endpoint(env), env.api_key) as client:
+        keys = [f"stream-many-{i}" for i in range(50)]
+        ids = await asyncio.gather(*(client.enqueue("send", {"i": i}, idempotency_key=k) for i, k in enumerate(keys)))
+        assert len(set(ids)) == 50
+        assert client._stream.opened == 1 and client._stream.stream_calls == 50
+        # Calls made while a write was in progress went out together.
+        assert client._stream.writes < 50
+    for k, task_id in zip(keys, ids):
+        (call,) = _created(env, k)
+        (t,) = [t for t in call.tasks if t.idempotency_key == k]
+        assert t.task_id == task_id and t.task_type == "send" and t.tenant_id == env.tenant_id
+
+
+async def test_a_retried_key_is_deduplicated_and_a_different_request_conflicts_with_the_original(env):
+    async with AsyncClient(_endpoint(env), env.api_key) as client:
+        req = tasks_pb2.EnqueueTaskRequest(task_type="send", idempotency_key="stream-dedupe")
+        req.payload.struct_value.fields["v"].number_value = 1
+        first = await client.send_enqueue(req)
+        again = await client.send_enqueue(req)
+        assert not first.deduplicated and again.deduplicated and again.task_id == first.task_id
+        with pytest.raises(Conflict) as e:
+            await client.enqueue("send", {"v": 2}, idempotency_key="stream-dedupe")
+        assert e.value.task_id == first.task_id and e.value.code == "ALREADY_EXISTS"
+        assert first.task_id in e.value.message
+        assert client._stream.opened == 1
+
+
+async def test_bad_input_fails_that_call_only_and_changes_nothing(env):
+    async with AsyncClient(_endpoint(env), env.api_key) as client:
+        before = len(env.history.calls)
+        with pytest.raises(InvalidArgument) as e:
+            await client.enqueue("no_such_type", idempotency_key="stream-bad")
+        assert "registered types" in e.value.message and e.value.http_status == 400
+        with pytest.raises(InvalidArgument):
+            await client.enqueue("send", queue="bad queue name!" * 20, idempotency_key="stream-bad-2")
+        assert len(env.history.calls) == before  # nothing was sent to history
+        assert await client.enqueue("send", idempotency_key="stream-good")  # the stream is still good
+        assert client._stream.opened == 1
+
+
+async def test_a_bad_key_is_refused_on_every_call(env):
+    async with AsyncClient(_endpoint(env), "not-a-key", max_retries=0) as client:
+        for _ in range(2):
+            with pytest.raises(Unauthenticated) as e:
+                await client.enqueue("send")
+            assert e.value.http_status == 401 and "API key" in e.value.message
+
+
+async def test_raw_stream_answers_by_call_id_with_the_unary_status(env):
+    """The wire contract for other-language clients: headers first, one answer per call_id."""
+    stream = env.tasks.EnqueueTaskStream(metadata=env.md(), timeout=20)
+    assert (STREAM_HEADER, "2") in tuple(await stream.initial_metadata())
+    # Two calls in one message, a third in another.
+    await stream.write(tasks_pb2.EnqueueTaskStreamRequest(calls=[
+        tasks_pb2.EnqueueTaskCall(call_id=7, request=tasks_pb2.EnqueueTaskRequest(task_type="send",
+                                                                                 idempotency_key="raw-1")),
+        tasks_pb2.EnqueueTaskCall(call_id=9, request=tasks_pb2.EnqueueTaskRequest(task_type=""), timeout_ms=5000)]))
+    original = (await env.tasks.EnqueueTask(tasks_pb2.EnqueueTaskRequest(task_type="send", idempotency_key="raw-2"),
+                                            metadata=env.md(), timeout=5)).task_id
+    await stream.write(tasks_pb2.EnqueueTaskStreamRequest(calls=[tasks_pb2.EnqueueTaskCall(
+        call_id=11, request=tasks_pb2.EnqueueTaskRequest(task_type="resize", idempotency_key="raw-2"))]))
+    await stream.done_writing()
+    answers = {}
+    async for reply in stream:
+        for a in reply.answers:
+            answers[a.call_id] = a
+    assert set(answers) == {7, 9, 11}
+    assert answers[7].WhichOneof("outcome") == "response" and answers[7].response.task_id
+    err = answers[9].error
+    assert err.code == grpc.StatusCode.INVALID_ARGUMENT.value[0] and "task_type" in err.message
+    conflict = answers[11].error
+    assert conflict.code == grpc.StatusCode.ALREADY_EXISTS.value[0]
+    assert dict(conflict.fields) == {"original_task_id": original}
+    assert await stream.code() == grpc.StatusCode.OK
+
+
+async def test_a_call_past_its_timeout_is_answered_deadline_exceeded(env, tmp_path):
+    gw = await start_gateway(env.gateway.config.control_dsn, int(env.gateway.config.history_target.split(":")[1]),
+                             str(tmp_path), rpc_timeout_s=0.3)
+    env.history.delay_s = 1.0
+    try:
+        async with AsyncClient(f"127.0.0.1:{gw.grpc_port}", env.api_key, max_retries=0) as client:
+            with pytest.raises(DeadlineExceeded) as e:
+                await client.enqueue("send", idempotency_key="stream-slow")
+            assert "may have taken effect" in e.value.message or "may or may not" in e.value.message
+    finally:
+        env.history.delay_s = 0.0
+        await gw.stop(grace=0)
+
+
+async def test_unary_mode_gives_the_same_answers(env):
+    async with AsyncClient(_endpoint(env), env.api_key, stream=False) as client:
+        task_id = await client.enqueue("send", idempotency_key="unary-mode")
+        assert await client.enqueue("send", idempotency_key="unary-mode") == task_id
+        with pytest.raises(Conflict) as e:
+            await client.enqueue("send", {"x": 1}, idempotency_key="unary-mode")
+        assert e.value.task_id == task_id
+        assert client._stream.stream_calls == 0
+
+
+async def test_a_gateway_stopping_ends_the_stream_cleanly_and_the_client_carries_on(env, tmp_path):
+    port = free_port()
+    gw = await start_gateway(env.gateway.config.control_dsn, int(env.gateway.config.history_target.split(":")[1]),
+                             str(tmp_path), grpc_port=port)
+    async with AsyncClient(f"127.0.0.1:{port}", env.api_key) as client:
+        first = await client.enqueue("send", idempotency_key="stop-1")
+        await gw.stop(grace=1)
+        gw = await start_gateway(env.gateway.config.control_dsn,
+                                 int(env.gateway.config.history_target.split(":")[1]), str(tmp_path), grpc_port=port)
+        try:
+            # The old stream is over; the call retries on a new one to the new gateway.
+            second = await client.enqueue("send", idempotency_key="stop-2")
+            assert second != first and client._stream.opened == 2
+        finally:
+            await gw.stop(grace=0)
