@@ -93,6 +93,7 @@ METRICS = (
     ("drain", "drain, tasks/s (median over rounds)", True),
     ("drain_big", "drain of a 100k backlog, tasks/s (120 s window)", True),
     ("enqueue_capacity", "enqueue capacity, single calls, tasks/s (best producer count)", True),
+    ("enqueue_unary", "enqueue capacity, Ratchet's unary EnqueueTask (REST-like clients), 32 producers", True),
     ("enqueue_batch", "enqueue, batch calls of 100, tasks/s", True),
     ("s2s_idle_p50", "schedule-to-start idle p50, ms", False),
     ("s2s_idle_p99", "schedule-to-start idle p99, ms", False),
@@ -115,6 +116,9 @@ def metric(cells: list[Cell], system: str, key: str) -> float | None:
         return big[0] if big else None
     if key == "enqueue_capacity":
         return best_rate(cells, system, "enqueue_single", by="producers")[0]
+    if key == "enqueue_unary":
+        found = [c.rate for c in cells_of(cells, system, "enqueue_single_unary") if c.rate]
+        return found[0] if found else None
     if key == "enqueue_batch":
         return median_rate(cells, system, "enqueue_batch", batch=100)[0]
     if key == "s2s_idle_p50":
@@ -275,9 +279,18 @@ def issue5_bar(cells: list[Cell]) -> list[dict]:
                 "threshold": "<= 3", "verdict": _verdict(None if commits is None else commits <= 3)})
     wal = metric(cells, RATCHET, "wal")
     wr = ratio(wal, ref["phys_job_wal"])
-    out.append({"bar": "WAL bytes per task <= 2 x the reference's",
+    out.append({"bar": "WAL bytes per task <= 2 x the reference's (drain only)",
                 "measured": "–" if wr is None else f"{wr:.2f}× ({wal:,.0f} vs {ref['phys_job_wal']:,.0f} B)",
                 "threshold": "<= 2.00×", "verdict": _verdict(None if wr is None else wr <= 2.0)})
+    # PHYS_job's figure is a whole life (insert, claim, complete); the drain row above counts
+    # only lease and completion. The whole-life row adds the keyed enqueue's WAL.
+    enq_wal = [c.wal_bytes_per_task for c in cells_of(cells, RATCHET, "enqueue_single")
+               if c.params.get("producers") == 32 and c.wal_bytes_per_task]
+    life = wal + enq_wal[0] if wal is not None and enq_wal else None
+    lr = ratio(life, ref["phys_job_wal"])
+    out.append({"bar": "WAL bytes per task <= 2 x the reference's (whole life: keyed enqueue + drain)",
+                "measured": "–" if lr is None else f"{lr:.2f}× ({life:,.0f} vs {ref['phys_job_wal']:,.0f} B)",
+                "threshold": "<= 2.00×", "verdict": _verdict(None if lr is None else lr <= 2.0)})
     return out
 
 

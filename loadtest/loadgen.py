@@ -1,9 +1,12 @@
 """Enqueue load over gRPC with asyncio, closed and open loop.
 
 The requests have the shape ratchet.Client sends (every enqueue carries an
-idempotency key, as the SDK mints one per call), but go through grpc.aio
-stubs so one Python process can keep dozens of calls in flight and keep an
-open-loop schedule without the load generator becoming the bottleneck.
+idempotency key, as the SDK mints one per call). Single enqueues go through
+the SDK's AsyncClient, i.e. as messages on its enqueue stream
+(TaskService.EnqueueTaskStream), as an async producer sends them; with
+`stream=False` they are unary EnqueueTask calls (what a REST or plain-gRPC
+client sends). Batches and reads use grpc.aio stubs. One Python process keeps
+dozens of calls in flight and an open-loop schedule.
 """
 
 from __future__ import annotations
@@ -17,7 +20,9 @@ import uuid
 
 import grpc
 
+from ratchet.aio import AsyncClient
 from ratchet.api.tasks.v1 import tasks_pb2, tasks_pb2_grpc
+from ratchet.client import RatchetError
 from ratchet.libs.rpc.client import aio_channel
 
 TASK_TYPE = "noop"
@@ -42,12 +47,15 @@ class LoadResult:
 
 
 class Gateway:
-    """aio stubs to the gateway's TaskService with the app's API key."""
+    """The gateway's TaskService with the app's API key: single enqueues through the SDK's
+    AsyncClient (its enqueue stream, or unary calls with stream=False, no retries: every
+    failure is counted), the rest through aio stubs."""
 
-    def __init__(self, target: str, api_key: str, channels: int = 2):
+    def __init__(self, target: str, api_key: str, channels: int = 2, *, stream: bool = True):
         self.channels = [aio_channel(target) for _ in range(channels)]
         self.stubs = [tasks_pb2_grpc.TaskServiceStub(c) for c in self.channels]
         self.metadata = (("authorization", f"Bearer {api_key}"),)
+        self.client = AsyncClient(target, api_key, max_retries=0, stream=stream)
         self._next = 0
 
     def stub(self) -> tasks_pb2_grpc.TaskServiceStub:
@@ -61,9 +69,8 @@ class Gateway:
         req.payload.struct_value.fields["n"].number_value = n
         return req
 
-    async def enqueue(self, req: tasks_pb2.EnqueueTaskRequest, timeout: float = 10.0) -> str:
-        resp = await self.stub().EnqueueTask(req, timeout=timeout, metadata=self.metadata)
-        return resp.task_id
+    async def enqueue(self, req: tasks_pb2.EnqueueTaskRequest) -> str:
+        return (await self.client.send_enqueue(req)).task_id
 
     async def enqueue_batch(self, reqs: list[tasks_pb2.EnqueueTaskRequest], timeout: float = 30.0) -> list[str]:
         resp = await self.stub().EnqueueTasks(tasks_pb2.EnqueueTasksRequest(tasks=reqs), timeout=timeout,
@@ -76,6 +83,7 @@ class Gateway:
         return resp.task
 
     async def close(self) -> None:
+        await self.client.close()
         for c in self.channels:
             await c.close()
 
@@ -83,6 +91,8 @@ class Gateway:
 def _code(e: BaseException) -> str:
     if isinstance(e, grpc.aio.AioRpcError):
         return e.code().name
+    if isinstance(e, RatchetError):
+        return e.code
     return type(e).__name__
 
 
@@ -104,7 +114,7 @@ async def closed_loop(gw: Gateway, producers: int, seconds: float, *, keyed: boo
                 res.task_ids.append(await gw.enqueue(gw.request(n, keyed)))
                 res.latency_ms.append((time.perf_counter() - t) * 1000)
                 res.acked += 1
-            except (grpc.aio.AioRpcError, asyncio.TimeoutError) as e:
+            except (grpc.aio.AioRpcError, RatchetError, asyncio.TimeoutError) as e:
                 res.errors[_code(e)] += 1
     t0 = time.monotonic()
     await asyncio.gather(*(producer() for _ in range(producers)))
@@ -126,7 +136,7 @@ async def open_loop(gw: Gateway, rate: float, seconds: float, *, seed: int = 1, 
             res.task_ids.append(await gw.enqueue(gw.request(n, keyed)))
             res.latency_ms.append((time.perf_counter() - scheduled) * 1000)
             res.acked += 1
-        except (grpc.aio.AioRpcError, asyncio.TimeoutError) as e:
+        except (grpc.aio.AioRpcError, RatchetError, asyncio.TimeoutError) as e:
             res.errors[_code(e)] += 1
 
     t0 = time.perf_counter()
@@ -166,7 +176,7 @@ async def batches(gw: Gateway, batch: int, producers: int, total: int, *, keyed:
                 res.latency_ms.append((time.perf_counter() - t) * 1000)
                 res.acked += len(ids)
                 res.task_ids.extend(ids)
-            except (grpc.aio.AioRpcError, asyncio.TimeoutError) as e:
+            except (grpc.aio.AioRpcError, RatchetError, asyncio.TimeoutError) as e:
                 res.errors[_code(e)] += 1
     t0 = time.monotonic()
     await asyncio.gather(*(producer() for _ in range(producers)))

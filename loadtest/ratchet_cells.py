@@ -4,7 +4,9 @@ Order (each cell leaves the state the next one needs):
   idle                    the platform's own background cost, nothing enqueued
   schedule_to_start_idle  one task at a time on an idle queue, created -> started
   (host agent stopped: enqueued tasks stay put and become the drain's backlog)
-  enqueue_single          closed loop, N concurrent producers, one task per call
+  enqueue_single          closed loop, N concurrent producers, one task per call (SDK AsyncClient:
+                          calls on its enqueue stream)
+  enqueue_single_unary    the same over unary EnqueueTask, 32 producers
   enqueue_ack_open_loop   Poisson arrivals at 50 % and 75 % (full: also 25 %) of the best enqueue_single rate
   enqueue_batch           100 and 1,000 tasks per call
   drain                   host agent started on the whole backlog; first start -> last finish
@@ -206,6 +208,19 @@ async def cell_enqueue_single(b: Bench, producers: int, seconds: float) -> float
     return res.rate
 
 
+async def cell_enqueue_single_unary(b: Bench, producers: int, seconds: float) -> None:
+    """Closed-loop capacity over unary EnqueueTask (what a REST or plain-gRPC client pays),
+    next to enqueue_single's SDK stream."""
+    ep = b.pt.endpoints
+    gw = loadgen.Gateway(ep["grpc"], ep["api_key"], stream=False)
+    try:
+        await loadgen.closed_loop(gw, 4, 1.0)  # connect outside the measurement
+        res, d, cpu_ms, wall = await b.measure(lambda: loadgen.closed_loop(gw, producers, seconds))
+    finally:
+        await gw.close()
+    b.run.record(_load_cell(b, "enqueue_single_unary", {"producers": producers}, res, d, cpu_ms, wall))
+
+
 async def cell_open_loop(b: Bench, capacity: float, fraction: float, seconds: float) -> None:
     """Ack latency with Poisson arrivals at fraction x capacity (latency from the scheduled send)."""
     rate = max(1.0, capacity * fraction)
@@ -238,6 +253,8 @@ async def run_cells(b: Bench) -> None:
         r = await guarded(b, "enqueue_single", {"producers": p}, lambda p=p: cell_enqueue_single(b, p, run.seconds))
         rates.append(r or 0.0)
     capacity = max(rates)
+    await guarded(b, "enqueue_single_unary", {"producers": 32},
+                  lambda: cell_enqueue_single_unary(b, 32, run.seconds))
     if capacity > 0:
         for frac in ((0.5, 0.75) if quick else (0.25, 0.5, 0.75)):  # quick: both bars' loads
             await guarded(b, "enqueue_ack_open_loop", {"fraction": frac},
