@@ -1,7 +1,7 @@
 """Enqueue load over gRPC with asyncio, closed and open loop.
 
-The requests have the shape ratchet.Client sends (every enqueue carries an
-idempotency key, as the SDK mints one per call). Single enqueues go through
+The requests have the shape ratchet.Client sends (every enqueue carries a
+task id the SDK mints per call, so a resend is deduplicated). Single enqueues go through
 the SDK's AsyncClient, i.e. as messages on its enqueue stream
 (TaskService.EnqueueTaskStream), as an async producer sends them; with
 `stream=False` they are unary EnqueueTask calls (what a REST or plain-gRPC
@@ -24,6 +24,7 @@ from ratchet.aio import AsyncClient
 from ratchet.api.tasks.v1 import tasks_pb2, tasks_pb2_grpc
 from ratchet.client import RatchetError
 from ratchet.libs.rpc.client import aio_channel
+from ratchet.libs.shardmap import new_task_id
 
 TASK_TYPE = "noop"
 
@@ -64,8 +65,16 @@ class Gateway:
 
     @staticmethod
     def request(n: int, keyed: bool = True) -> tasks_pb2.EnqueueTaskRequest:
-        req = tasks_pb2.EnqueueTaskRequest(task_type=TASK_TYPE, idempotency_key=f"bench-{uuid.uuid4()}"
-                                           if keyed else "")
+        """keyed: deduplicated across resends as the SDK makes every enqueue (a task id it
+        mints per call, ratchet.client.enqueue_request); else nothing to dedupe by."""
+        req = tasks_pb2.EnqueueTaskRequest(task_type=TASK_TYPE, task_id=new_task_id() if keyed else "")
+        req.payload.struct_value.fields["n"].number_value = n
+        return req
+
+    @staticmethod
+    def keyed_request(n: int) -> tasks_pb2.EnqueueTaskRequest:
+        """An enqueue with a caller's idempotency key (24 h window, conflict detection)."""
+        req = tasks_pb2.EnqueueTaskRequest(task_type=TASK_TYPE, idempotency_key=f"bench-{uuid.uuid4()}")
         req.payload.struct_value.fields["n"].number_value = n
         return req
 

@@ -9,11 +9,13 @@ manage schedules and circuit breakers, over gRPC.
     op = client.retry_tasks(state="FAILED", error_class="KeyError").operation
     client.wait_operation(op.operation_id)
 
-Every enqueue carries an idempotency key, and every bulk or create call a
-request id. When the caller gives none, the client mints one per logical
-call and reuses it across its own transport retries (UNAVAILABLE,
-DEADLINE_EXCEEDED), so a lost acknowledgement never creates a second task,
-operation or schedule (design follow-up Q1). Server errors surface as typed
+Every enqueue carries either the caller's idempotency key or a task id the
+client mints per logical call, and every bulk or create call a request id
+(minted when the caller gives none); each is reused across the client's own
+transport retries (UNAVAILABLE, DEADLINE_EXCEEDED), so a lost acknowledgement
+never creates a second task, operation or schedule (design follow-up Q1). A
+minted task id dedupes on the task's own primary key; a key also detects a
+different request reusing it and costs a key row for 24 h. Server errors surface as typed
 exceptions (`NotFound`, `InvalidArgument`, `Conflict`...) carrying the
 server's message. Conversions live in ratchet._wire, records in ratchet.models.
 """
@@ -39,6 +41,7 @@ from ratchet.api.apps.v1 import apps_pb2, apps_pb2_grpc
 from ratchet.api.schedules.v1 import schedules_pb2_grpc
 from ratchet.api.tasks.v1 import breakers_pb2_grpc, tasks_pb2, tasks_pb2_grpc
 from ratchet.api.tenants.v1 import tenants_pb2, tenants_pb2_grpc
+from ratchet.libs.shardmap import new_task_id
 from ratchet.models import (TERMINAL_STATES, AttemptInfo, BreakerInfo, BulkResult, OperationInfo, ScheduleInfo,
                             SchedulePage, TaskError, TaskInfo, TaskPage, TriggerResult)
 
@@ -161,12 +164,16 @@ class Client(TaskSearchCalls, ScheduleCalls):
 def enqueue_request(task_type: str, payload: Any = None, *, queue: str | None = None,
                     delay: Any = None, run_at: Any = None, idempotency_key: str | None = None,
                     retry: Any = None, timeouts: Any = None) -> tasks_pb2.EnqueueTaskRequest:
-    """The EnqueueTaskRequest of one enqueue call (Client.enqueue's arguments); a key is
-    minted when none is given, and the caller resends the same request on its retries."""
+    """The EnqueueTaskRequest of one enqueue call (Client.enqueue's arguments). Without an
+    idempotency key, the new task's id is minted here, so the caller's resends of the same
+    request (its transport retries) return the original task; a key keeps its own semantics."""
     if delay is not None and run_at is not None:
         raise invalid("give delay or run_at, not both")
-    req = tasks_pb2.EnqueueTaskRequest(task_type=task_type, queue=queue or "",
-                                       idempotency_key=idempotency_key or new_idempotency_key())
+    req = tasks_pb2.EnqueueTaskRequest(task_type=task_type, queue=queue or "")
+    if idempotency_key:
+        req.idempotency_key = idempotency_key
+    else:
+        req.task_id = new_task_id()
     if payload is not None:
         req.payload.CopyFrom(to_value(payload))
     if delay is not None:

@@ -73,16 +73,19 @@ class CoalescedCreates:
         return await item.future
 
     def _next(self, shard_id: int, line: _Line) -> None:
-        batch, keys, held = [], set(), []
+        batch, keys, ids, held = [], set(), set(), []
         while line.queued and len(batch) < MAX_BATCH:
             item = line.queued.popleft()
             if item.future.done():
                 continue  # the caller gave up before its call went out: nothing was sent for it
-            key = item.task.idempotency_key
-            if key and key in keys:
-                held.append(item)  # one key once per call; the next call takes it
+            # One key, and one task id (a caller's resend of an id it minted), once per call;
+            # the next call takes the other.
+            key, tid = item.task.idempotency_key, item.task.task_id
+            if (key and key in keys) or tid in ids:
+                held.append(item)
                 continue
             keys.add(key)
+            ids.add(tid)
             batch.append(item)
         line.queued.extendleft(reversed(held))
         if not batch:

@@ -32,9 +32,12 @@ _MIN_TS, _MAX_TS = -62135596800, 253402300799
 
 
 def _new_task(p: Principal, t: validation.ValidTask) -> history_pb2.NewTask:
-    slot = slot_for_key(p.tenant_id, t.idempotency_key) if t.idempotency_key else None
+    if t.task_id:
+        task_id = t.task_id  # minted by the caller: its slot routes it, a resend dedupes on it
+    else:
+        task_id = new_task_id(slot_for_key(p.tenant_id, t.idempotency_key) if t.idempotency_key else None)
     msg = history_pb2.NewTask(
-        task_id=new_task_id(slot), tenant_id=p.tenant_id, app_id=p.app_id, task_type=t.task_type,
+        task_id=task_id, tenant_id=p.tenant_id, app_id=p.app_id, task_type=t.task_type,
         queue=t.queue, payload_json=t.payload_json, idempotency_key=t.idempotency_key,
         fingerprint=t.fingerprint, retry=t.retry, timeouts=t.timeouts, non_retryable=t.non_retryable)
     if t.delay is not None:
@@ -61,8 +64,8 @@ def _check_slot(req: control_pb2.EnqueueScheduledRequest) -> None:
         raise InvalidArgument("scheduled_time is required: the slot's time, a valid timestamp")
     if not req.HasField("task"):
         raise InvalidArgument("task is required: the schedule's task template as an enqueue")
-    for name in ("idempotency_key", "delay", "run_at"):
-        given = bool(req.task.idempotency_key) if name == "idempotency_key" else req.task.HasField(name)
+    for name in ("idempotency_key", "task_id", "delay", "run_at"):
+        given = bool(getattr(req.task, name)) if name in ("idempotency_key", "task_id") else req.task.HasField(name)
         if given:
             raise InvalidArgument(f"task.{name} must be empty: a scheduled task is due at its slot and keyed "
                                   f"by it (sched:<schedule_id>@<scheduled_time>)")

@@ -138,11 +138,16 @@ async def _insert(conn, store: Store, items: Sequence[NewTaskIn], idx: list[int]
         tid = items[i].row.task_id
         if tid in inserted:
             out[i] = CreateOut(tid)
-        elif existing.get(tid) == items[i].row.tenant_id:
+        elif existing.get(tid) == _owner(items[i]):
             out[i] = CreateOut(tid, deduplicated=True)  # a retried create that had committed
         else:
             raise InvalidArgument(f"tasks[{i}].task_id {tid} is already taken; mint a new id")
     return any(inserted.values())
+
+
+def _owner(it: NewTaskIn) -> tuple[str, str, str]:
+    """What a resent create's existing task must match to be its original: tenant, app, type."""
+    return it.row.tenant_id, it.row.app_id, it.row.task_type
 
 
 class Fallback(Exception):
@@ -206,7 +211,7 @@ async def create_group(conn: asyncpg.Connection, store: Store, items: Sequence[N
         if it.key is None:
             if inserted:
                 out[i] = CreateOut(it.row.task_id)
-            elif existing.get(it.row.task_id) == it.row.tenant_id:
+            elif existing.get(it.row.task_id) == _owner(it):
                 out[i] = CreateOut(it.row.task_id, deduplicated=True)  # a retried create that had committed
             else:
                 out[i] = InvalidArgument(f"tasks[0].task_id {it.row.task_id} is already taken; mint a new id")

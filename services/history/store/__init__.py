@@ -118,10 +118,10 @@ class Store:
                                list(fingerprints), window_s, strict)
         return {str(r["task_id"]): (r["inserted"], r["due"], r["claimed"]) for r in recs}
 
-    async def task_existing_batch(self, conn, ids: Sequence[str]) -> dict[str, str]:
-        """{task_id: tenant_id} for the ids that exist."""
+    async def task_existing_batch(self, conn, ids: Sequence[str]) -> dict[str, tuple[str, str, str]]:
+        """{task_id: (tenant_id, app_id, task_type)} for the ids that exist."""
         recs = await self._run(conn, "task_existing_batch", _uuids(ids))
-        return {str(r["task_id"]): r["tenant_id"] for r in recs}
+        return {str(r["task_id"]): (r["tenant_id"], r["app_id"], r["task_type"]) for r in recs}
 
     async def task_get(self, conn, task_id: str) -> asyncpg.Record | None:
         """The whole task row, or None."""

@@ -139,8 +139,9 @@ SELECT i.task_id, ins.task_id IS NOT NULL AS inserted, COALESCE(ins.run_at <= in
  CROSS JOIN LATERAL (SELECT i.idempotency_key IS NOT NULL AND i.task_id IN (SELECT k.task_id FROM k) AS claimed) c
 
 -- name: task_existing_batch
--- Which of these ids already exist, and whose they are (a retried create).
-SELECT task_id, tenant_id FROM tasks WHERE task_id = ANY($1::uuid[])
+-- Which of these ids already exist, whose they are and their type (a retried
+-- create is one of the same tenant, app and type).
+SELECT task_id, tenant_id, app_id, task_type FROM tasks WHERE task_id = ANY($1::uuid[])
 
 -- name: task_get
 SELECT * FROM tasks WHERE task_id = $1::uuid

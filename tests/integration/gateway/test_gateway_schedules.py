@@ -171,6 +171,7 @@ async def test_enqueue_scheduled_needs_a_mesh_token(env, md):
 
 @pytest.mark.parametrize("change, needle", [
     ({"task": {"idempotency_key": "mine"}}, "task.idempotency_key must be empty"),
+    ({"task": {"task_id": "0192f3a4-5b6c-8d7e-8f90-a1b2c3d4e5f6"}}, "task.task_id must be empty"),
     ({"task": {"delay": "5s"}}, "task.delay must be empty"),
     ({"task": {"run_at": "2030-01-01T00:00:00Z"}}, "task.run_at must be empty"),
     ({"task": {"task_type": "nope"}}, "task.task_type 'nope' is not registered"),

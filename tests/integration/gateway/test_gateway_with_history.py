@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 
+import asyncpg
 import grpc
 import httpx
 import pytest
@@ -114,6 +115,69 @@ async def test_fifty_concurrent_keyed_enqueues_make_one_task(real):
     assert sum(not a.json()["deduplicated"] for a in answers) == 1
     conflict = await real.http.post("/v1/tasks", json={**body, "payload": {"to": "x@y.z"}}, headers=real.auth())
     assert conflict.status_code == 409 and conflict.json()["error"]["original_task_id"] == ids.pop()
+
+
+async def test_a_caller_minted_task_id_dedupes_its_resends_and_is_nobody_elses(real):
+    """The SDK's plain enqueue: a task id minted per call makes every resend (single, stream,
+    batch, REST) return the one task, with no idempotency key row; the id stays the task's."""
+    from ratchet.aio import AsyncClient
+    task_id = new_task_id()
+    body = {"task_type": "send", "payload": {"n": 1}, "task_id": task_id}
+    answers = await asyncio.gather(*(real.http.post("/v1/tasks", json=body, headers=real.auth())
+                                     for _ in range(20)))
+    assert all(a.status_code == 200 for a in answers), [a.text for a in answers if a.status_code != 200][:3]
+    assert {a.json()["task_id"] for a in answers} == {task_id}
+    assert sum(not a.json()["deduplicated"] for a in answers) == 1
+    async with AsyncClient(f"127.0.0.1:{real.gateway.grpc_port}", real.api_key) as client:
+        again = await client.send_enqueue(json_format.ParseDict(body, tasks_pb2.EnqueueTaskRequest()))
+        assert again.task_id == task_id and again.deduplicated
+        minted = await asyncio.gather(*(client.enqueue("send", {"i": i}) for i in range(10)))
+        assert len(set(minted)) == 10
+    batch = await real.http.post("/v1/tasks:batch", json={"tasks": [body, {"task_type": "send"}]},
+                                 headers=real.auth())
+    assert batch.status_code == 200 and batch.json()["task_ids"][0] == task_id
+    task = (await real.http.get(f"/v1/tasks/{task_id}", headers=real.auth())).json()["task"]
+    assert task["payload"] == {"n": 1} and not task.get("idempotency_key")
+    # Not a key: no row in the key table for it (the shard's database, found by name).
+    shard = ShardMap.even(SHARDS).shard_for_task(task_id)
+    admin = await asyncpg.connect(real.cluster.dsn("postgres"))
+    try:
+        names = await admin.fetch("SELECT datname FROM pg_database WHERE datname LIKE $1", f"gwh_shard{shard}_%")
+    finally:
+        await admin.close()
+    assert names
+    for row in names:
+        conn = await asyncpg.connect(real.cluster.dsn(row["datname"]))
+        try:
+            assert await conn.fetchval("SELECT count(*) FROM idempotency_keys WHERE task_id = $1::uuid",
+                                       task_id) == 0
+        finally:
+            await conn.close()
+    # The id is the task's: another type, or another tenant, may not take it (and learns nothing).
+    other_type = await real.http.post("/v1/tasks", json={**body, "task_type": "resize"}, headers=real.auth())
+    assert other_type.status_code == 400 and "already taken" in other_type.json()["error"]["message"]
+    t = await real.new_tenant("id-squatter")
+    await real.deploy(t.api_key)
+    squat = await real.http.post("/v1/tasks", json=body, headers=real.auth(t.api_key))
+    assert squat.status_code == 400 and "already taken" in squat.json()["error"]["message"]
+    assert (await real.http.get(f"/v1/tasks/{task_id}", headers=real.auth(t.api_key))).status_code == 404
+
+
+async def test_a_malformed_or_doubled_task_id_is_refused_and_writes_nothing(real):
+    r = await real.http.post("/v1/tasks", json={"task_type": "send", "task_id": "not-a-uuid"}, headers=real.auth())
+    assert r.status_code == 400 and "not a Ratchet task id" in r.json()["error"]["message"]
+    v4 = "6f1c1f1e-8a43-4a8e-9a51-5b7f3f9d2c10"
+    r = await real.http.post("/v1/tasks", json={"task_type": "send", "task_id": v4}, headers=real.auth())
+    assert r.status_code == 400 and "UUIDv8" in r.json()["error"]["message"]
+    both = {"task_type": "send", "task_id": new_task_id(), "idempotency_key": "k-both"}
+    r = await real.http.post("/v1/tasks", json=both, headers=real.auth())
+    assert r.status_code == 400 and "exclusive" in r.json()["error"]["message"]
+    twice = new_task_id()
+    r = await real.http.post("/v1/tasks:batch", json={"tasks": [{"task_type": "send", "task_id": twice}] * 2},
+                             headers=real.auth())
+    assert r.status_code == 400 and "share task_id" in r.json()["error"]["message"]
+    for tid in (both["task_id"], twice):
+        assert (await real.http.get(f"/v1/tasks/{tid}", headers=real.auth())).status_code == 404
 
 
 async def test_batch_of_1000_lands_on_every_shard_in_order(real):

@@ -36,11 +36,12 @@ class FakeTasks(tasks_pb2_grpc.TaskServiceServicer):
 
     def EnqueueTask(self, request, context):
         self._maybe_fail(request, context)
-        return tasks_pb2.EnqueueTaskResponse(task_id=f"task-for-{request.idempotency_key}")
+        return tasks_pb2.EnqueueTaskResponse(task_id=request.task_id or f"task-for-{request.idempotency_key}")
 
     def EnqueueTasks(self, request, context):
         self._maybe_fail(request, context)
-        return tasks_pb2.EnqueueTasksResponse(task_ids=[f"task-for-{t.idempotency_key}" for t in request.tasks])
+        return tasks_pb2.EnqueueTasksResponse(task_ids=[t.task_id or f"task-for-{t.idempotency_key}"
+                                                        for t in request.tasks])
 
     def GetTask(self, request, context):
         self._maybe_fail(request, context)

@@ -1,5 +1,6 @@
-"""The SDK mints one idempotency key per logical enqueue and reuses it on its
-own transport retries (design follow-up Q1), so a lost ack never makes a twin."""
+"""The SDK mints one task id per logical enqueue without a key (or sends the
+caller's key) and reuses it on its own transport retries (design follow-up
+Q1), so a lost ack never makes a twin."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import grpc
 import pytest
 
 from ratchet.client import Client, DeadlineExceeded, InvalidArgument, Unavailable
+from ratchet.libs.shardmap import parse_task_id
 
 from tests.unit.client.fake_server import FakeServer
 
@@ -28,18 +30,19 @@ def client(server):
     c.close()
 
 
-def test_retries_reuse_the_auto_key(server, client):
+def test_retries_reuse_the_minted_task_id(server, client):
     server.tasks.fail_with = [U, D, U]
     task_id = client.enqueue("greet", {"name": "Ada"})
-    keys = [r.idempotency_key for r in server.tasks.requests]
-    assert len(keys) == 4 and len(set(keys)) == 1 and keys[0].startswith("sdk-")
-    assert task_id == f"task-for-{keys[0]}"
+    ids = [r.task_id for r in server.tasks.requests]
+    assert len(ids) == 4 and len(set(ids)) == 1 and parse_task_id(ids[0]) == ids[0]
+    assert all(not r.idempotency_key for r in server.tasks.requests)  # no key row for a plain enqueue
+    assert task_id == ids[0]
 
 
-def test_each_logical_call_gets_its_own_key(server, client):
+def test_each_logical_call_gets_its_own_task_id(server, client):
     client.enqueue("greet")
     client.enqueue("greet")
-    a, b = (r.idempotency_key for r in server.tasks.requests)
+    a, b = (r.task_id for r in server.tasks.requests)
     assert a != b
 
 
@@ -47,6 +50,7 @@ def test_explicit_key_is_sent_unchanged(server, client):
     server.tasks.fail_with = [U]
     client.enqueue("greet", idempotency_key="order-42")
     assert [r.idempotency_key for r in server.tasks.requests] == ["order-42", "order-42"]
+    assert [r.task_id for r in server.tasks.requests] == ["", ""]  # the key alone identifies the call
 
 
 def test_retries_are_bounded(server, client):
@@ -69,13 +73,14 @@ def test_invalid_argument_is_not_retried(server, client):
     assert len(server.tasks.requests) == 1
 
 
-def test_batch_items_get_keys_that_survive_retries(server, client):
+def test_batch_items_get_ids_that_survive_retries(server, client):
     server.tasks.fail_with = [U]
     ids = client.enqueue_batch([{"task_type": "greet"}, {"task_type": "add", "idempotency_key": "mine"}])
     first, second = server.tasks.requests
-    assert [t.idempotency_key for t in first.tasks] == [t.idempotency_key for t in second.tasks]
-    assert first.tasks[1].idempotency_key == "mine" and first.tasks[0].idempotency_key.startswith("sdk-")
-    assert ids == [f"task-for-{t.idempotency_key}" for t in first.tasks]
+    assert list(first.tasks) == list(second.tasks)  # resent unchanged
+    assert first.tasks[1].idempotency_key == "mine" and not first.tasks[1].task_id
+    assert parse_task_id(first.tasks[0].task_id) and not first.tasks[0].idempotency_key
+    assert ids == [first.tasks[0].task_id, "task-for-mine"]
 
 
 def test_api_key_travels_as_bearer(server, client):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 
 import pytest
-from google.protobuf import json_format
+from google.protobuf import json_format, struct_pb2
 
 from ratchet.api.apps.v1 import apps_pb2
 from ratchet.api.tasks.v1 import tasks_pb2
@@ -119,3 +119,45 @@ def test_duplicate_keys_in_one_batch_are_refused():
     items = [check(req(idempotency_key=k), index=i) for i, k in enumerate(["a", "b", "a"])]
     with pytest.raises(InvalidArgument, match=r"tasks\[0\] and tasks\[2\] share"):
         validation.check_unique_keys(items)
+
+
+def _random_value(rng, depth=0):
+    kinds = ["int", "float", "big", "str", "bool", "null"] + (["dict", "list"] if depth < 3 else [])
+    kind = rng.choice(kinds)
+    if kind == "int":
+        return rng.randint(-10**6, 10**6)
+    if kind == "float":
+        return rng.choice([0.5, -1.25, 1e-7, 3.141592653589793, 1e21, -0.0, 2.0 ** 60])
+    if kind == "big":
+        return rng.choice([2 ** 53 + 1, -(2 ** 63), 10 ** 17])
+    if kind == "str":
+        return rng.choice(["", "a", "ünïcødé ✓", "quote\"back\\slash", "line\nbreak", "\u2028"])
+    if kind == "bool":
+        return rng.random() < 0.5
+    if kind == "null":
+        return None
+    if kind == "dict":
+        return {rng.choice(["a", "b", "z", "é", "key with space", "1"]) + str(i): _random_value(rng, depth + 1)
+                for i in range(rng.randint(0, 4))}
+    return [_random_value(rng, depth + 1) for _ in range(rng.randint(0, 4))]
+
+
+def test_fast_fingerprint_is_byte_for_byte_the_general_one():
+    """Stored fingerprints are compared for 24 h, across upgrades: the fast path must render
+    exactly what MessageToDict rendered, for every payload shape."""
+    import random
+    rng = random.Random(5)
+    for i in range(2000):
+        r = tasks_pb2.EnqueueTaskRequest(task_type=rng.choice(["send", "resize", ""]),
+                                         queue=rng.choice(["", "default", "emails"]), idempotency_key=f"k{i}")
+        if rng.random() < 0.9:
+            r.payload.CopyFrom(json_format.ParseDict(_random_value(rng), struct_pb2.Value()))
+        elif rng.random() < 0.5:
+            r.payload.SetInParent()  # an empty Value: null
+        queue = r.queue or "default"
+        assert validation.fingerprint(r, queue) == validation.fingerprint_general(r, queue), r
+    # Requests with other fields take the general path (and still differ from the plain one).
+    plain = req(payload={"x": 1}, idempotency_key="k")
+    delayed = req(payload={"x": 1}, idempotency_key="k", delay="5s")
+    assert validation.fingerprint(delayed, "default") == validation.fingerprint_general(delayed, "default")
+    assert validation.fingerprint(plain, "default") != validation.fingerprint(delayed, "default")
