@@ -296,6 +296,8 @@ class CallStream:
                 batch.append((call_id, req, max(1, int((deadline - now) * 1000))))
                 if framed:
                     size += req.ByteSize()
+            if not batch:
+                continue  # every caller gave up while the stream was opening
             ids = [b[0] for b in batch]
             self._on_stream[call].update(ids)  # before the write: the stream's end fails them
             budget = max(b[2] for b in batch) / 1000
