@@ -150,7 +150,8 @@ class Agent:
     async def _prepare(self, task: history_pb2.LeasedTask) -> Sandbox:
         deployment = await self._deployments.active(task.app_id)
         bundle_dir = await self._bundles.ensure(deployment.digest)
-        return await self._pool.acquire(task.app_id, deployment.digest, deployment.module, bundle_dir)
+        return await self._pool.acquire(task.app_id, deployment.digest, deployment.module, bundle_dir,
+                                        task.task_type)
 
     async def _prepare_held(self, lease: Lease) -> Sandbox:
         """_prepare, waiting out a control-plane outage while the lease is held.
@@ -197,6 +198,10 @@ class Agent:
         if end.done is None and end.protocol_error is None and sandbox.killed_for:
             completion = outcomes.killed_beside(task, sandbox.killed_for)
         else:
+            if end.done is None and end.protocol_error is None:
+                # The process died on its own with this task in it: its type runs alone for a
+                # while, so its next crash is its own (every task the process ran reports here).
+                self._pool.crashed(task.app_id, [task.task_type])
             completion = outcomes.from_end(task, end, sandbox.log_tail() if end.done is None else "")
         if lease.checkpoint_unacked:
             completion.checkpoint_json = lease.checkpoint

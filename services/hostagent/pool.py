@@ -10,6 +10,15 @@ tasks arriving while it starts wait for it instead of starting their own
 of a superseded version are stopped once idle. A sandbox running a task that
 must be stopped is retired (`retire`): no new task, killed once the tasks
 still worth running in it have ended.
+
+A sandbox that crashes fails every task it was running, whatever its type,
+so one type that kills its process would make the other types' attempts
+crash with it (and trip their circuit breakers; their probes, placed beside
+the culprit's probes, would crash too, and the breakers never close: found
+by the fault harness, kill_gateway). So the types of a crashed sandbox's
+tasks are *suspect* for SUSPECT_S after the crash (renewed by each new
+crash), and a suspect type's task runs alone, in a sandbox of its own: its
+crash is then its own, and no other task dies with it.
 """
 
 from __future__ import annotations
@@ -18,20 +27,25 @@ import asyncio
 import logging
 import math
 import pathlib
+import time
 
 from ratchet.services.hostagent.sandboxes import Sandbox, SandboxDirs
 
 log = logging.getLogger(__name__)
 
 Key = tuple[str, str]  # (app_id, digest)
+# How long the task types of a crashed sandbox run alone, one task per sandbox.
+SUSPECT_S = 30.0
 
 
 class SandboxPool:
     """Live sandboxes; about capacity / concurrency of them are kept (idle ones make room)."""
 
     def __init__(self, *, dirs: SandboxDirs, python: str, capacity: int, start_timeout_s: float,
-                 concurrency: int = 1):
+                 concurrency: int = 1, clock=None):
         self._dirs, self._python = dirs, python
+        self._clock = clock or time.monotonic
+        self._suspect: dict[tuple[str, str], float] = {}  # (app_id, task_type) -> runs alone until
         self._concurrency = max(1, concurrency)
         self._max_live = max(1, math.ceil(capacity / self._concurrency))
         self._start_timeout_s = start_timeout_s
@@ -45,14 +59,36 @@ class SandboxPool:
         """Every sandbox process still alive (busy, idle or stopping)."""
         return [s for s in self._all.values() if s.alive]
 
-    async def acquire(self, app_id: str, digest: str, module: str, bundle_dir: pathlib.Path) -> Sandbox:
+    def crashed(self, app_id: str, task_types) -> None:
+        """A sandbox running tasks of these types died on its own: run them alone for a while."""
+        until = self._clock() + SUSPECT_S
+        for task_type in task_types:
+            if (app_id, task_type) not in self._suspect or self._suspect[app_id, task_type] < until:
+                log.info("task type %s of app %s runs one task per sandbox for %.0f s (a sandbox running it "
+                         "crashed)", task_type, app_id, SUSPECT_S)
+            self._suspect[app_id, task_type] = until
+
+    def alone(self, app_id: str, task_type: str) -> bool:
+        """Whether a task of this type runs in a sandbox of its own (its type is suspect)."""
+        until = self._suspect.get((app_id, task_type))
+        if until is None:
+            return False
+        if until <= self._clock():
+            del self._suspect[app_id, task_type]
+            return False
+        return True
+
+    async def acquire(self, app_id: str, digest: str, module: str, bundle_dir: pathlib.Path,
+                      task_type: str = "") -> Sandbox:
         """A ready sandbox of this app version with room for one more task, reserved for the
         caller (give it back with release): the least loaded one, one being started, or a new
-        one (SandboxStartFailed if it won't start)."""
+        one (SandboxStartFailed if it won't start). A task of a suspect type gets a sandbox
+        that runs one task at a time, and no sandbox that runs several."""
         self.note_active(app_id, digest)
-        sandbox = self._with_room(app_id, digest)
+        single = self._concurrency > 1 and self.alone(app_id, task_type)
+        sandbox = self._with_room(app_id, digest, single)
         if sandbox is None:
-            sandbox = self._start(app_id, digest, module, bundle_dir)
+            sandbox = self._start(app_id, digest, module, bundle_dir, 1 if single else self._concurrency)
         sandbox.load += 1
         starting = self._starting.get(sandbox.sandbox_id)
         if starting is not None:
@@ -63,21 +99,24 @@ class SandboxPool:
                 raise
         return sandbox
 
-    def _with_room(self, app_id: str, digest: str) -> Sandbox | None:
+    def _with_room(self, app_id: str, digest: str, single: bool = False) -> Sandbox | None:
         best = None
         for sandbox in self._live.values():
             if (sandbox.app_id, sandbox.digest) != (app_id, digest) or sandbox.load >= sandbox.concurrency:
                 continue
+            if single != (sandbox.concurrency == 1 < self._concurrency):
+                continue  # a suspect type's task only in a one-task sandbox, other tasks never there
             if not (sandbox.alive or sandbox.sandbox_id in self._starting):
                 continue
             if best is None or sandbox.load < best.load:
                 best = sandbox
         return best
 
-    def _start(self, app_id: str, digest: str, module: str, bundle_dir: pathlib.Path) -> Sandbox:
+    def _start(self, app_id: str, digest: str, module: str, bundle_dir: pathlib.Path,
+               concurrency: int) -> Sandbox:
         self._make_room()
         sandbox = Sandbox(app_id=app_id, digest=digest, module=module, bundle_dir=bundle_dir, dirs=self._dirs,
-                          concurrency=self._concurrency)
+                          concurrency=concurrency)
         self._live[sandbox.sandbox_id] = sandbox
         self._all[sandbox.sandbox_id] = sandbox
         started = asyncio.ensure_future(self._run_start(sandbox))

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import pathlib
 import signal
 
 import pytest
@@ -83,3 +84,49 @@ async def test_list_sandboxes_names_every_task_in_flight(shared_agent, fakes):
             hostagent_pb2.ListSandboxesRequest(), timeout=5)
     running = {s.task_id: s.sandbox_id for s in listing.sandboxes if s.task_id}
     assert set(running) == {t.task_id for t in tasks} and len(set(running.values())) == 1
+
+
+async def test_after_a_crash_its_task_types_run_one_per_sandbox(shared_agent, fakes):
+    """A crash takes every attempt in the process, whatever its type: so the types that were in
+    it run alone for a while (pool.SUSPECT_S), and the next crash of a culprit kills only itself
+    (a shared crash once kept an innocent type's circuit breaker open: fault harness, kill_gateway)."""
+    _, dispatcher, _ = fakes
+    crashed = [dispatcher.enqueue("sleepy", "30") for _ in range(3)]
+    await until(lambda: all(sandbox_of(shared_agent, t.task_id) for t in crashed), what="running")
+    (box,) = {sandbox_of(shared_agent, t.task_id) for t in crashed}
+    os.kill(box.pid, signal.SIGKILL)
+    for t in crashed:
+        await dispatcher.completion_for(t.task_id, timeout=5)
+    assert shared_agent.pool.alone(box.app_id, "sleepy") and not shared_agent.pool.alone(box.app_id, "echo")
+    alone = [dispatcher.enqueue("sleepy", "1") for _ in range(2)]
+    await until(lambda: all(sandbox_of(shared_agent, t.task_id) for t in alone), what="suspects running")
+    boxes = [sandbox_of(shared_agent, t.task_id) for t in alone]
+    assert boxes[0] is not boxes[1] and all(b.concurrency == 1 for b in boxes)
+    # A task of another type never lands beside them.
+    other = dispatcher.enqueue("echo")
+    c = await dispatcher.completion_for(other.task_id, timeout=10)
+    assert json.loads(c.result_json)["pid"] not in {b.pid for b in boxes}
+    for t in alone:
+        c = await dispatcher.completion_for(t.task_id, timeout=10)
+        assert OUTCOME.Name(c.outcome) == "COMPLETION_OUTCOME_SUCCEEDED"
+
+
+async def test_suspicion_ends(fakes, work_dir):
+    """Once SUSPECT_S has passed without a crash, the type shares sandboxes again."""
+    from ratchet.services.hostagent.pool import SUSPECT_S, SandboxPool
+    from ratchet.services.hostagent.sandboxes import SandboxDirs
+    now = [100.0]
+    pool = SandboxPool(dirs=SandboxDirs.under(pathlib.Path(work_dir)), python="python3", capacity=6, start_timeout_s=5,
+                       concurrency=3, clock=lambda: now[0])
+    pool.crashed("app", ["t"])
+    assert pool.alone("app", "t") and not pool.alone("app", "u") and not pool.alone("other", "t")
+    now[0] += SUSPECT_S - 1
+    pool.crashed("app", ["t"])  # a new crash renews it
+    now[0] += SUSPECT_S - 1
+    assert pool.alone("app", "t")
+    now[0] += 2
+    assert not pool.alone("app", "t")
+    one = SandboxPool(dirs=SandboxDirs.under(pathlib.Path(work_dir)), python="python3", capacity=6, start_timeout_s=5,
+                      concurrency=1, clock=lambda: now[0])
+    one.crashed("app", ["t"])
+    assert one.alone("app", "t")  # (with one task per sandbox anyway, placement is unchanged)
