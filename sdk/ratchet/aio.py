@@ -55,8 +55,11 @@ class AsyncClient:
         self.timeout = timeout
         self.max_retries = max_retries
         self._metadata = (("authorization", f"Bearer {api_key}"),)
-        self._channel = aio_channel(self.endpoint)
-        self._tasks = tasks_pb2_grpc.TaskServiceStub(self._channel)
+        # The channel is made on first use, inside the event loop that uses it (a grpc.aio
+        # channel belongs to the loop it was made in; a client built at import time would
+        # otherwise be tied to no loop, or to the wrong one).
+        self._channel = None
+        self._stub: tasks_pb2_grpc.TaskServiceStub | None = None
         self._stream = CallStream(
             lambda metadata: self._tasks.EnqueueTaskStream(metadata=self._metadata + metadata),
             _wrap, _answers, self._enqueue_unary, peer="gateway", method="EnqueueTask", enabled=stream)
@@ -68,10 +71,19 @@ class AsyncClient:
     async def __aexit__(self, *exc: Any) -> None:
         await self.close()
 
+    @property
+    def _tasks(self) -> tasks_pb2_grpc.TaskServiceStub:
+        if self._stub is None:
+            self._channel = aio_channel(self.endpoint)
+            self._stub = tasks_pb2_grpc.TaskServiceStub(self._channel)
+        return self._stub
+
     async def close(self) -> None:
         """End the enqueue stream and the channel; calls still waiting fail Unavailable."""
         await self._stream.close()
-        await self._channel.close()
+        if self._channel is not None:
+            await self._channel.close()
+            self._channel, self._stub = None, None
 
     async def enqueue(self, task_type: str, payload: Any = None, *, queue: str | None = None,
                       delay: Any = None, run_at: Any = None, idempotency_key: str | None = None,

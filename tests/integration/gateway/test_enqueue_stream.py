@@ -146,3 +146,20 @@ async def test_a_gateway_stopping_ends_the_stream_cleanly_and_the_client_carries
             assert second != first and client._stream.opened == 2
         finally:
             await gw.stop(grace=0)
+
+
+async def test_a_client_built_outside_any_event_loop_works_inside_one(env):
+    """Built in a thread with no running loop (as at import time), used from asyncio.run in
+    that thread: the channel is made in the loop that uses it. (This test's own loop keeps
+    serving the in-process gateway meanwhile.)"""
+    def build_and_use() -> str:
+        client = AsyncClient(_endpoint(env), env.api_key)
+
+        async def use() -> str:
+            try:
+                return await client.enqueue("send", idempotency_key="built-outside-a-loop")
+            finally:
+                await client.close()
+        return asyncio.run(use())
+
+    assert await asyncio.wait_for(asyncio.to_thread(build_and_use), 30)
