@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import asyncio
 import random
-import time
 from typing import Any, Awaitable, Callable
 
 import grpc
@@ -32,7 +31,7 @@ from ratchet._transport import TRANSIENT, DeadlineExceeded, RatchetError, Unavai
     error_from_status, status_code
 from ratchet._wire import task_info
 from ratchet.api.tasks.v1 import tasks_pb2, tasks_pb2_grpc
-from ratchet.client import batch_requests, enqueue_request
+from ratchet.client import Poll, batch_requests, enqueue_request
 from ratchet.libs.rpc.callstream import CallStream, StreamBroken
 from ratchet.libs.rpc.client import aio_channel
 from ratchet.models import TaskInfo
@@ -117,23 +116,17 @@ class AsyncClient:
 
     async def wait(self, task_id: str, timeout: float = 60.0, *, max_interval: float = 1.0) -> TaskInfo:
         """Poll until the task is terminal; raises TimeoutError after timeout seconds."""
-        deadline = time.monotonic() + timeout
-        interval = 0.05
+        poll = Poll(task_id, timeout, max_interval)
         while True:
             try:
                 info = await self.get(task_id)
             except (Unavailable, DeadlineExceeded):
-                if time.monotonic() >= deadline:
+                if poll.out_of_time():
                     raise
                 info = None
             if info is not None and info.terminal:
                 return info
-            left = deadline - time.monotonic()
-            if left <= 0:
-                state = info.state if info is not None else "unknown (platform unavailable)"
-                raise TimeoutError(f"task {task_id} is still {state} after {timeout:g}s")
-            await self.sleep(min(interval, left))
-            interval = min(interval * 1.5, max_interval)
+            await self.sleep(poll.pause(info))
 
     # -- transport -----------------------------------------------------------------
     async def _enqueue_once(self, req: tasks_pb2.EnqueueTaskRequest) -> tasks_pb2.EnqueueTaskResponse:

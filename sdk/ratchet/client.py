@@ -134,25 +134,17 @@ class Client(TaskSearchCalls, ScheduleCalls):
 
     def wait(self, task_id: str, timeout: float = 60.0, *, max_interval: float = 1.0) -> TaskInfo:
         """Poll until the task is terminal; raises TimeoutError after timeout seconds."""
-        deadline = time.monotonic() + timeout
-        interval = 0.05
+        poll = Poll(task_id, timeout, max_interval)
         while True:
             try:
                 info = self.get(task_id)
             except (Unavailable, DeadlineExceeded):
-                # A wait outlives a restarting shard or gateway: keep polling
-                # until our own deadline, then report the last error.
-                if time.monotonic() >= deadline:
+                if poll.out_of_time():
                     raise
                 info = None
             if info is not None and info.terminal:
                 return info
-            left = deadline - time.monotonic()
-            if left <= 0:
-                state = info.state if info is not None else "unknown (platform unavailable)"
-                raise TimeoutError(f"task {task_id} is still {state} after {timeout:g}s")
-            time.sleep(min(interval, left))
-            interval = min(interval * 1.5, max_interval)
+            time.sleep(poll.pause(info))
 
     def create_deployment(self, app: str, bundle: bytes, digest: str, module: str,
                           handlers: list[apps_pb2.Handler]) -> apps_pb2.Deployment:
@@ -160,6 +152,30 @@ class Client(TaskSearchCalls, ScheduleCalls):
         req = apps_pb2.CreateDeploymentRequest(app=app, bundle=bundle, digest=digest, module=module,
                                                handlers=handlers)
         return self._t.call(self._apps.CreateDeployment, req).deployment
+
+class Poll:
+    """The bookkeeping of a wait for a terminal state (Client.wait, AsyncClient.wait): reads
+    50 ms apart growing to max_interval, within the caller's timeout. A wait outlives a
+    restarting shard or gateway: failed reads go on until the deadline, then the last error."""
+
+    def __init__(self, task_id: str, timeout: float, max_interval: float):
+        self.task_id, self.timeout, self.max_interval = task_id, timeout, max_interval
+        self.deadline = time.monotonic() + timeout
+        self.interval = 0.05
+
+    def out_of_time(self) -> bool:
+        return time.monotonic() >= self.deadline
+
+    def pause(self, info: TaskInfo | None) -> float:
+        """Seconds to wait before the next read; TimeoutError once the time is up."""
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            state = info.state if info is not None else "unknown (platform unavailable)"
+            raise TimeoutError(f"task {self.task_id} is still {state} after {self.timeout:g}s")
+        pause = min(self.interval, left)
+        self.interval = min(self.interval * 1.5, self.max_interval)
+        return pause
+
 
 def enqueue_request(task_type: str, payload: Any = None, *, queue: str | None = None,
                     delay: Any = None, run_at: Any = None, idempotency_key: str | None = None,

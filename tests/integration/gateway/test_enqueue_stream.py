@@ -163,3 +163,17 @@ async def test_a_client_built_outside_any_event_loop_works_inside_one(env):
         return asyncio.run(use())
 
     assert await asyncio.wait_for(asyncio.to_thread(build_and_use), 30)
+
+
+async def test_get_cancel_and_wait(env):
+    from ratchet.client import NotFound
+    from ratchet.libs.shardmap import new_task_id
+    async with AsyncClient(_endpoint(env), env.api_key) as client:
+        task_id = await client.enqueue("send", {"n": 1})
+        info = await client.get(task_id)
+        assert info.task_id == task_id and info.state == "ENQUEUED"
+        with pytest.raises(TimeoutError, match=f"task {task_id} is still ENQUEUED after 0.3s"):
+            await client.wait(task_id, timeout=0.3, max_interval=0.05)
+        assert await client.cancel(task_id) == "CANCELED"
+        with pytest.raises(NotFound):
+            await client.get(new_task_id())
