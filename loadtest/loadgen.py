@@ -106,8 +106,10 @@ def _code(e: BaseException) -> str:
 
 
 async def closed_loop(gw: Gateway, producers: int, seconds: float, *, keyed: bool = True,
-                      max_tasks: int = 1_000_000) -> LoadResult:
-    """`producers` concurrent callers, each sending the next enqueue when the last is acked."""
+                      max_tasks: int = 1_000_000, request=None) -> LoadResult:
+    """`producers` concurrent callers, each sending the next enqueue when the last is acked
+    (request(n) builds task n's request; default gw.request, the SDK's shape)."""
+    make = request or (lambda n: gw.request(n, keyed))
     res = LoadResult()
     deadline = time.monotonic() + seconds
     counter = iter(range(max_tasks))
@@ -120,7 +122,7 @@ async def closed_loop(gw: Gateway, producers: int, seconds: float, *, keyed: boo
             t = time.perf_counter()
             res.calls += 1
             try:
-                res.task_ids.append(await gw.enqueue(gw.request(n, keyed)))
+                res.task_ids.append(await gw.enqueue(make(n)))
                 res.latency_ms.append((time.perf_counter() - t) * 1000)
                 res.acked += 1
             except (grpc.aio.AioRpcError, RatchetError, asyncio.TimeoutError) as e:

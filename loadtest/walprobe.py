@@ -6,7 +6,8 @@ measures the physical reference (pgbench PHYS_job, 8 clients) and then the
 real platform as the bench runs it (LocalPlatform, 4 shards, the no-op app):
 
   enqueue_keyed   N single enqueues over gRPC, 8 producers, each with an
-                  idempotency key (as every SDK enqueue carries one)
+                  idempotency key (a caller's key; the SDK's own enqueues carry a
+                  task id it mints instead since session 4, which writes no key row)
   enqueue_batch   N unkeyed tasks in calls of 100
   drain           the host agent started on the 2N tasks, until none is left
 
@@ -222,7 +223,8 @@ class Probe:
                 cold = rnd == "cold"
 
                 async def keyed() -> int:
-                    res = await loadgen.closed_loop(gw, self.args.producers, 600.0, keyed=True, max_tasks=n)
+                    res = await loadgen.closed_loop(gw, self.args.producers, 600.0, max_tasks=n,
+                                                    request=loadgen.Gateway.keyed_request)
                     _check(res, n, "keyed enqueue")
                     return res.acked
 
