@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import dataclasses
+import gzip
 import hashlib
 import io
 import tarfile
@@ -30,9 +31,11 @@ SHARDS = [0, 1, 2, 3]
 
 
 def make_bundle(files: dict[str, bytes] | None = None) -> tuple[bytes, str]:
-    """A deterministic gzip tar and its digest."""
+    """A deterministic gzip tar and its digest (the gzip header's mtime too: tarfile's "w:gz"
+    stamps the current second there, so two bundles of the same files made a second apart
+    differed, and a redeploy test saw a new digest now and then)."""
     buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+    with gzip.GzipFile(fileobj=buf, mode="wb", mtime=0) as gz, tarfile.open(fileobj=gz, mode="w") as tar:
         for name, data in sorted((files or {"app.py": b"# handlers\n"}).items()):
             info = tarfile.TarInfo(name)
             info.size, info.mtime = len(data), 0
