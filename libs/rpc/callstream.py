@@ -7,9 +7,11 @@ calls as messages on a long-lived stream: the gateway's CreateTasks to history
 (CreateTasksStream) and the SDK's enqueues to the gateway (EnqueueTaskStream).
 Both follow one contract, implemented here once for both sides:
 
-* A request message is `{call_id, request, timeout_ms}`: the call_id is the
-  caller's, unique among its calls in flight on the stream; timeout_ms bounds
-  the call from when it was sent (0: no limit but the stream's).
+* A call is `{call_id, request, timeout_ms}`: the call_id is the caller's,
+  unique among its calls in flight on the stream; timeout_ms bounds the call
+  from when it was sent (0: no limit but the stream's). With framing version
+  2 a message may carry several calls, and an answer message several answers
+  (the calls that gathered during the previous write; see CallStream).
 * The server sends a header (`ratchet-call-stream`) before anything else, so
   a caller tells a server without the RPC (UNIMPLEMENTED, an older version)
   apart before it writes a call, and falls back to unary calls.
@@ -156,6 +158,8 @@ def _version(value) -> int:
 def peer_version(metadata) -> int:
     """The framing version a caller opened the stream with (1 if it did not say)."""
     return _version(next((v for k, v in (metadata or ()) if k == STREAM_HEADER), None))
+
+
 # After UNIMPLEMENTED, how long unary calls are used before the stream is tried again.
 RETRY_STREAM_AFTER_S = 30.0
 

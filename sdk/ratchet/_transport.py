@@ -84,7 +84,7 @@ def error_from_rpc(err: grpc.RpcError) -> RatchetError:
     """The typed exception for a failed call; the one place codes are mapped."""
     code = err.code() if hasattr(err, "code") else grpc.StatusCode.UNKNOWN
     message = (err.details() if hasattr(err, "details") else None) or code.name.lower()
-    original = _original_task_id(err, message) if _ERRORS.get(code) is Conflict else None
+    original = _trailer_task_id(err) if _ERRORS.get(code) is Conflict else None
     return error_from_status(code, message, original)
 
 
@@ -93,6 +93,7 @@ def error_from_status(code: grpc.StatusCode, message: str, original_task_id: str
     cls = _ERRORS.get(code, RatchetError)
     if cls is Conflict:
         if original_task_id is None:
+            # Servers that do not name it in a field still quote it in the message.
             m = _UUID.search(message)
             original_task_id = m.group(0).lower() if m else None
         return Conflict(message, code.name, task_id=original_task_id)
@@ -112,17 +113,15 @@ def invalid(message: str) -> InvalidArgument:
     return InvalidArgument(message, "INVALID_ARGUMENT")
 
 
-def _original_task_id(err: grpc.RpcError, message: str) -> str | None:
-    # The gateway names the original task in trailing metadata; fall back to
-    # the id quoted in the message so older servers still give it.
+def _trailer_task_id(err: grpc.RpcError) -> str | None:
+    """The original task the gateway names in trailing metadata, if it does."""
     try:
         for key, value in err.trailing_metadata() or ():
             if key.endswith("task-id") and isinstance(value, str):
                 return value
     except Exception:  # noqa: BLE001 - a fake or cancelled call may have no trailers
         pass
-    m = _UUID.search(message)
-    return m.group(0).lower() if m else None
+    return None
 
 
 class _Transport:

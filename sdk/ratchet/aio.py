@@ -6,15 +6,15 @@
 
 Enqueues travel as messages on one long-lived stream to the gateway
 (`TaskService.EnqueueTaskStream`, libs/rpc/callstream): each call is answered
-with exactly what `EnqueueTask` would have answered, and costs the gateway and
-this process about a third of a unary call's CPU; calls made while the
+with exactly what `EnqueueTask` would have answered; calls made while the
 previous message was being written share the next one, so many coroutines
-enqueue at once on one connection for a fraction of a call's cost each. Against a gateway without the
-stream (an older version) the client falls back to unary calls by itself.
+enqueue at once on one connection for a fraction of a unary call's cost each.
+Against a gateway without the stream (an older version) the client falls
+back to unary calls by itself.
 
-As with `Client`, every enqueue carries an idempotency key (minted when the
-caller gives none) that is resent unchanged on the client's own retries of
-ambiguous failures (UNAVAILABLE, DEADLINE_EXCEEDED, a stream that ended before
+As with `Client`, every enqueue carries the caller's idempotency key or a task
+id minted here, resent unchanged on the client's own retries of ambiguous
+failures (UNAVAILABLE, DEADLINE_EXCEEDED, a stream that ended before
 answering), so a lost acknowledgement never creates a second task. Errors are
 the same typed exceptions `Client` raises.
 """
@@ -93,8 +93,8 @@ class AsyncClient:
         return (await self.send_enqueue(req)).task_id
 
     async def send_enqueue(self, req: tasks_pb2.EnqueueTaskRequest) -> tasks_pb2.EnqueueTaskResponse:
-        """Send a prepared EnqueueTaskRequest (it should carry an idempotency_key: it is resent
-        unchanged on retries); returns the response, with `deduplicated`."""
+        """Send a prepared EnqueueTaskRequest (it should carry an idempotency_key or a task_id:
+        it is resent unchanged on retries); returns the response, with `deduplicated`."""
         return await self._retrying(lambda: self._enqueue_once(req))
 
     async def enqueue_batch(self, tasks: list[dict]) -> list[str]:
@@ -155,7 +155,7 @@ class AsyncClient:
 
     async def _retrying(self, once: Callable[[], Awaitable[Any]]) -> Any:
         """once(), retried on the transient failures with capped, jittered backoff; the
-        request is resent unchanged, so an enqueue keeps its idempotency key."""
+        request is resent unchanged, so an enqueue keeps its key or task id."""
         delay = 0.1
         for attempt in range(self.max_retries + 1):
             try:

@@ -15,9 +15,9 @@ client mints per logical call, and every bulk or create call a request id
 transport retries (UNAVAILABLE, DEADLINE_EXCEEDED), so a lost acknowledgement
 never creates a second task, operation or schedule (design follow-up Q1). A
 minted task id dedupes on the task's own primary key; a key also detects a
-different request reusing it and costs a key row for 24 h. Server errors surface as typed
-exceptions (`NotFound`, `InvalidArgument`, `Conflict`...) carrying the
-server's message. Conversions live in ratchet._wire, records in ratchet.models.
+different request reusing it and costs a key row for 24 h. Server errors
+surface as typed exceptions (`NotFound`, `InvalidArgument`, `Conflict`...)
+carrying the server's message. Conversions live in ratchet._wire, records in ratchet.models.
 """
 
 from __future__ import annotations

@@ -53,14 +53,13 @@ def _unary(fn: handlers.Handler, rpc_timeout_s: float):
 
 
 def _error_of(exc: BaseException, method: str) -> errors.GatewayError:
-    """A call's failure on a call stream, as the unary RPC would have failed."""
+    """A call's failure on a call stream, as the unary RPC would have failed. handlers.invoke
+    already turned any other exception into Internal; what else arrives here is the stream's
+    own per-call timeout."""
     if isinstance(exc, errors.GatewayError):
         return exc
-    if isinstance(exc, (asyncio.TimeoutError, TimeoutError)):
-        return errors.DeadlineExceeded(f"{method} did not finish within the call's timeout; it may or may "
-                                       f"not have taken effect: retry it with the same idempotency_key")
-    log.error("unexpected error in %s", method, exc_info=exc)
-    return errors.Internal(f"internal error ({type(exc).__name__}); it has been logged")
+    return errors.DeadlineExceeded(f"{method} did not finish within the call's timeout; it may or may not "
+                                   f"have taken effect: retry it with the same idempotency_key or task_id")
 
 
 def _call_stream(fn: handlers.Handler, m: _descriptor.MethodDescriptor, unary: str, rpc_timeout_s: float,
@@ -91,7 +90,8 @@ def _call_stream(fn: handlers.Handler, m: _descriptor.MethodDescriptor, unary: s
         # Headers first: a caller waits for them before it writes a call on the stream.
         await context.send_initial_metadata(((callstream.STREAM_HEADER, str(callstream.PROTOCOL)),))
         async for reply in callstream.serve(
-                request_iterator, lambda call: fn(call.request, handlers.Call(metadata, timeout_of(call))),
+                request_iterator,
+                lambda call: handlers.invoke(fn, call.request, handlers.Call(metadata, timeout_of(call))),
                 answer, timeout_of, unary, stopping, _error_of, calls_of=lambda msg: msg.calls,
                 frame=lambda answers: response_cls(answers=answers)):
             yield reply

@@ -201,7 +201,7 @@ class Agent:
             if end.done is None and end.protocol_error is None:
                 # The process died on its own with this task in it: its type runs alone for a
                 # while, so its next crash is its own (every task the process ran reports here).
-                self._pool.crashed(task.app_id, [task.task_type])
+                self._pool.crashed(task.app_id, task.task_type)
             completion = outcomes.from_end(task, end, sandbox.log_tail() if end.done is None else "")
         if lease.checkpoint_unacked:
             completion.checkpoint_json = lease.checkpoint

@@ -59,14 +59,13 @@ class SandboxPool:
         """Every sandbox process still alive (busy, idle or stopping)."""
         return [s for s in self._all.values() if s.alive]
 
-    def crashed(self, app_id: str, task_types) -> None:
-        """A sandbox running tasks of these types died on its own: run them alone for a while."""
-        until = self._clock() + SUSPECT_S
-        for task_type in task_types:
-            if (app_id, task_type) not in self._suspect or self._suspect[app_id, task_type] < until:
-                log.info("task type %s of app %s runs one task per sandbox for %.0f s (a sandbox running it "
-                         "crashed)", task_type, app_id, SUSPECT_S)
-            self._suspect[app_id, task_type] = until
+    def crashed(self, app_id: str, task_type: str) -> None:
+        """A sandbox died on its own with a task of this type in it: run the type alone for a
+        while (each task the process ran reports its own type)."""
+        if not self.alone(app_id, task_type):
+            log.info("task type %s of app %s runs one task per sandbox for %.0f s (a sandbox running it "
+                     "crashed)", task_type, app_id, SUSPECT_S)
+        self._suspect[app_id, task_type] = self._clock() + SUSPECT_S
 
     def alone(self, app_id: str, task_type: str) -> bool:
         """Whether a task of this type runs in a sandbox of its own (its type is suspect)."""
@@ -104,7 +103,8 @@ class SandboxPool:
         for sandbox in self._live.values():
             if (sandbox.app_id, sandbox.digest) != (app_id, digest) or sandbox.load >= sandbox.concurrency:
                 continue
-            if single != (sandbox.concurrency == 1 < self._concurrency):
+            solo = sandbox.concurrency == 1 and self._concurrency > 1  # started for a suspect type
+            if single != solo:
                 continue  # a suspect type's task only in a one-task sandbox, other tasks never there
             if not (sandbox.alive or sandbox.sandbox_id in self._starting):
                 continue

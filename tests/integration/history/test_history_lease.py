@@ -114,3 +114,35 @@ async def test_bad_lease_requests_are_refused(hist):
         with pytest.raises(grpc.aio.AioRpcError) as e:
             await hist.lease(unique("app"), **kw)
         assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT and needle in e.value.details()
+
+
+async def test_ready_tenants_probe_reads_the_dispatch_index_not_the_table(make_hist):
+    """The "has due work" probe of task_ready_tenants, as the generic plan a pooled connection
+    ends up with: with finished tasks in front of the ready ones it must read the dispatch
+    index in run_at order. (As an EXISTS it was a sequential scan of `tasks` from the start,
+    1.6 ms per lease call in a 20k drain and growing; docs/benchmarks/findings.md.)"""
+    import asyncpg
+    from ratchet.services.history.store import QUERIES
+    h = await make_hist(check_logs=False)  # the rows are written directly, without transition logs
+    conn = await asyncpg.connect(next(iter(h.dsns.values())))
+    try:
+        # A drain's picture: statistics taken while everything was ready, then the tasks at the
+        # start of the table leased and finished (autovacuum has not analyzed since).
+        await conn.execute("""
+            INSERT INTO tasks (task_id, tenant_id, app_id, queue, task_type, max_attempts, payload,
+                               retry_policy, timeouts, created_at, state, run_at, updated_at)
+            SELECT gen_random_uuid(), 'tenant-plan', 'app', 'default', 'noop', 3, '\\x6e756c6c'::bytea,
+                   '{}', '{}', now(), 'ENQUEUED', now() - interval '1 hour' + g * interval '1 ms', now()
+              FROM generate_series(1, 3100) g""")
+        await conn.execute("ANALYZE tasks")
+        await conn.execute("""
+            UPDATE tasks SET state = 'SUCCEEDED', finished_at = now()
+             WHERE task_id IN (SELECT task_id FROM tasks ORDER BY run_at LIMIT 3000)""")
+        await conn.execute("SET plan_cache_mode = force_generic_plan")
+        params = "'', NULL, '{}'::text[], 10, '{}'::text[], '{}'::text[], '{}'::text[]"
+        await conn.execute(f"PREPARE ready AS {QUERIES['task_ready_tenants']}")
+        plan = "\n".join(r[0] for r in await conn.fetch(f"EXPLAIN EXECUTE ready({params})"))
+        assert "Seq Scan on tasks r" not in plan and "tasks_dispatch on tasks r" in plan, plan
+        assert [r[0] for r in await conn.fetch(f"EXECUTE ready({params})")] == ["tenant-plan"]
+    finally:
+        await conn.close()

@@ -118,15 +118,15 @@ async def test_suspicion_ends(fakes, work_dir):
     now = [100.0]
     pool = SandboxPool(dirs=SandboxDirs.under(pathlib.Path(work_dir)), python="python3", capacity=6, start_timeout_s=5,
                        concurrency=3, clock=lambda: now[0])
-    pool.crashed("app", ["t"])
+    pool.crashed("app", "t")
     assert pool.alone("app", "t") and not pool.alone("app", "u") and not pool.alone("other", "t")
     now[0] += SUSPECT_S - 1
-    pool.crashed("app", ["t"])  # a new crash renews it
+    pool.crashed("app", "t")  # a new crash renews it
     now[0] += SUSPECT_S - 1
     assert pool.alone("app", "t")
     now[0] += 2
     assert not pool.alone("app", "t")
     one = SandboxPool(dirs=SandboxDirs.under(pathlib.Path(work_dir)), python="python3", capacity=6, start_timeout_s=5,
                       concurrency=1, clock=lambda: now[0])
-    one.crashed("app", ["t"])
+    one.crashed("app", "t")
     assert one.alone("app", "t")  # (with one task per sandbox anyway, placement is unchanged)
