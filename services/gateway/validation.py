@@ -47,23 +47,59 @@ class ValidTask:
     task_id: str = ""  # minted by the caller (canonical form), or "" for the gateway to mint
 
 
-def value_to_python(v: struct_pb2.Value, where: str = "payload"):
-    """A Value as plain JSON data; integral numbers become ints (so 1.0 prints as 1)."""
+_encode_str = json.encoder.encode_basestring  # what json.dumps(ensure_ascii=False) quotes strings with
+
+
+class _NonFinite(Exception):
+    """NaN or Infinity in a payload; path collects where, on the way out."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.path: list[str] = []
+
+
+def payload_json(v: struct_pb2.Value, where: str = "payload") -> str:
+    """The stored payload: the Value as compact JSON with sorted keys, integral numbers as
+    ints, unicode unescaped; canonical_json of the Value's plain data, rendered straight from
+    the Value (half the cost of building the data and dumping it, per enqueued task). A test
+    holds the two to the same bytes over generated payloads."""
+    try:
+        return _render(v)
+    except _NonFinite as e:
+        raise InvalidArgument(f"{where}{''.join(reversed(e.path))} holds NaN or Infinity, "
+                              f"which JSON cannot carry") from None
+
+
+def _render(v: struct_pb2.Value) -> str:
     kind = v.WhichOneof("kind")
-    if kind is None or kind == "null_value":
-        return None
+    if kind == "struct_value":
+        parts = []
+        for k, x in sorted(v.struct_value.fields.items()):
+            try:
+                parts.append(_encode_str(k) + ":" + _render(x))
+            except _NonFinite as e:
+                e.path.append(f".{k}")
+                raise
+        return "{" + ",".join(parts) + "}"
     if kind == "number_value":
         n = v.number_value
-        if math.isnan(n) or math.isinf(n):
-            raise InvalidArgument(f"{where} holds NaN or Infinity, which JSON cannot carry")
-        return int(n) if n.is_integer() and abs(n) < _SAFE_INT else n
+        if not math.isfinite(n):
+            raise _NonFinite()
+        return int.__repr__(int(n)) if n.is_integer() and abs(n) < _SAFE_INT else float.__repr__(n)
     if kind == "string_value":
-        return v.string_value
+        return _encode_str(v.string_value)
     if kind == "bool_value":
-        return v.bool_value
-    if kind == "struct_value":
-        return {k: value_to_python(x, f"{where}.{k}") for k, x in v.struct_value.fields.items()}
-    return [value_to_python(x, f"{where}[{i}]") for i, x in enumerate(v.list_value.values)]
+        return "true" if v.bool_value else "false"
+    if kind == "list_value":
+        parts = []
+        for i, x in enumerate(v.list_value.values):
+            try:
+                parts.append(_render(x))
+            except _NonFinite as e:
+                e.path.append(f"[{i}]")
+                raise
+        return "[" + ",".join(parts) + "]"
+    return "null"
 
 
 def canonical_json(data) -> bytes:
@@ -190,7 +226,7 @@ def validate_task(req: tasks_pb2.EnqueueTaskRequest, handlers: dict[str, apps_pb
         policy.check_retry(req.retry, f"{where}retry")
     if req.HasField("timeouts"):
         policy.check_timeouts(req.timeouts, f"{where}timeouts")
-    payload = canonical_json(value_to_python(req.payload, f"{where}payload")) if req.HasField("payload") else b"null"
+    payload = payload_json(req.payload, f"{where}payload").encode() if req.HasField("payload") else b"null"
     if len(payload) > max_payload_bytes:
         raise TooLarge(f"{where}payload is {len(payload)} bytes as compact JSON; the limit is {max_payload_bytes} "
                        f"bytes: store large data elsewhere and pass a reference")

@@ -56,7 +56,7 @@ def _payload(raw: bytes, where: str) -> bytes:
     if not raw:
         raise InvalidArgument(f"{where} is required (canonical JSON; use null for no payload)")
     try:
-        json.loads(raw)
+        json.loads(raw.decode())  # (str: no encoding sniffing)
     except (UnicodeDecodeError, json.JSONDecodeError):
         raise InvalidArgument(f"{where} must be JSON") from None
     return raw
@@ -123,8 +123,9 @@ _POLICIES_MAX = 4096
 
 
 def _policy(p: history_pb2.NewTask, w: str) -> _Policy:
-    key = (p.retry.SerializeToString(deterministic=True), p.timeouts.SerializeToString(deterministic=True),
-           tuple(p.non_retryable))
+    # (a cache key only: equal bytes are equal policies; the same policy serialized in another
+    # map order would only miss the cache)
+    key = (p.retry.SerializeToString(), p.timeouts.SerializeToString(), tuple(p.non_retryable))
     hit = _POLICIES.get(key)
     if hit is not None:
         return hit
@@ -162,7 +163,7 @@ def checkpoint(raw: bytes, where: str) -> bytes:
         raise InvalidArgument(f"{where} is {len(raw)} bytes; a checkpoint may be at most {MAX_CHECKPOINT_BYTES} "
                               "bytes (store a cursor, not the data)")
     try:
-        json.loads(raw)
+        json.loads(raw.decode())  # (str: no encoding sniffing)
     except (UnicodeDecodeError, json.JSONDecodeError):
         raise InvalidArgument(f"{where} must be JSON text") from None
     return raw

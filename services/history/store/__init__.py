@@ -95,7 +95,8 @@ class Store:
             if text is None:
                 text = dumped[id(obj)] = json.dumps(obj)
             return text
-        return [_uuids([r.task_id for r in rows]), [r.tenant_id for r in rows], [r.app_id for r in rows],
+        # (task ids as the canonical strings convert.new_task checked: asyncpg encodes them as uuid)
+        return [[r.task_id for r in rows], [r.tenant_id for r in rows], [r.app_id for r in rows],
                 [r.task_type for r in rows], [r.queue for r in rows], [r.payload for r in rows],
                 [r.delay_s for r in rows], [r.run_at for r in rows], [r.idempotency_key for r in rows],
                 [r.max_attempts for r in rows], [dumps(r.retry_policy) for r in rows],
