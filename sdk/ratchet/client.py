@@ -18,6 +18,10 @@ minted task id dedupes on the task's own primary key; a key also detects a
 different request reusing it and costs a key row for 24 h. Server errors
 surface as typed exceptions (`NotFound`, `InvalidArgument`, `Conflict`...)
 carrying the server's message. Conversions live in ratchet._wire, records in ratchet.models.
+
+Enqueues travel as calls on the gateway's enqueue stream from a thread of the
+client's own (ratchet._sync_stream), so threads that enqueue at once share
+messages; `stream=False` sends each as a unary EnqueueTask call.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ import grpc
 
 from ratchet._bulk import TaskSearchCalls
 from ratchet._schedules import ScheduleCalls
+from ratchet._sync_stream import StreamEnqueuer
 from ratchet._transport import (Conflict, DeadlineExceeded, InvalidArgument, NotFound, PayloadTooLarge,
                                 PermissionDenied, RatchetError, Unauthenticated, Unavailable, _Transport,
                                 error_from_rpc, invalid, new_idempotency_key, new_request_id)
@@ -65,8 +70,12 @@ class Client(TaskSearchCalls, ScheduleCalls):
     Circuit breakers: list_breakers, reset_breaker.
     """
 
-    def __init__(self, endpoint: str, api_key: str, *, timeout: float = 10.0, max_retries: int = 4):
+    def __init__(self, endpoint: str, api_key: str, *, timeout: float = 10.0, max_retries: int = 4,
+                 stream: bool = True):
         self._t = _Transport(endpoint, api_key, timeout, max_retries)
+        # Enqueues go as calls on the gateway's enqueue stream, from a thread of the client's own
+        # (ratchet._sync_stream); stream=False makes each a unary EnqueueTask call.
+        self._stream = StreamEnqueuer(self._t.endpoint, api_key, timeout, max_retries) if stream else None
         self._tasks = tasks_pb2_grpc.TaskServiceStub(self._t.channel)
         self._apps = apps_pb2_grpc.AppServiceStub(self._t.channel)
         self._schedules = schedules_pb2_grpc.ScheduleServiceStub(self._t.channel)
@@ -101,6 +110,8 @@ class Client(TaskSearchCalls, ScheduleCalls):
         self.close()
 
     def close(self) -> None:
+        if self._stream is not None:
+            self._stream.close()
         self._t.close()
 
     def enqueue(self, task_type: str, payload: Any = None, *, queue: str | None = None,
@@ -115,6 +126,8 @@ class Client(TaskSearchCalls, ScheduleCalls):
         """
         req = enqueue_request(task_type, payload, queue=queue, delay=delay, run_at=run_at,
                             idempotency_key=idempotency_key, retry=retry, timeouts=timeouts)
+        if self._stream is not None:
+            return self._stream.send(req).task_id
         return self._t.call(self._tasks.EnqueueTask, req).task_id
 
     def enqueue_batch(self, tasks: list[dict]) -> list[str]:

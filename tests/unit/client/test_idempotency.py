@@ -24,7 +24,9 @@ def server():
 
 @pytest.fixture
 def client(server):
-    c = Client(server.endpoint, "rk_test", timeout=5.0)
+    # The unary transport's retries (stream=False); the enqueue stream's are AsyncClient's
+    # (tests/integration/gateway), and the fallback to unary from the stream is tested below.
+    c = Client(server.endpoint, "rk_test", timeout=5.0, stream=False)
     c._t.sleep = lambda seconds: None  # backoff is tested separately; keep the test instant
     yield c
     c.close()
@@ -95,3 +97,14 @@ def test_backoff_grows_and_is_capped(server, client):
     client.enqueue("greet")
     assert len(slept) == 4
     assert all(0 < s <= 2.0 for s in slept) and slept[-1] > slept[0] / 2
+
+
+def test_the_default_client_falls_back_to_unary_calls_and_still_reuses_its_task_id(server):
+    """This fake serves no EnqueueTaskStream (an older gateway): the default client's
+    stream answers UNIMPLEMENTED and the enqueue goes as unary calls, retried with one id."""
+    server.tasks.fail_with = [U, U]
+    with Client(server.endpoint, "rk_test", timeout=5.0) as c:
+        task_id = c.enqueue("greet")
+        assert c._stream.stream.stream_calls == 0
+    ids = [r.task_id for r in server.tasks.requests]
+    assert len(ids) == 3 and set(ids) == {task_id}

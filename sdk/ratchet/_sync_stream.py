@@ -1,0 +1,119 @@
+"""Enqueues from synchronous code as calls on the enqueue stream.
+
+A unary EnqueueTask costs the caller ~0.4 ms and the gateway ~0.5 ms of CPU in
+gRPC alone; a call on the enqueue stream (`TaskService.EnqueueTaskStream`,
+libs/rpc/callstream) costs a fraction of that, and calls made at once share one
+message (docs/benchmarks/findings.md). The asyncio client has used the stream
+since it was written; this gives it to `Client`: one background thread per
+client, started on the first enqueue, runs an event loop with an `AsyncClient`,
+and `Client.enqueue` hands its request to that loop and blocks for the answer.
+Threads that enqueue at once (a threaded web server's request handlers) share
+messages exactly as coroutines do. Answers, errors, retries and the fallback to
+unary calls against an older gateway are `AsyncClient`'s, unchanged.
+
+Fork: a thread does not survive fork(). A child process (a pre-forking
+server's worker) that enqueues gets a thread and a stream of its own; the
+parent's are left alone. (As with any gRPC client, make clients after forking
+where you can.)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import os
+import threading
+
+from ratchet._transport import DeadlineExceeded, RatchetError
+from ratchet.api.tasks.v1 import tasks_pb2
+
+# How long close() waits for the loop to end the stream and stop.
+_CLOSE_S = 5.0
+
+
+class StreamEnqueuer:
+    """Sends EnqueueTaskRequests on one enqueue stream from any thread (see the module docstring)."""
+
+    def __init__(self, endpoint: str, api_key: str, timeout: float, max_retries: int):
+        self._endpoint, self._api_key = endpoint, api_key
+        self._timeout, self._max_retries = timeout, max_retries
+        # The longest an enqueue can take in AsyncClient: every attempt out of time (the call's own
+        # timeout and a little slack) plus the capped backoff between them, and a margin.
+        self._budget = (max_retries + 1) * (timeout + 0.1) + 2.0 * max_retries + 5.0
+        self._lock = threading.Lock()
+        self._pid: int | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._client = None
+        self._closed = False
+        self.getpid = os.getpid  # (tests pose as a forked child)
+
+    def send(self, req: tasks_pb2.EnqueueTaskRequest) -> tasks_pb2.EnqueueTaskResponse:
+        """The gateway's answer to req, or the RatchetError it failed with (after retries)."""
+        loop, client = self._running()
+        future = asyncio.run_coroutine_threadsafe(client.send_enqueue(req), loop)
+        try:
+            return future.result(self._budget)
+        except concurrent.futures.TimeoutError:
+            future.cancel()
+            raise DeadlineExceeded(f"no answer from the gateway within {self._budget:g}s; the task may or may "
+                                   f"not have been committed", "DEADLINE_EXCEEDED") from None
+        except concurrent.futures.CancelledError:
+            raise RatchetError("the client was closed before the enqueue was answered; the task may or may "
+                               "not have been committed", "CANCELLED") from None
+
+    @property
+    def stream(self):
+        """The CallStream in use (tests read its counters), or None before the first enqueue."""
+        return self._client._stream if self._client is not None else None  # noqa: SLF001 - same SDK
+
+    def _running(self):
+        with self._lock:
+            if self._closed:
+                raise RatchetError("the client is closed: make a new one", "FAILED_PRECONDITION")
+            if self._loop is not None and self._pid == self.getpid():
+                return self._loop, self._client
+            from ratchet.aio import AsyncClient  # (aio imports client, which imports this module)
+
+            loop = asyncio.new_event_loop()
+            started = threading.Event()
+            thread = threading.Thread(target=_serve, args=(loop, started), name="ratchet-enqueue-stream",
+                                      daemon=True)
+            thread.start()
+            if not started.wait(_CLOSE_S):
+                raise RatchetError("the client's enqueue thread did not start", "UNAVAILABLE")
+            # Forked since the last enqueue: the parent's thread is not here; its loop and stream
+            # belong to the parent and are dropped without being touched.
+            self._loop, self._thread, self._pid = loop, thread, self.getpid()
+            self._client = AsyncClient(self._endpoint, self._api_key, timeout=self._timeout,
+                                       max_retries=self._max_retries)
+            return self._loop, self._client
+
+    def close(self) -> None:
+        """End the stream and stop the thread (enqueues still waiting fail); idempotent."""
+        with self._lock:
+            self._closed = True
+            loop, thread, client, pid = self._loop, self._thread, self._client, self._pid
+            self._loop = self._thread = None
+        if loop is None or pid != self.getpid():
+            return
+        try:
+            asyncio.run_coroutine_threadsafe(client.close(), loop).result(_CLOSE_S)
+        except (concurrent.futures.TimeoutError, RuntimeError):
+            pass  # the loop is stopping or stuck: it is stopped below either way
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(_CLOSE_S)
+
+
+def _serve(loop: asyncio.AbstractEventLoop, started: threading.Event) -> None:
+    asyncio.set_event_loop(loop)
+    loop.call_soon(started.set)
+    try:
+        loop.run_forever()
+    finally:
+        pending = [t for t in asyncio.all_tasks(loop) if not t.done()]
+        for task in pending:
+            task.cancel()
+        if pending:
+            loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+        loop.close()

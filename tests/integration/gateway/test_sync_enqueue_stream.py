@@ -1,0 +1,129 @@
+"""The synchronous Client enqueues as calls on the enqueue stream (ratchet/_sync_stream.py):
+one background thread and stream per client (per process after a fork), shared by every
+thread that enqueues, with the same answers, errors and retries as the unary call.
+
+The gateway here runs in this test's event loop, so the blocking client is always driven
+from worker threads (asyncio.to_thread) while the loop serves it."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import sys
+import threading
+
+import pytest
+
+from ratchet._sync_stream import StreamEnqueuer
+from ratchet.client import Client, Conflict, InvalidArgument, RatchetError
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def _endpoint(env) -> str:
+    return f"127.0.0.1:{env.gateway.grpc_port}"
+
+
+def _keys_sent(env) -> set[str]:
+    return {t.idempotency_key for n, c in env.history.calls if n == "CreateTasks" for t in c.tasks}
+
+
+async def test_threads_enqueue_on_one_stream_and_share_its_messages(env):
+    def burst() -> tuple[list[str], int, int, int]:
+        with Client(_endpoint(env), env.api_key) as client:
+            start = threading.Barrier(16)
+
+            def one(i: int) -> str:
+                start.wait(10) if i < 16 else None
+                return client.enqueue("send", {"i": i}, idempotency_key=f"sync-stream-{i}")
+            with concurrent.futures.ThreadPoolExecutor(16) as pool:
+                ids = list(pool.map(one, range(64)))
+            s = client._stream.stream
+            return ids, s.opened, s.stream_calls, s.writes
+
+    ids, opened, calls, writes = await asyncio.to_thread(burst)
+    assert len(set(ids)) == 64 and opened == 1 and calls == 64
+    assert writes < calls  # calls made while a write was in progress went out together
+    assert {f"sync-stream-{i}" for i in range(64)} <= _keys_sent(env)
+
+
+async def test_answers_and_errors_are_the_unary_calls(env):
+    def use() -> None:
+        with Client(_endpoint(env), env.api_key) as client:
+            first = client.enqueue("send", {"v": 1}, idempotency_key="sync-dedupe")
+            assert client.enqueue("send", {"v": 1}, idempotency_key="sync-dedupe") == first
+            with pytest.raises(Conflict) as e:
+                client.enqueue("send", {"v": 2}, idempotency_key="sync-dedupe")
+            assert e.value.task_id == first and e.value.http_status == 409
+            with pytest.raises(InvalidArgument, match="registered types") as bad:
+                client.enqueue("no_such_type")
+            assert bad.value.http_status == 400
+            assert client.enqueue("send")  # the stream is still good: an unkeyed enqueue (minted id)
+            assert client._stream.stream.opened == 1 and client._stream.stream.stream_calls == 5
+    await asyncio.to_thread(use)
+
+
+async def test_stream_false_keeps_unary_calls(env):
+    def use() -> str:
+        with Client(_endpoint(env), env.api_key, stream=False) as client:
+            assert client._stream is None
+            return client.enqueue("send", idempotency_key="sync-unary")
+    assert await asyncio.to_thread(use)
+
+
+async def test_close_ends_the_thread_and_later_enqueues_say_so(env):
+    def use() -> None:
+        client = Client(_endpoint(env), env.api_key)
+        assert client.enqueue("send")
+        thread = client._stream._thread
+        assert thread.is_alive()
+        client.close()
+        client.close()  # idempotent
+        assert not thread.is_alive()
+        with pytest.raises(RatchetError, match="closed") as e:
+            client.enqueue("send")
+        assert e.value.code == "FAILED_PRECONDITION"
+    await asyncio.to_thread(use)
+
+
+async def test_a_forked_child_gets_a_stream_of_its_own(env):
+    """After fork() the parent's thread is gone: a new pid makes a new thread and stream (the
+    parent's are not touched). Simulated by the pid the enqueuer sees."""
+    enq = StreamEnqueuer(_endpoint(env), env.api_key, timeout=10.0, max_retries=2)
+    from ratchet.client import enqueue_request
+
+    def use() -> tuple:
+        first = enq.send(enqueue_request("send"))
+        parent = (enq._loop, enq._thread, enq.stream)
+        enq.getpid = lambda: -1
+        second = enq.send(enqueue_request("send"))
+        child = (enq._loop, enq._thread, enq.stream)
+        return first, second, parent, child
+
+    first, second, parent, child = await asyncio.to_thread(use)
+    try:
+        assert first.task_id != second.task_id
+        assert child[0] is not parent[0] and child[1] is not parent[1] and child[2] is not parent[2]
+        assert parent[2].stream_calls == 1 and child[2].stream_calls == 1
+    finally:
+        await asyncio.to_thread(enq.close)
+        # (in a real child the parent's thread does not exist; here it does: stop it)
+        parent[0].call_soon_threadsafe(parent[0].stop)
+        await asyncio.to_thread(parent[1].join, 5)
+
+
+async def test_a_process_that_never_closes_its_client_still_exits(env):
+    """The stream thread is a daemon: forgetting close() must not hang interpreter exit."""
+    code = ("from ratchet.client import Client\n"
+            f"c = Client('{_endpoint(env)}', '{env.api_key}')\n"
+            "print(c.enqueue('send'))\n")
+    proc = await asyncio.create_subprocess_exec(sys.executable, "-c", code, stdout=asyncio.subprocess.PIPE,
+                                                stderr=asyncio.subprocess.PIPE)
+    try:
+        out, err = await asyncio.wait_for(proc.communicate(), 30)
+    except asyncio.TimeoutError:
+        proc.kill()
+        await proc.wait()
+        raise
+    assert proc.returncode == 0, err.decode()[-2000:]
+    assert len(out.decode().strip()) == 36
