@@ -123,7 +123,8 @@ def run_scenario(sc: Scenario, seed: int, root: str | os.PathLike) -> dict:
             rec.nemesis("skipped", {"nemesis": name, "why": why})
         schedule = make_schedule(seed, [n.name for n in nemeses], sc.duration_s, sc.gap_s, sc.hold_s)
         _write_meta(run_dir, sc, seed, schedule, harness, extra)
-        workload = Workload(lambda timeout: platform.client(timeout=timeout, max_retries=0), rec, seed,
+        workload = Workload(lambda timeout, stream=True: platform.client(timeout=timeout, max_retries=0,
+                                                                         stream=stream), rec, seed,
                             str(ledger), sc.workload).start()
         runner = NemesisRunner(env, nemeses, schedule, seed).start()
         _wait_schedule(runner, sc)

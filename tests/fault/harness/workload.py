@@ -158,7 +158,9 @@ class Workload:
         self.cfg = cfg or WorkloadConfig()
         self.rec, self.seed, self.make_client, self.ledger = recorder, seed, make_client, ledger
         counter = itertools.count(1)
-        self.procs = [ClientProcess(f"c{i}", make_client(self.cfg.request_timeout_s), recorder,
+        # Client c0 sends unary EnqueueTask calls, the others enqueue on the stream (the SDK's
+        # default): both paths run under every nemesis.
+        self.procs = [ClientProcess(f"c{i}", make_client(self.cfg.request_timeout_s, stream=i > 0), recorder,
                                     random.Random(f"{seed}:c{i}"), ledger, self.cfg, counter)
                       for i in range(self.cfg.clients)]
         self._stop = threading.Event()
