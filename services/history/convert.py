@@ -7,7 +7,7 @@ import dataclasses
 import datetime as dt
 import json
 
-from google.protobuf import json_format, struct_pb2, timestamp_pb2
+from google.protobuf import duration_pb2, json_format, struct_pb2, timestamp_pb2
 
 from ratchet.api.tasks.v1 import tasks_pb2
 from ratchet.internal.history.v1 import history_pb2
@@ -228,13 +228,19 @@ def lease_seconds(d, default_s: float, where: str = "lease_duration") -> float:
     return value
 
 
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
+
+
 def timestamp(value: dt.datetime | None) -> timestamp_pb2.Timestamp | None:
-    """A datetime as a Timestamp (None stays None)."""
+    """A datetime as a Timestamp (None stays None; naive means UTC). Computed from the
+    timedelta since the epoch: Timestamp.FromDatetime's Python was ~5 us, a third of
+    turning a leased row into its message."""
     if value is None:
         return None
-    out = timestamp_pb2.Timestamp()
-    out.FromDatetime(value)
-    return out
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=dt.timezone.utc)
+    d = value - _EPOCH
+    return timestamp_pb2.Timestamp(seconds=d.days * 86400 + d.seconds, nanos=d.microseconds * 1000)
 
 
 def json_value(raw: bytes | None) -> struct_pb2.Value | None:
@@ -288,12 +294,14 @@ def task_to_proto(row, attempts=()) -> tasks_pb2.Task:
     return out
 
 
-def leased_to_proto(shard_id: int, r, lease_s: float) -> history_pb2.LeasedTask:
-    """A row returned by task_lease_batch as a LeasedTask."""
+def leased_to_proto(shard_id: int, r, lease_s: float | duration_pb2.Duration) -> history_pb2.LeasedTask:
+    """A row returned by task_lease_batch as a LeasedTask (lease_s: seconds, or the Duration
+    already made for the whole batch)."""
+    lease = lease_s if isinstance(lease_s, duration_pb2.Duration) else policy.duration(lease_s)
     out = history_pb2.LeasedTask(
         shard_id=shard_id, task_id=str(r["task_id"]), tenant_id=r["tenant_id"], app_id=r["app_id"],
         task_type=r["task_type"], queue=r["queue"], payload_json=bytes(r["payload"]), attempt=r["attempt"],
-        max_attempts=r["max_attempts"], lease_epoch=r["lease_epoch"], lease_duration=policy.duration(lease_s),
+        max_attempts=r["max_attempts"], lease_epoch=r["lease_epoch"], lease_duration=lease,
         scheduled_at=timestamp(r["run_at"]), schedule_id=r["schedule_id"] or "",
         scheduled_time=timestamp(r["scheduled_time"]))
     if r["start_to_close_s"] is not None:

@@ -145,8 +145,9 @@ class HistoryServicer(history_pb2_grpc.HistoryServiceServicer):
             out = await dispatch.lease_tasks(conn, self.store, worker_id=request.worker_id,
                                              max_tasks=request.max_tasks, app_ids=list(request.app_ids),
                                              cursor=request.tenant_cursor, lease_s=lease_s, type_limits=limits)
+        lease = policy.duration(lease_s)  # (one Duration for the batch)
         return history_pb2.LeaseTasksResponse(
-            tasks=[convert.leased_to_proto(shard.id, r, lease_s) for r in out.rows],
+            tasks=[convert.leased_to_proto(shard.id, r, lease) for r in out.rows],
             next_tenant_cursor=out.next_cursor, more=out.more)
 
     @rpc

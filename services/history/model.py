@@ -47,6 +47,23 @@ class Transition:
             raise ValueError("a RETRY_WAIT transition needs a delay, and only it")
 
 
+# Retry policies by their stored text: the tasks of one type share one, and parsing it was half
+# of building a TaskView, once per completion (Retry is frozen: safe to share).
+_RETRIES: dict[str, Retry] = {}
+_RETRIES_MAX = 4096
+
+
+def _retry(stored) -> Retry:
+    if not isinstance(stored, str):
+        return Retry.from_json(stored)
+    hit = _RETRIES.get(stored)
+    if hit is None:
+        if len(_RETRIES) >= _RETRIES_MAX:
+            _RETRIES.clear()
+        hit = _RETRIES[stored] = Retry.from_json(json.loads(stored))
+    return hit
+
+
 @dataclasses.dataclass
 class TaskView:
     """The fields of a locked task row that decisions read. Timer firing
@@ -66,9 +83,6 @@ class TaskView:
     @classmethod
     def from_row(cls, row) -> "TaskView":
         """From a record with the columns selected by task_complete_lock / timer_claim_due."""
-        policy = row["retry_policy"]
-        if isinstance(policy, str):
-            policy = json.loads(policy)
         rules = row.get("retry_rules")
         if isinstance(rules, str):
             rules = json.loads(rules)
@@ -78,7 +92,7 @@ class TaskView:
             lease_epoch=row["lease_epoch"],
             attempt=row["attempt"],
             max_attempts=row["max_attempts"],
-            retry=Retry.from_json(policy),
+            retry=_retry(row["retry_policy"]),
             non_retryable=frozenset(row["non_retryable"] or ()),
             cancel_requested=row["cancel_requested"],
             cancel_reason=CancelReason(row["cancel_reason"]) if row["cancel_reason"] else None,

@@ -54,6 +54,13 @@ def _uuids(ids: Sequence[str]) -> list[uuid.UUID]:
     return [uuid.UUID(str(i)) for i in ids]
 
 
+def _checked(ids: Sequence) -> list:
+    """Ids already checked (canonical strings from convert.task_id, or uuid values read from
+    a shard): asyncpg encodes either as uuid, without _uuids' parse per id (~1.5-2.5 us) on
+    the lease and completion paths."""
+    return list(ids)
+
+
 def _triples(keys: Sequence[TypeKey]) -> tuple[list[str], list[str], list[str]]:
     return [k[0] for k in keys], [k[1] for k in keys], [k[2] for k in keys]
 
@@ -161,7 +168,7 @@ class Store:
     async def task_lease_batch(self, conn, ids: Sequence[str], worker_id: str,
                                lease_s: float) -> list[asyncpg.Record]:
         """Lease the claimed (locked) ids; returns the LeasedTask columns of each."""
-        return await self._run(conn, "task_lease_batch", _uuids(ids), worker_id, lease_s)
+        return await self._run(conn, "task_lease_batch", _checked(ids), worker_id, lease_s)
 
     async def task_heartbeat_batch(self, conn, ids: Sequence[str], epochs: Sequence[int], lease_s: float,
                                    grace_s: float, checkpoints: Sequence[bytes | None] | None = None
@@ -179,14 +186,14 @@ class Store:
 
     async def task_complete_read(self, conn, ids: Sequence[str], epochs: Sequence[int]) -> list[asyncpg.Record]:
         """Read, without locking, the tasks whose lease is current."""
-        return await self._run(conn, "task_complete_read", _uuids(ids), list(epochs))
+        return await self._run(conn, "task_complete_read", _checked(ids), list(epochs))
 
     async def task_complete_lock(self, conn, ids: Sequence[str], epochs: Sequence[int],
                                  fenced: bool = True) -> list[asyncpg.Record]:
         """Lock tasks whose lease is current (fenced=False: ignore the epoch, test-only)."""
         if fenced:
-            return await self._run(conn, "task_complete_lock", _uuids(ids), list(epochs))
-        return await self._run(conn, "task_complete_lock_unfenced", _uuids(ids))
+            return await self._run(conn, "task_complete_lock", _checked(ids), list(epochs))
+        return await self._run(conn, "task_complete_lock_unfenced", _checked(ids))
 
     async def task_transition_apply(self, conn, ts: Sequence[Transition],
                                     fenced: bool = True) -> dict[str, tuple[str, int]]:
@@ -198,7 +205,7 @@ class Store:
             return getattr(e, attr) if e is not None else None
         recs = await self._run(
             conn, "task_transition_apply" if fenced else "task_transition_apply_unfenced",
-            _uuids([t.task_id for t in ts]), [t.from_state.value for t in ts], [t.lease_epoch for t in ts],
+            _checked([t.task_id for t in ts]), [t.from_state.value for t in ts], [t.lease_epoch for t in ts],
             [t.to_state.value for t in ts], [t.delay_s for t in ts], [t.result for t in ts],
             [err(t.error, "error_class") for t in ts], [err(t.error, "message") for t in ts],
             [err(t.error, "stack") for t in ts], [t.reason for t in ts],
