@@ -11,10 +11,12 @@ Threads that enqueue at once (a threaded web server's request handlers) share
 messages exactly as coroutines do. Answers, errors, retries and the fallback to
 unary calls against an older gateway are `AsyncClient`'s, unchanged.
 
-Fork: a thread does not survive fork(). A child process (a pre-forking
-server's worker) that enqueues gets a thread and a stream of its own; the
-parent's are left alone. (As with any gRPC client, make clients after forking
-where you can.)
+Fork: grpc.aio does not survive fork(). A process forked from one that had
+started a stream thread cannot open streams of its own (measured: its calls
+hang until their deadline, or gRPC aborts), so clients there send unary calls,
+which gRPC's fork support does carry over (`available()` says which). A child
+of a process that made its clients but never enqueued (a pre-forking server
+that builds its client at import) starts its own stream on its first enqueue.
 """
 
 from __future__ import annotations
@@ -29,6 +31,10 @@ from ratchet.api.tasks.v1 import tasks_pb2
 
 # How long close() waits for the loop to end the stream and stop.
 _CLOSE_S = 5.0
+
+# The pid of the process that started a stream thread first (grpc.aio with it), if any.
+_aio_pid: int | None = None
+_aio_lock = threading.Lock()
 
 
 class StreamEnqueuer:
@@ -46,7 +52,6 @@ class StreamEnqueuer:
         self._thread: threading.Thread | None = None
         self._client = None
         self._closed = False
-        self.getpid = os.getpid  # (tests pose as a forked child)
 
     def send(self, req: tasks_pb2.EnqueueTaskRequest) -> tasks_pb2.EnqueueTaskResponse:
         """The gateway's answer to req, or the RatchetError it failed with (after retries)."""
@@ -62,6 +67,11 @@ class StreamEnqueuer:
             raise RatchetError("the client was closed before the enqueue was answered; the task may or may "
                                "not have been committed", "CANCELLED") from None
 
+    def available(self) -> bool:
+        """False in a process forked from one that had started a stream (see the module
+        docstring): send unary calls there."""
+        return _aio_pid is None or _aio_pid == os.getpid()
+
     @property
     def stream(self):
         """The CallStream in use (tests read its counters), or None before the first enqueue."""
@@ -71,9 +81,17 @@ class StreamEnqueuer:
         with self._lock:
             if self._closed:
                 raise RatchetError("the client is closed: make a new one", "FAILED_PRECONDITION")
-            if self._loop is not None and self._pid == self.getpid():
+            if self._loop is not None and self._pid == os.getpid():
                 return self._loop, self._client
+            if not self.available():
+                raise RatchetError("this process was forked from one that had started an enqueue stream; "
+                                   "grpc.aio cannot run here: send unary calls", "FAILED_PRECONDITION")
             from ratchet.aio import AsyncClient  # (aio imports client, which imports this module)
+
+            global _aio_pid
+            with _aio_lock:
+                if _aio_pid is None:
+                    _aio_pid = os.getpid()
 
             loop = asyncio.new_event_loop()
             started = threading.Event()
@@ -82,9 +100,7 @@ class StreamEnqueuer:
             thread.start()
             if not started.wait(_CLOSE_S):
                 raise RatchetError("the client's enqueue thread did not start", "UNAVAILABLE")
-            # Forked since the last enqueue: the parent's thread is not here; its loop and stream
-            # belong to the parent and are dropped without being touched.
-            self._loop, self._thread, self._pid = loop, thread, self.getpid()
+            self._loop, self._thread, self._pid = loop, thread, os.getpid()
             self._client = AsyncClient(self._endpoint, self._api_key, timeout=self._timeout,
                                        max_retries=self._max_retries)
             return self._loop, self._client
@@ -95,7 +111,7 @@ class StreamEnqueuer:
             self._closed = True
             loop, thread, client, pid = self._loop, self._thread, self._client, self._pid
             self._loop = self._thread = None
-        if loop is None or pid != self.getpid():
+        if loop is None or pid != os.getpid():
             return
         try:
             asyncio.run_coroutine_threadsafe(client.close(), loop).result(_CLOSE_S)

@@ -126,7 +126,7 @@ class Client(TaskSearchCalls, ScheduleCalls):
         """
         req = enqueue_request(task_type, payload, queue=queue, delay=delay, run_at=run_at,
                             idempotency_key=idempotency_key, retry=retry, timeouts=timeouts)
-        if self._stream is not None:
+        if self._stream is not None and self._stream.available():
             return self._stream.send(req).task_id
         return self._t.call(self._tasks.EnqueueTask, req).task_id
 

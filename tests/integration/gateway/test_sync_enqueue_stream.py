@@ -14,7 +14,6 @@ import threading
 
 import pytest
 
-from ratchet._sync_stream import StreamEnqueuer
 from ratchet.client import Client, Conflict, InvalidArgument, RatchetError
 
 pytestmark = pytest.mark.timeout(60)
@@ -86,30 +85,55 @@ async def test_close_ends_the_thread_and_later_enqueues_say_so(env):
     await asyncio.to_thread(use)
 
 
-async def test_a_forked_child_gets_a_stream_of_its_own(env):
-    """After fork() the parent's thread is gone: a new pid makes a new thread and stream (the
-    parent's are not touched). Simulated by the pid the enqueuer sees."""
-    enq = StreamEnqueuer(_endpoint(env), env.api_key, timeout=10.0, max_retries=2)
-    from ratchet.client import enqueue_request
-
-    def use() -> tuple:
-        first = enq.send(enqueue_request("send"))
-        parent = (enq._loop, enq._thread, enq.stream)
-        enq.getpid = lambda: -1
-        second = enq.send(enqueue_request("send"))
-        child = (enq._loop, enq._thread, enq.stream)
-        return first, second, parent, child
-
-    first, second, parent, child = await asyncio.to_thread(use)
+_FORK = """
+import os
+from ratchet.client import Client
+c = Client({endpoint!r}, {key!r})
+if {used}:
+    c.enqueue("send")  # the parent starts its stream (and grpc.aio) before forking
+pid = os.fork()
+if pid == 0:
     try:
-        assert first.task_id != second.task_id
-        assert child[0] is not parent[0] and child[1] is not parent[1] and child[2] is not parent[2]
-        assert parent[2].stream_calls == 1 and child[2].stream_calls == 1
-    finally:
-        await asyncio.to_thread(enq.close)
-        # (in a real child the parent's thread does not exist; here it does: stop it)
-        parent[0].call_soon_threadsafe(parent[0].stop)
-        await asyncio.to_thread(parent[1].join, 5)
+        tid = c.enqueue("send")
+        s = c._stream.stream
+        print("child", len(tid), c._stream.available(), s.stream_calls if s else 0, flush=True)
+        os._exit(0)
+    except BaseException as e:
+        print("child failed", repr(e), flush=True)
+        os._exit(1)
+_, status = os.waitpid(pid, 0)
+print("parent", os.waitstatus_to_exitcode(status), len(c.enqueue("send")), flush=True)
+"""
+
+
+async def _run_script(code: str, env=None) -> str:
+    proc = await asyncio.create_subprocess_exec(sys.executable, "-c", code, stdout=asyncio.subprocess.PIPE,
+                                                stderr=asyncio.subprocess.PIPE, env=env)
+    try:
+        out, err = await asyncio.wait_for(proc.communicate(), 45)
+    except asyncio.TimeoutError:
+        proc.kill()
+        await proc.wait()
+        raise
+    assert proc.returncode == 0, err.decode()[-2000:]
+    return out.decode()
+
+
+@pytest.mark.parametrize("used", [True, False], ids=["parent-streamed", "parent-never-enqueued"])
+async def test_a_forked_child_enqueues(env, used):
+    """A pre-forking server's worker: grpc.aio does not survive fork(), so a child of a parent
+    that had started its stream sends unary calls (gRPC's fork support carries those over);
+    a child of a parent that never enqueued starts a stream of its own. (Real fork(), gRPC's
+    default fork support; before the fix the first child's enqueues hung until the deadline.)"""
+    import os
+    env_vars = {k: v for k, v in os.environ.items() if k != "GRPC_ENABLE_FORK_SUPPORT"}
+    out = await _run_script(_FORK.format(endpoint=_endpoint(env), key=env.api_key, used=used), env_vars)
+    child = next(line for line in out.splitlines() if line.startswith("child"))
+    if used:
+        assert child == "child 36 False 1", out  # unary; the 1 is the parent's call, copied by fork
+    else:
+        assert child == "child 36 True 1", out  # its own stream, one call on it
+    assert "parent 0 36" in out, out
 
 
 async def test_a_process_that_never_closes_its_client_still_exits(env):
@@ -117,13 +141,4 @@ async def test_a_process_that_never_closes_its_client_still_exits(env):
     code = ("from ratchet.client import Client\n"
             f"c = Client('{_endpoint(env)}', '{env.api_key}')\n"
             "print(c.enqueue('send'))\n")
-    proc = await asyncio.create_subprocess_exec(sys.executable, "-c", code, stdout=asyncio.subprocess.PIPE,
-                                                stderr=asyncio.subprocess.PIPE)
-    try:
-        out, err = await asyncio.wait_for(proc.communicate(), 30)
-    except asyncio.TimeoutError:
-        proc.kill()
-        await proc.wait()
-        raise
-    assert proc.returncode == 0, err.decode()[-2000:]
-    assert len(out.decode().strip()) == 36
+    assert len((await _run_script(code)).strip()) == 36
