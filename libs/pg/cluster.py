@@ -16,6 +16,7 @@ import signal
 import socket
 import subprocess
 import time
+from typing import Collection
 
 DEFAULT_SETTINGS = {
     "listen_addresses": "'127.0.0.1'",
@@ -48,21 +49,29 @@ def _ephemeral_low() -> int:
         return 32768
 
 
-def free_port() -> int:
+def free_port(exclude: Collection[int] = ()) -> int:
     """A TCP port on 127.0.0.1 that was free a moment ago, outside the ephemeral range when
-    the kernel leaves room below it (else any free port)."""
+    the kernel leaves room below it (else any free port), and not in `exclude`: ports
+    already handed out for processes that have not bound them yet (two draws of the same
+    free port made a service of one platform fail to bind)."""
     lo, hi = _LISTEN_PORTS[0], min(_LISTEN_PORTS[1], _ephemeral_low() - 1)
     for _ in range(100 if hi > lo else 0):
         port = _rng.randint(lo, hi)
+        if port in exclude:
+            continue
         with socket.socket() as s:
             try:
                 s.bind(("127.0.0.1", port))
             except OSError:
                 continue
             return port
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    for _ in range(100):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port not in exclude:
+            return port
+    raise OSError("no free TCP port on 127.0.0.1 outside the ones already handed out")
 
 
 def pg_bindir() -> pathlib.Path:

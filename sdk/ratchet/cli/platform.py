@@ -301,9 +301,12 @@ class LocalPlatform:
         path = self.dir / "run" / "ports.json"
         saved = procs.read_json(path) or {}
         names = [*SERVICES, "gateway_rest"]
+        taken = {self.cluster.port} if self.cluster else set()
         for name in names:
             port = saved.get(name)
-            self.ports[name] = port if port and procs.port_free(port) else free_port()
+            # (no port twice: none of them is bound until its service starts)
+            self.ports[name] = port if port and port not in taken and procs.port_free(port) else free_port(taken)
+            taken.add(self.ports[name])
         procs.write_json(path, {**self.ports, "postgres": self.cluster.port if self.cluster else None})
 
     def _write_configs(self) -> None:

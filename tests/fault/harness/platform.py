@@ -103,7 +103,7 @@ class FaultPlatform(LocalPlatform):
     def configs(self) -> dict[str, dict]:
         configs = super().configs()
         for name in self.extra_services:  # another cron process: same database, its own port
-            self.ports.setdefault(name, free_port())
+            self.ports.setdefault(name, free_port(set(self.ports.values())))
             configs[name] = {**configs["cron"], "grpc_port": self.ports[name]}
         if "history-pg" in self.link_names:
             port = self._link("history-pg", self.cluster.port).port
