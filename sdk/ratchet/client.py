@@ -166,6 +166,7 @@ class Client(TaskSearchCalls, ScheduleCalls):
                                                handlers=handlers)
         return self._t.call(self._apps.CreateDeployment, req).deployment
 
+
 class Poll:
     """The bookkeeping of a wait for a terminal state (Client.wait, AsyncClient.wait): reads
     50 ms apart growing to max_interval, within the caller's timeout. A wait outlives a

@@ -294,10 +294,9 @@ def task_to_proto(row, attempts=()) -> tasks_pb2.Task:
     return out
 
 
-def leased_to_proto(shard_id: int, r, lease_s: float | duration_pb2.Duration) -> history_pb2.LeasedTask:
-    """A row returned by task_lease_batch as a LeasedTask (lease_s: seconds, or the Duration
-    already made for the whole batch)."""
-    lease = lease_s if isinstance(lease_s, duration_pb2.Duration) else policy.duration(lease_s)
+def leased_to_proto(shard_id: int, r, lease: duration_pb2.Duration) -> history_pb2.LeasedTask:
+    """A row returned by task_lease_batch as a LeasedTask (lease: the batch's lease duration,
+    made once for all its rows and copied into each)."""
     out = history_pb2.LeasedTask(
         shard_id=shard_id, task_id=str(r["task_id"]), tenant_id=r["tenant_id"], app_id=r["app_id"],
         task_type=r["task_type"], queue=r["queue"], payload_json=bytes(r["payload"]), attempt=r["attempt"],

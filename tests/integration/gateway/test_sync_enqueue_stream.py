@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import os
 import sys
 import threading
 
@@ -33,7 +34,8 @@ async def test_threads_enqueue_on_one_stream_and_share_its_messages(env):
             start = threading.Barrier(16)
 
             def one(i: int) -> str:
-                start.wait(10) if i < 16 else None
+                if i < 16:  # the first 16 calls start together
+                    start.wait(10)
                 return client.enqueue("send", {"i": i}, idempotency_key=f"sync-stream-{i}")
             with concurrent.futures.ThreadPoolExecutor(16) as pool:
                 ids = list(pool.map(one, range(64)))
@@ -128,7 +130,6 @@ async def test_a_forked_child_enqueues(env, used):
     a parent that never enqueued starts a stream of its own. (Real fork(), gRPC's default fork
     support. Without the pause the children died of SIGSEGV in about 2 forks of 5; without the
     unary fallback their enqueues hung until the deadline.)"""
-    import os
     env_vars = {k: v for k, v in os.environ.items() if k != "GRPC_ENABLE_FORK_SUPPORT"}
     rounds = 5 if used else 1
     out = await _run_script(_FORK.format(endpoint=_endpoint(env), key=env.api_key, used=used, rounds=rounds),

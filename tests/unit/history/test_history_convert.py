@@ -40,8 +40,8 @@ def test_a_leased_row_shares_one_lease_duration_without_aliasing():
            "schedule_id": None, "scheduled_time": None, "start_to_close_s": 12.5, "checkpoint": None}
     from ratchet.services.history import policy
     lease = policy.duration(30.0)
-    a, b = convert.leased_to_proto(1, row, lease), convert.leased_to_proto(1, row, 30.0)
+    a, b = convert.leased_to_proto(1, row, lease), convert.leased_to_proto(1, row, lease)
     assert a == b and a.lease_duration.seconds == 30 and a.start_to_close.ToNanoseconds() == 12_500_000_000
     a.lease_duration.seconds = 5
-    assert lease.seconds == 30  # the batch's Duration was copied into each message
+    assert lease.seconds == 30 and b.lease_duration.seconds == 30  # the batch's Duration was copied into each
     assert (a.scheduled_at.seconds, a.scheduled_at.nanos) == (_reference(now).seconds, _reference(now).nanos)
