@@ -1,5 +1,5 @@
 -- The history shard schema as it stands after every migration in
--- services/history/migrations/ (currently 0001 to 0006). Read this to know the
+-- services/history/migrations/ (currently 0001 to 0008). Read this to know the
 -- schema; change it only together with a new migration.
 -- tests/integration/history/test_schema.py migrates one database, loads this
 -- file into another, and requires their catalogs to match.
@@ -91,13 +91,15 @@ CREATE INDEX tasks_finished ON tasks (tenant_id, app_id, state, finished_at, tas
 -- leased task, written by the lease (a non-HOT update anyway).
 CREATE INDEX tasks_lease_check ON tasks (lease_check_at) WHERE state = 'LEASED';
 
--- The transition log: one row per state change, written in the same
--- transaction. version is consecutive from 1 per task; from_state is NULL
--- only for the create row. Since migration 0004 it also holds the attempts:
--- a lease row (to LEASED) carries the attempt number and the worker, and the
--- row that ends the attempt (the first one leaving LEASED under that
--- lease_epoch) its outcome and error; task_attempts is a view over them.
-CREATE TABLE task_transitions (
+-- The transition log (migration 0008): one row per logged state change,
+-- written in the same transaction. version is consecutive from 1 per task;
+-- from_state is NULL only for a create row. Only what no other row records
+-- is logged: a task's create is implied by its row (only a bulk retry's new
+-- task, retry_of set, logs one, its reason naming the operation), and a lease
+-- (ENQUEUED -> LEASED at version v) is logged with the row that ends it
+-- (version v + 1, leaving LEASED): leased_at, attempt and worker_id, next to
+-- the attempt's outcome and error. Until then the task row holds them.
+CREATE TABLE task_log (
     task_id       uuid        NOT NULL,
     version       bigint      NOT NULL,
     from_state    text,
@@ -111,33 +113,57 @@ CREATE TABLE task_transitions (
     error_class   text,
     error_message text,
     error_stack   text,
-    PRIMARY KEY (task_id, version),
-    CONSTRAINT task_transitions_create_first CHECK ((from_state IS NULL) = (version = 1)),
-    CONSTRAINT task_transitions_attempt_on_lease CHECK (
-        to_state = 'LEASED' OR (attempt IS NULL AND worker_id IS NULL)),
-    CONSTRAINT task_transitions_outcome_on_end CHECK (
+    leased_at     timestamptz,
+    CONSTRAINT task_log_pkey PRIMARY KEY (task_id, version),
+    CONSTRAINT task_log_create_first CHECK ((from_state IS NULL) = (version = 1)),
+    CONSTRAINT task_log_outcome_on_end CHECK (
         outcome IS NULL OR (from_state = 'LEASED' AND outcome IN
             ('SUCCEEDED', 'FAILED', 'LEASE_EXPIRED', 'TIMED_OUT', 'CRASHED', 'CANCELED'))),
-    CONSTRAINT task_transitions_error_with_outcome CHECK (outcome IS NOT NULL OR error_class IS NULL)
+    CONSTRAINT task_log_error_with_outcome CHECK (outcome IS NOT NULL OR error_class IS NULL),
+    CONSTRAINT task_log_no_lease_rows CHECK (to_state <> 'LEASED'),
+    CONSTRAINT task_log_lease_with_its_end CHECK (
+        (from_state IS NOT DISTINCT FROM 'LEASED') = (leased_at IS NOT NULL)
+        AND (leased_at IS NULL) = (attempt IS NULL)
+        AND (leased_at IS NULL) = (worker_id IS NULL))
 ) WITH (
     -- Insert-only: vacuum for the visibility map, not for dead tuples.
     autovacuum_vacuum_insert_scale_factor = 0.1
 );
 
--- One row per lease: started by the lease row, ended by the first row
--- leaving LEASED under the same epoch (RUNNING until then).
+-- Every transition of every task, as one log: the implied create row, the
+-- running lease from the task row, a closed lease from the row that ended
+-- it, and every logged row. Readers filter by task_id, which each part
+-- answers from a primary key.
+CREATE VIEW task_transitions AS
+SELECT t.task_id, 1::bigint AS version, NULL::text AS from_state, 'ENQUEUED'::text AS to_state,
+       0::bigint AS lease_epoch, t.created_at AS at, 'created'::text AS reason, NULL::integer AS attempt,
+       NULL::text AS worker_id, NULL::text AS outcome, NULL::text AS error_class, NULL::text AS error_message,
+       NULL::text AS error_stack
+  FROM tasks t WHERE t.retry_of IS NULL
+UNION ALL
+SELECT t.task_id, t.version, 'ENQUEUED', 'LEASED', t.lease_epoch, t.updated_at, 'leased', t.attempt,
+       t.worker_id, NULL, NULL, NULL, NULL
+  FROM tasks t WHERE t.state = 'LEASED'
+UNION ALL
+SELECT l.task_id, l.version - 1, 'ENQUEUED', 'LEASED', l.lease_epoch, l.leased_at, 'leased', l.attempt,
+       l.worker_id, NULL, NULL, NULL, NULL
+  FROM task_log l WHERE l.leased_at IS NOT NULL
+UNION ALL
+SELECT l.task_id, l.version, l.from_state, l.to_state, l.lease_epoch, l.at, l.reason, NULL, NULL,
+       l.outcome, l.error_class, l.error_message, l.error_stack
+  FROM task_log l;
+
+-- One row per lease: the running one from the task row, each closed one from
+-- the row that ended it.
 CREATE VIEW task_attempts AS
-SELECT s.task_id, s.attempt, s.lease_epoch, s.worker_id, s.at AS started_at, e.at AS finished_at,
-       COALESCE(e.outcome, 'RUNNING') AS outcome, e.error_class, e.error_message, e.error_stack
-  FROM task_transitions s
-  LEFT JOIN LATERAL (
-        SELECT x.at, x.outcome, x.error_class, x.error_message, x.error_stack
-          FROM task_transitions x
-         WHERE x.task_id = s.task_id AND x.version > s.version AND x.from_state = 'LEASED'
-           AND x.lease_epoch = s.lease_epoch
-         ORDER BY x.version
-         LIMIT 1) e ON true
- WHERE s.to_state = 'LEASED';
+SELECT t.task_id, t.attempt, t.lease_epoch, t.worker_id, t.updated_at AS started_at,
+       NULL::timestamptz AS finished_at, 'RUNNING'::text AS outcome, NULL::text AS error_class,
+       NULL::text AS error_message, NULL::text AS error_stack
+  FROM tasks t WHERE t.state = 'LEASED'
+UNION ALL
+SELECT l.task_id, l.attempt, l.lease_epoch, l.worker_id, l.leased_at, l.at, COALESCE(l.outcome, 'RUNNING'),
+       l.error_class, l.error_message, l.error_stack
+  FROM task_log l WHERE l.leased_at IS NOT NULL;
 
 -- One timer mechanism for delays, retry backoff, lease expiry and timeouts.
 -- At most one timer of each kind per task; lease_epoch fences a timer to the
@@ -252,7 +278,7 @@ ALTER TABLE tasks
     ALTER COLUMN error_stack SET STATISTICS 0,
     ALTER COLUMN cancel_reason SET STATISTICS 0,
     ALTER COLUMN checkpoint SET STATISTICS 0;
-ALTER TABLE task_transitions
+ALTER TABLE task_log
     ALTER COLUMN error_message SET STATISTICS 0,
     ALTER COLUMN error_stack SET STATISTICS 0;
 ALTER TABLE idempotency_keys

@@ -1,6 +1,7 @@
--- Named queries on task_attempts (a view over the transition log since
--- migration 0004: the lease row opens an attempt, the row leaving LEASED
--- ends it; both are written with the task's state change, in tasks.sql).
+-- Named queries on task_attempts and task_transitions, views since
+-- migrations 0004 and 0008: a running attempt is read off the task row, a
+-- closed one off the log row that ended it (which also logs its lease);
+-- both are written with the task's state change, in tasks.sql.
 
 -- name: attempt_list
 -- A task's attempts, oldest first.

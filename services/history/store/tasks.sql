@@ -1,13 +1,15 @@
--- Named queries on tasks (with the transition, attempt and timer rows each
--- state change writes in the same statement). Every UPDATE that sets state
+-- Named queries on tasks (with the log and timer rows each state change
+-- writes in the same statement; since migration 0008 a create and a lease
+-- log nothing of their own: the task row implies the create, and the row
+-- that ends a lease logs it). Every UPDATE that sets state
 -- carries a `-- transitions:` comment; tests check it against
 -- ratchet.libs.taskstate.ALLOWED and against the statement's state guard.
 -- Only the shard clock (clock_timestamp()) decides due times and deadlines.
 
 -- name: task_insert_batch
 -- transitions: (create)->ENQUEUED
--- Insert new tasks, their create transitions and their timers in one
--- statement. ON CONFLICT (task_id) DO NOTHING makes a retried CreateTasks
+-- Insert new tasks and their timers in one statement (the create
+-- transition is implied by the row). ON CONFLICT (task_id) DO NOTHING makes a retried CreateTasks
 -- harmless: only the rows inserted now come back. A delayed task gets a
 -- `delay` timer only as a wake-up; readiness is run_at <= clock_timestamp().
 WITH now AS (SELECT clock_timestamp() AS t),
@@ -34,10 +36,6 @@ ins AS (
     ON CONFLICT (task_id) DO NOTHING
     RETURNING task_id, run_at, created_at
 ),
-tr AS (
-    INSERT INTO task_transitions (task_id, version, from_state, to_state, lease_epoch, at, reason)
-    SELECT ins.task_id, 1, NULL, 'ENQUEUED', 0, ins.created_at, 'created' FROM ins
-),
 tm AS (
     INSERT INTO timer_queue (task_id, kind, fire_at, lease_epoch)
     SELECT ins.task_id, v.kind, v.fire_at, 0
@@ -55,7 +53,7 @@ SELECT ins.task_id, ins.run_at <= ins.created_at AS due FROM ins
 -- transitions: (create)->ENQUEUED
 -- Group commit of single-task creates (enqueue.create_group): claim the
 -- idempotency keys of the keyed rows and insert every unkeyed row and every
--- row whose key this statement claimed, with their create transitions and
+-- row whose key this statement claimed, with their
 -- timers, in one statement. The caller sends each key and each task id at
 -- most once (ON CONFLICT DO UPDATE may not touch a row twice), keyed rows
 -- in key order so concurrent groups lock keys in one order. Keys are unique
@@ -115,10 +113,6 @@ ins AS (
      WHERE i.idempotency_key IS NULL OR i.task_id IN (SELECT k.task_id FROM k)
     ON CONFLICT (task_id) DO NOTHING
     RETURNING task_id, run_at, created_at
-),
-tr AS (
-    INSERT INTO task_transitions (task_id, version, from_state, to_state, lease_epoch, at, reason)
-    SELECT ins.task_id, 1, NULL, 'ENQUEUED', 0, ins.created_at, 'created' FROM ins
 ),
 tm AS (
     INSERT INTO timer_queue (task_id, kind, fire_at, lease_epoch)
@@ -246,9 +240,9 @@ SELECT c.task_id, q.tenant_id, q.app_id, q.task_type
 -- name: task_lease_batch
 -- transitions: ENQUEUED->LEASED
 -- Lease claimed tasks: charge the attempt and bump the fencing epoch now
--- (so a task that kills every worker still runs out of attempts), log the
--- transition (which opens the attempt: it carries the attempt number and the
--- worker; task_attempts is a view over the log), and set the lease's check
+-- (so a task that kills every worker still runs out of attempts), record
+-- the attempt on the row (attempt number, worker, updated_at as the lease
+-- time; the transition that ends the lease logs them), and set the lease's check
 -- (the row's lease_check_at, its `lease` timer) at the earlier of lease
 -- expiry and the attempt deadline. The delay and schedule_to_start timers
 -- are moot once a task starts.
@@ -270,12 +264,6 @@ upd AS (
       FROM now
      WHERE t.task_id = ANY($1::uuid[]) AND t.state = 'ENQUEUED'
     RETURNING t.*
-),
-tr AS (
-    INSERT INTO task_transitions (task_id, version, from_state, to_state, lease_epoch, at, reason, attempt,
-                                  worker_id)
-    SELECT upd.task_id, upd.version, 'ENQUEUED', 'LEASED', upd.lease_epoch, upd.updated_at, 'leased',
-           upd.attempt, upd.worker_id FROM upd
 ),
 moot AS (
     DELETE FROM timer_queue m USING upd
@@ -387,9 +375,11 @@ SELECT t.task_id, t.state, t.lease_epoch, t.attempt, t.max_attempts, t.retry_pol
 -- (task_id, from_state, lease_epoch) and, when cancel_seen is given, on the
 -- cancel request the decision read ('' none, 'requested:<reason>'), for
 -- decisions made from an unlocked read; the wrapper checks every (from, to)
--- against taskstate.ALLOWED before sending. In the same statement: the
--- transition row (which ends the running attempt: a transition out of
--- LEASED carries the attempt's outcome and error), timers (a lease ends:
+-- against taskstate.ALLOWED before sending; a transition out of LEASED
+-- also fences on the version whose lease it logs. In the same statement: the
+-- log row (which ends the running attempt: a transition out of LEASED
+-- carries the attempt's outcome and error, and the lease itself, read off the
+-- task row: migration 0008), timers (a lease ends:
 -- its check, lease_check_at, is cleared; a terminal task: all its timers
 -- go; RETRY_WAIT: a retry timer at the new run_at), and a completion's
 -- checkpoint when it has one.
@@ -401,6 +391,13 @@ i AS (
         AS i(task_id, from_state, lease_epoch, to_state, delay_s, result, error_class, error_message,
              error_stack, reason, attempt_outcome, attempt_error_class, attempt_error_message,
              attempt_error_stack, checkpoint, cancel_seen)
+),
+-- The lease a transition out of LEASED ends, as the task row holds it (the
+-- UPDATE below fences on its version): logged with the transition.
+lease AS (
+    SELECT t.task_id, t.version, t.updated_at, t.attempt, t.worker_id
+      FROM tasks t JOIN i ON i.task_id = t.task_id
+     WHERE i.from_state = 'LEASED'
 ),
 upd AS (
     UPDATE tasks t
@@ -422,18 +419,20 @@ upd AS (
                                    ELSE t.cancel_requested END,
            cancel_reason = CASE WHEN i.to_state IN ('RETRY_WAIT', 'ENQUEUED') THEN NULL ELSE t.cancel_reason END,
            checkpoint = COALESCE(i.checkpoint, t.checkpoint)
-      FROM i, now
+      FROM i LEFT JOIN lease ON lease.task_id = i.task_id, now
      WHERE t.task_id = i.task_id
-       AND t.state = i.from_state AND t.lease_epoch = i.lease_epoch
+       AND t.state = i.from_state AND t.lease_epoch = i.lease_epoch AND t.version = COALESCE(lease.version, t.version)
        AND (i.cancel_seen IS NULL OR i.cancel_seen = CASE WHEN t.cancel_requested THEN 'requested:'
                                                           || coalesce(t.cancel_reason, '') ELSE '' END)
-    RETURNING t.task_id, t.version, t.state, t.lease_epoch, t.attempt, t.run_at, t.updated_at
+    RETURNING t.task_id, t.version, t.state, t.lease_epoch, t.attempt, t.run_at, t.updated_at,
+              lease.updated_at AS leased_at, lease.attempt AS leased_attempt, lease.worker_id AS leased_worker
 ),
 tr AS (
-    INSERT INTO task_transitions (task_id, version, from_state, to_state, lease_epoch, at, reason, outcome,
-                                  error_class, error_message, error_stack)
+    INSERT INTO task_log (task_id, version, from_state, to_state, lease_epoch, at, reason, outcome,
+                          error_class, error_message, error_stack, leased_at, attempt, worker_id)
     SELECT upd.task_id, upd.version, i.from_state, upd.state, upd.lease_epoch, upd.updated_at, i.reason,
-           i.attempt_outcome, i.attempt_error_class, i.attempt_error_message, i.attempt_error_stack
+           i.attempt_outcome, i.attempt_error_class, i.attempt_error_message, i.attempt_error_stack,
+           upd.leased_at, upd.leased_attempt, upd.leased_worker
       FROM upd JOIN i ON i.task_id = upd.task_id
 ),
 gone AS (
@@ -461,6 +460,13 @@ i AS (
              error_stack, reason, attempt_outcome, attempt_error_class, attempt_error_message,
              attempt_error_stack, checkpoint, cancel_seen)
 ),
+-- The lease a transition out of LEASED ends, as the task row holds it (the
+-- UPDATE below fences on its version): logged with the transition.
+lease AS (
+    SELECT t.task_id, t.version, t.updated_at, t.attempt, t.worker_id
+      FROM tasks t JOIN i ON i.task_id = t.task_id
+     WHERE i.from_state = 'LEASED'
+),
 upd AS (
     UPDATE tasks t
        SET state = i.to_state,
@@ -481,17 +487,19 @@ upd AS (
                                    ELSE t.cancel_requested END,
            cancel_reason = CASE WHEN i.to_state IN ('RETRY_WAIT', 'ENQUEUED') THEN NULL ELSE t.cancel_reason END,
            checkpoint = COALESCE(i.checkpoint, t.checkpoint)
-      FROM i, now
+      FROM i LEFT JOIN lease ON lease.task_id = i.task_id, now
      WHERE t.task_id = i.task_id
        AND (i.cancel_seen IS NULL OR i.cancel_seen = CASE WHEN t.cancel_requested THEN 'requested:'
                                                           || coalesce(t.cancel_reason, '') ELSE '' END)
-    RETURNING t.task_id, t.version, t.state, t.lease_epoch, t.attempt, t.run_at, t.updated_at
+    RETURNING t.task_id, t.version, t.state, t.lease_epoch, t.attempt, t.run_at, t.updated_at,
+              lease.updated_at AS leased_at, lease.attempt AS leased_attempt, lease.worker_id AS leased_worker
 ),
 tr AS (
-    INSERT INTO task_transitions (task_id, version, from_state, to_state, lease_epoch, at, reason, outcome,
-                                  error_class, error_message, error_stack)
+    INSERT INTO task_log (task_id, version, from_state, to_state, lease_epoch, at, reason, outcome,
+                          error_class, error_message, error_stack, leased_at, attempt, worker_id)
     SELECT upd.task_id, upd.version, i.from_state, upd.state, upd.lease_epoch, upd.updated_at, i.reason,
-           i.attempt_outcome, i.attempt_error_class, i.attempt_error_message, i.attempt_error_stack
+           i.attempt_outcome, i.attempt_error_class, i.attempt_error_message, i.attempt_error_stack,
+           upd.leased_at, upd.leased_attempt, upd.leased_worker
       FROM upd JOIN i ON i.task_id = upd.task_id
 ),
 gone AS (
@@ -513,7 +521,8 @@ SELECT upd.task_id, upd.state, upd.version FROM upd
 -- row, its state stays terminal) and insert the new task as a fresh copy
 -- (same tenant, app, type, queue, payload, policy, rules, timeouts and
 -- schedule fields; attempt 0, retry_of = the original; due now) with its
--- create transition (version 1) and its timeout timers, in one statement.
+-- logged create transition (version 1: its reason names the operation) and
+-- its timeout timers, in one statement.
 -- Returns the pairs done; an original retried meanwhile is left out.
 WITH now AS (SELECT clock_timestamp() AS t),
 i AS (
@@ -540,7 +549,7 @@ ins AS (
     RETURNING task_id, run_at, created_at, timeouts, retry_of
 ),
 tr AS (
-    INSERT INTO task_transitions (task_id, version, from_state, to_state, lease_epoch, at, reason)
+    INSERT INTO task_log (task_id, version, from_state, to_state, lease_epoch, at, reason)
     SELECT ins.task_id, 1, NULL, 'ENQUEUED', 0, ins.created_at, orig.reason
       FROM ins JOIN orig ON orig.task_id = ins.task_id
 ),
@@ -586,7 +595,7 @@ ins AS (
     RETURNING task_id, run_at, created_at, timeouts, retry_of
 ),
 tr AS (
-    INSERT INTO task_transitions (task_id, version, from_state, to_state, lease_epoch, at, reason)
+    INSERT INTO task_log (task_id, version, from_state, to_state, lease_epoch, at, reason)
     SELECT ins.task_id, 1, NULL, 'ENQUEUED', 0, ins.created_at, orig.reason
       FROM ins JOIN orig ON orig.task_id = ins.task_id
 ),

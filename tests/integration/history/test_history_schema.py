@@ -51,7 +51,7 @@ async def _catalog(dsn: str) -> list[tuple[str, str, str]]:
 
 async def test_migrations_produce_the_committed_schema(fresh_db):
     migrated, committed = fresh_db("hist_migrated"), fresh_db("hist_committed")
-    assert await migrate.apply(migrated, "history", HISTORY / "migrations") == [1, 2, 3, 4, 5, 6, 7]
+    assert await migrate.apply(migrated, "history", HISTORY / "migrations") == [1, 2, 3, 4, 5, 6, 7, 8]
     assert await migrate.apply(migrated, "history", HISTORY / "migrations") == []  # idempotent
     conn = await asyncpg.connect(committed, timeout=10)
     try:
@@ -87,33 +87,52 @@ async def test_the_schema_enforces_its_invariants(fresh_db):
 
 
 async def test_the_transition_log_checker_catches_gaps_forks_and_bad_edges(fresh_db):
-    """A checker that never fails proves nothing: corrupt a correct log one way at a time."""
+    """A checker that never fails proves nothing: corrupt a correct log one way at a time.
+
+    Since migration 0008 a task's log is partly implied by its row (the create, a running
+    lease), so the corruptions are made to the rows the view reads: the task row and task_log.
+    """
     from .helpers import check_transition_logs
     dsn = fresh_db("hist_logcheck")
     await migrate.apply(dsn, "history", HISTORY / "migrations")
     conn = await asyncpg.connect(dsn, timeout=10)
-    tid = "01a22a36-c756-8d73-aca5-6a93404431af"
+    leased, done = "01a22a36-c756-8d73-aca5-6a93404431af", "01a22a36-c756-8d73-aca5-6a93404431b0"
     try:
         await conn.execute(
             """INSERT INTO tasks (task_id, tenant_id, app_id, queue, task_type, state, version, attempt,
                                   max_attempts, lease_epoch, payload, retry_policy, timeouts, run_at,
                                   created_at, updated_at, lease_expires_at, worker_id, lease_check_at)
                VALUES ($1, 't', 'a', 'q', 'x', 'LEASED', 2, 1, 1, 1, '1', '{}', '{}', now(), now(), now(),
-                       now(), 'w', now())""", tid)
-        await conn.execute("INSERT INTO task_transitions VALUES ($1, 1, NULL, 'ENQUEUED', 0, now(), 'c'), "
-                           "($1, 2, 'ENQUEUED', 'LEASED', 1, now(), 'l')", tid)
+                       now(), 'w', now())""", leased)
+        await conn.execute(
+            """INSERT INTO tasks (task_id, tenant_id, app_id, queue, task_type, state, version, attempt,
+                                  max_attempts, lease_epoch, payload, retry_policy, timeouts, run_at,
+                                  created_at, updated_at, finished_at, worker_id)
+               VALUES ($1, 't', 'a', 'q', 'x', 'SUCCEEDED', 3, 1, 1, 1, '1', '{}', '{}', now(), now(), now(),
+                       now(), 'w')""", done)
+        await conn.execute(
+            """INSERT INTO task_log (task_id, version, from_state, to_state, lease_epoch, at, reason, outcome,
+                                     leased_at, attempt, worker_id)
+               VALUES ($1, 3, 'LEASED', 'SUCCEEDED', 1, now(), 's', 'SUCCEEDED', now(), 1, 'w')""", done)
+        log = await conn.fetch("SELECT version, from_state, to_state FROM task_transitions WHERE task_id = $1 "
+                               "ORDER BY version", done)
+        assert [tuple(r) for r in log] == [(1, None, "ENQUEUED"), (2, "ENQUEUED", "LEASED"),
+                                           (3, "LEASED", "SUCCEEDED")]
         await check_transition_logs(dsn)  # the correct log passes
         corruptions = [  # (break it, put it back)
-            ("UPDATE task_transitions SET version = 3 WHERE version = 2",
-             "UPDATE task_transitions SET version = 2 WHERE version = 3"),
-            ("UPDATE task_transitions SET from_state = 'RETRY_WAIT' WHERE version = 2",
-             "UPDATE task_transitions SET from_state = 'ENQUEUED' WHERE version = 2"),
-            ("UPDATE task_transitions SET lease_epoch = 5 WHERE version = 1",
-             "UPDATE task_transitions SET lease_epoch = 0 WHERE version = 1"),
-            ("UPDATE task_transitions SET to_state = 'SUCCEEDED' WHERE version = 2",
-             "UPDATE task_transitions SET to_state = 'LEASED' WHERE version = 2"),
-            ("UPDATE tasks SET state = 'RETRY_WAIT', lease_expires_at = NULL, lease_check_at = NULL",
-             "UPDATE tasks SET state = 'LEASED', lease_expires_at = now(), lease_check_at = now()"),
+            ("UPDATE task_log SET version = 4", "UPDATE task_log SET version = 3"),
+            ("UPDATE task_log SET lease_epoch = 5", "UPDATE task_log SET lease_epoch = 1"),
+            ("UPDATE task_log SET to_state = 'CANCELED'", "UPDATE task_log SET to_state = 'SUCCEEDED'"),
+            ("UPDATE task_log SET from_state = 'ENQUEUED', outcome = NULL, leased_at = NULL, attempt = NULL, "
+             "worker_id = NULL",
+             "UPDATE task_log SET from_state = 'LEASED', outcome = 'SUCCEEDED', leased_at = now(), attempt = 1, "
+             "worker_id = 'w'"),
+            (f"UPDATE tasks SET version = 3 WHERE task_id = '{leased}'",
+             f"UPDATE tasks SET version = 2 WHERE task_id = '{leased}'"),
+            (f"UPDATE tasks SET state = 'RETRY_WAIT', lease_expires_at = NULL, lease_check_at = NULL "
+             f"WHERE task_id = '{leased}'",
+             f"UPDATE tasks SET state = 'LEASED', lease_expires_at = now(), lease_check_at = now() "
+             f"WHERE task_id = '{leased}'"),
         ]
         for corrupt, restore in corruptions:
             await conn.execute(corrupt)
@@ -125,6 +144,93 @@ async def test_the_transition_log_checker_catches_gaps_forks_and_bad_edges(fresh
                 raise AssertionError(f"the checker missed: {corrupt}")
             await conn.execute(restore)
             await check_transition_logs(dsn)
+    finally:
+        await conn.close()
+
+
+async def test_the_log_refuses_rows_the_task_row_implies(fresh_db):
+    """Migration 0008: no lease rows, and a row leaving LEASED must carry its lease."""
+    dsn = fresh_db("hist_logrows")
+    await migrate.apply(dsn, "history", HISTORY / "migrations")
+    conn = await asyncpg.connect(dsn, timeout=10)
+    tid = "01a22a36-c756-8d73-aca5-6a93404431b1"
+    cols = "(task_id, version, from_state, to_state, lease_epoch, at, reason, outcome, leased_at, attempt, worker_id)"
+    try:
+        for values in ("($1, 2, 'ENQUEUED', 'LEASED', 1, now(), 'l', NULL, now(), 1, 'w')",  # a lease row
+                       "($1, 3, 'LEASED', 'SUCCEEDED', 1, now(), 's', 'SUCCEEDED', NULL, NULL, NULL)",  # no lease
+                       "($1, 3, 'LEASED', 'SUCCEEDED', 1, now(), 's', 'SUCCEEDED', now(), 1, NULL)",  # no worker
+                       "($1, 2, 'ENQUEUED', 'CANCELED', 0, now(), 'c', NULL, now(), 1, 'w')"):  # lease, not leased
+            try:
+                await conn.execute(f"INSERT INTO task_log {cols} VALUES {values}", tid)
+            except asyncpg.CheckViolationError:
+                continue
+            raise AssertionError(f"task_log accepted {values}")
+    finally:
+        await conn.close()
+
+
+async def test_migration_0008_keeps_every_log_and_attempt(fresh_db, tmp_path):
+    """Logs written in the old form (a row per transition) read the same through the views after
+    migration 0008 folds them: closed leases into their ends, running leases and creates into the
+    task rows (a bulk retry's create, whose reason names the operation, stays a row)."""
+    old = tmp_path / "migrations"
+    old.mkdir()
+    for f in sorted((HISTORY / "migrations").glob("*.sql")):
+        if int(f.name[:4]) < 8:
+            (old / f.name).write_text(f.read_text())
+    dsn = fresh_db("hist_0008")
+    assert await migrate.apply(dsn, "history", old) == [1, 2, 3, 4, 5, 6, 7]
+    ids = {k: f"01a22a36-c756-8d73-aca5-6a93404431{n:02x}" for n, k in enumerate("sleqr", start=0xc0)}
+    conn = await asyncpg.connect(dsn, timeout=10)
+    try:
+        task = """INSERT INTO tasks (task_id, tenant_id, app_id, queue, task_type, state, version, attempt,
+                                     max_attempts, lease_epoch, payload, retry_policy, timeouts, run_at,
+                                     created_at, updated_at, finished_at, worker_id, lease_expires_at,
+                                     lease_check_at, retry_of)
+                  VALUES ($1, 't', 'a', 'q', 'x', $2, $3, $4::int, 3, $4::int, '1', '{}', '{}', now(),
+                          '2026-01-01T00:00:00Z', $5, $6, $7, $8, $8, $9)"""
+        t0 = __import__("datetime").datetime(2026, 1, 1, tzinfo=__import__("datetime").timezone.utc)
+        at = [t0 + __import__("datetime").timedelta(seconds=s) for s in range(10)]
+        # s: succeeded first time; l: leased now; e: failed once, retried, succeeded; q: enqueued;
+        # r: a bulk retry of s, enqueued.
+        await conn.execute(task, ids["s"], "SUCCEEDED", 3, 1, at[2], at[2], "w1", None, None)
+        await conn.execute(task, ids["l"], "LEASED", 2, 1, at[1], None, "w2", at[9], None)
+        await conn.execute(task, ids["e"], "SUCCEEDED", 6, 2, at[6], at[6], "w4", None, None)
+        await conn.execute(task, ids["q"], "ENQUEUED", 1, 0, at[0], None, None, None, None)
+        await conn.execute(task, ids["r"], "ENQUEUED", 1, 0, at[0], None, None, None, ids["s"])
+        log = """INSERT INTO task_transitions (task_id, version, from_state, to_state, lease_epoch, at, reason,
+                                               attempt, worker_id, outcome, error_class, error_message)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)"""
+        rows = [
+            (ids["s"], 1, None, "ENQUEUED", 0, t0, "created", None, None, None, None, None),
+            (ids["s"], 2, "ENQUEUED", "LEASED", 1, at[1], "leased", 1, "w1", None, None, None),
+            (ids["s"], 3, "LEASED", "SUCCEEDED", 1, at[2], "succeeded", None, None, "SUCCEEDED", None, None),
+            (ids["l"], 1, None, "ENQUEUED", 0, t0, "created", None, None, None, None, None),
+            (ids["l"], 2, "ENQUEUED", "LEASED", 1, at[1], "leased", 1, "w2", None, None, None),
+            (ids["e"], 1, None, "ENQUEUED", 0, t0, "created", None, None, None, None, None),
+            (ids["e"], 2, "ENQUEUED", "LEASED", 1, at[1], "leased", 1, "w3", None, None, None),
+            (ids["e"], 3, "LEASED", "RETRY_WAIT", 1, at[2], "attempt 1 failed, retrying", None, None, "FAILED",
+             "ValueError", "bad"),
+            (ids["e"], 4, "RETRY_WAIT", "ENQUEUED", 1, at[4], "retry backoff elapsed", None, None, None, None,
+             None),
+            (ids["e"], 5, "ENQUEUED", "LEASED", 2, at[5], "leased", 2, "w4", None, None, None),
+            (ids["e"], 6, "LEASED", "SUCCEEDED", 2, at[6], "succeeded", None, None, "SUCCEEDED", None, None),
+            (ids["q"], 1, None, "ENQUEUED", 0, t0, "created", None, None, None, None, None),
+            (ids["r"], 1, None, "ENQUEUED", 0, t0, "retried by operation op-1", None, None, None, None, None),
+        ]
+        await conn.executemany(log, rows)
+
+        async def read():
+            return ([tuple(r) for r in await conn.fetch("SELECT * FROM task_transitions ORDER BY task_id, version")],
+                    [tuple(r) for r in await conn.fetch("SELECT * FROM task_attempts ORDER BY task_id, attempt")])
+        before = await read()
+        assert len(before[0]) == len(rows) and len(before[1]) == 4
+        (old / "0008_task_log.sql").write_text((HISTORY / "migrations" / "0008_task_log.sql").read_text())
+        assert await migrate.apply(dsn, "history", old) == [8]
+        assert await read() == before
+        stored = await conn.fetch("SELECT task_id, version FROM task_log ORDER BY task_id, version")
+        assert [(str(r["task_id"]), r["version"]) for r in stored] == sorted(
+            [(ids["s"], 3), (ids["e"], 3), (ids["e"], 4), (ids["e"], 6), (ids["r"], 1)])
     finally:
         await conn.close()
 

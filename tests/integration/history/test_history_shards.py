@@ -129,8 +129,10 @@ async def test_timer_exclusivity_guard_and_its_test_only_switch(make_hist, skip_
         assert sorted(fired) == [0, 1] and log == ["ENQUEUED", "LEASED", "RETRY_WAIT"]
         await check_transition_logs(hist.dsns[1])
     else:
-        assert fired == [1, 1] and log == ["ENQUEUED", "LEASED", "RETRY_WAIT", "RETRY_WAIT"]
-        with pytest.raises(AssertionError, match="chain"):
+        # The lease ended twice: each end logs the lease it read (migration 0008), so the fork
+        # shows as a second lease at the version the first end already took (two rows at v3).
+        assert fired == [1, 1] and sorted(log) == ["ENQUEUED", "LEASED", "LEASED", "RETRY_WAIT", "RETRY_WAIT"]
+        with pytest.raises(AssertionError, match="version gap|chain"):
             await check_transition_logs(hist.dsns[1])
 
 

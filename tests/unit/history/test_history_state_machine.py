@@ -211,7 +211,8 @@ def test_test_only_variants_are_marked_and_differ_only_by_their_guard():
                              "task_transition_apply_unfenced", "task_retry_batch_unfenced"}
     for name in variants:
         assert "TEST-ONLY" in QUERIES[name], name
-    guard = "       AND t.state = i.from_state AND t.lease_epoch = i.lease_epoch\n"
+    guard = ("       AND t.state = i.from_state AND t.lease_epoch = i.lease_epoch"
+             " AND t.version = COALESCE(lease.version, t.version)\n")
     fenced = _code(QUERIES["task_transition_apply"])
     assert guard in fenced
     assert _code(QUERIES["task_transition_apply_unfenced"]).strip() == fenced.replace(guard, "").strip()
