@@ -255,9 +255,12 @@ upd AS (
            version = t.version + 1,
            worker_id = $2::text,
            lease_expires_at = now.t + make_interval(secs => $3::float8),
-           attempt_deadline = now.t + make_interval(secs => (t.timeouts->>'start_to_close_s')::float8),
+           -- An absent start_to_close is 600 s (policy.STORED_START_TO_CLOSE_S), a null one unlimited.
+           attempt_deadline = now.t + make_interval(secs => CASE WHEN t.timeouts ? 'start_to_close_s'
+                                   THEN (t.timeouts->>'start_to_close_s')::float8 ELSE 600 END),
            lease_check_at = LEAST(now.t + make_interval(secs => $3::float8),
-                                  now.t + make_interval(secs => (t.timeouts->>'start_to_close_s')::float8)),
+                                  now.t + make_interval(secs => CASE WHEN t.timeouts ? 'start_to_close_s'
+                                       THEN (t.timeouts->>'start_to_close_s')::float8 ELSE 600 END)),
            cancel_requested = false, cancel_reason = NULL, kill_at = NULL,
            started_at = COALESCE(t.started_at, now.t),
            updated_at = now.t
@@ -271,7 +274,8 @@ moot AS (
 )
 SELECT upd.task_id, upd.tenant_id, upd.app_id, upd.task_type, upd.queue, upd.payload, upd.attempt,
        upd.max_attempts, upd.lease_epoch, upd.run_at,
-       (upd.timeouts->>'start_to_close_s')::float8 AS start_to_close_s,
+       CASE WHEN upd.timeouts ? 'start_to_close_s' THEN (upd.timeouts->>'start_to_close_s')::float8
+            ELSE 600 END AS start_to_close_s,
        upd.schedule_id, upd.scheduled_time, upd.checkpoint
   FROM upd
 

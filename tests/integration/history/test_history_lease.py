@@ -142,3 +142,24 @@ async def test_ready_tenants_probe_reads_the_dispatch_index_not_the_table(make_h
         assert [r[0] for r in await conn.fetch(f"EXECUTE ready({params})")] == ["tenant-plan"]
     finally:
         await conn.close()
+
+
+async def test_default_policy_and_timeouts_are_stored_empty_and_lease_as_the_defaults(hist):
+    """Issue 5: a task with the default retry policy and timeouts stores {} for both; the lease
+    still reads a 600 s start_to_close from it, and an explicit null (unlimited) sets no deadline."""
+    tenant, app = unique("t"), unique("app")
+    default, unlimited = await hist.create_one(tenant, app), await hist.create_one(tenant, app)
+    (row,) = await hist.sql(1, "SELECT retry_policy::text, timeouts::text FROM tasks WHERE task_id = $1::uuid",
+                            default)
+    assert (row["retry_policy"], row["timeouts"]) == ("{}", "{}")
+    await hist.sql(1, """UPDATE tasks SET timeouts = '{"start_to_close_s": null}' WHERE task_id = $1::uuid""",
+                   unlimited)
+    leased = {t.task_id: t for t in (await hist.lease(app, max_tasks=2, lease_s=20)).tasks}
+    assert leased[default].start_to_close.seconds == 600 and not leased[unlimited].HasField("start_to_close")
+    rows = {str(r["task_id"]): r for r in await hist.sql(
+        1, "SELECT task_id, attempt_deadline - updated_at AS d FROM tasks WHERE task_id = ANY($1::uuid[])",
+        [default, unlimited])}
+    assert rows[default]["d"].total_seconds() == 600 and rows[unlimited]["d"] is None
+    got = await hist.get(default, tenant)
+    assert got.retry.max_attempts == 5 and got.retry.cap.seconds == 3600 and got.retry.base.seconds == 1
+    assert got.retry.factor == 2.0 and got.retry.jitter and got.timeouts.start_to_close.seconds == 600

@@ -76,10 +76,39 @@ def test_non_positive_timeouts_are_refused():
 
 def test_unset_schedule_timeouts_are_left_out_of_the_stored_form():
     t = Timeouts(schedule_to_start_s=None, start_to_close_s=600.0, schedule_to_close_s=None)
-    assert t.to_json() == {"start_to_close_s": 600.0}
+    assert t.to_json() == {}  # 600 s is the stored base (see the test below)
     assert Timeouts.from_json(t.to_json()) == t
     unlimited = Timeouts(schedule_to_start_s=None, start_to_close_s=None, schedule_to_close_s=None)
     assert unlimited.to_json() == {"start_to_close_s": None}  # its default is not None: stored as null
     assert Timeouts.from_json(unlimited.to_json()) == unlimited
     old_form = {"start_to_close_s": 5.0, "schedule_to_start_s": None, "schedule_to_close_s": None}
     assert Timeouts.from_json(old_form) == Timeouts(None, 5.0, None)
+
+
+def test_the_stored_policy_keeps_only_what_differs_from_the_stored_base():
+    """Issue 5: a default policy is stored as {}; absent fields mean STORED_RETRY_BASE, which is
+    part of the stored format (pinned here: changing it would change every stored row's meaning)."""
+    from ratchet.services.history.policy import STORED_RETRY_BASE
+    assert STORED_RETRY_BASE == {"max_attempts": 5, "base_s": 1.0, "factor": 2.0, "cap_s": 3600.0, "jitter": True}
+    assert Retry().to_json() == {}
+    assert Retry.from_json({}) == Retry(max_attempts=5, base_s=1.0, factor=2.0, cap_s=3600.0, jitter=True)
+    assert Retry(max_attempts=3, jitter=False).to_json() == {"max_attempts": 3, "jitter": False}
+    full = {"cap_s": 3600.0, "base_s": 1.0, "factor": 2.0, "jitter": True, "max_attempts": 5}  # before issue 5
+    assert Retry.from_json(full) == Retry.from_json({})
+    for r in (Retry(base_s=0.0), Retry(factor=1.0, cap_s=0.0), Retry(max_attempts=1, jitter=False)):
+        assert Retry.from_json(r.to_json()) == r
+
+
+def test_the_stored_timeouts_leave_out_the_default_start_to_close():
+    """Issue 5: default timeouts are stored as {}; an unlimited start_to_close stays an explicit
+    null, so absent (600 s, pinned: the lease statement reads the same value) and unlimited differ."""
+    from ratchet.services.history.policy import STORED_START_TO_CLOSE_S
+    assert STORED_START_TO_CLOSE_S == 600.0
+    assert Timeouts().to_json() == {}
+    assert Timeouts.from_json({}) == Timeouts(start_to_close_s=600.0)
+    assert Timeouts(start_to_close_s=None).to_json() == {"start_to_close_s": None}
+    assert Timeouts.from_json({"start_to_close_s": None}).start_to_close_s is None
+    old = {"schedule_to_start_s": None, "start_to_close_s": 600.0, "schedule_to_close_s": None}  # before issue 5
+    assert Timeouts.from_json(old) == Timeouts()
+    for t in (Timeouts(start_to_close_s=None, schedule_to_close_s=5.0), Timeouts(start_to_close_s=30.0)):
+        assert Timeouts.from_json(t.to_json()) == t
