@@ -1,5 +1,5 @@
 -- The history shard schema as it stands after every migration in
--- services/history/migrations/ (currently 0001 to 0008). Read this to know the
+-- services/history/migrations/ (currently 0001 to 0009). Read this to know the
 -- schema; change it only together with a new migration.
 -- tests/integration/history/test_schema.py migrates one database, loads this
 -- file into another, and requires their catalogs to match.
@@ -83,8 +83,10 @@ CREATE INDEX tasks_dispatch ON tasks (tenant_id, run_at) WHERE state = 'ENQUEUED
 
 -- Search over finished tasks (the dead-letter search is state = 'FAILED'),
 -- newest first by (finished_at, task_id). Partial: written once, when a task
--- becomes terminal, so enqueue, lease and heartbeat pay nothing for it.
-CREATE INDEX tasks_finished ON tasks (tenant_id, app_id, state, finished_at, task_id)
+-- becomes terminal, so enqueue, lease and heartbeat pay nothing for it. Keyed
+-- by app alone (migration 0009): an app id is unique platform-wide and names
+-- one tenant; the queries still filter on tenant_id.
+CREATE INDEX tasks_finished ON tasks (app_id, state, finished_at, task_id)
     WHERE finished_at IS NOT NULL;
 
 -- Due lease checks for the timer firer (migration 0005): one entry per
