@@ -1,5 +1,5 @@
 -- The history shard schema as it stands after every migration in
--- services/history/migrations/ (currently 0001 to 0009). Read this to know the
+-- services/history/migrations/ (currently 0001 to 0010). Read this to know the
 -- schema; change it only together with a new migration.
 -- tests/integration/history/test_schema.py migrates one database, loads this
 -- file into another, and requires their catalogs to match.
@@ -100,7 +100,10 @@ CREATE INDEX tasks_lease_check ON tasks (lease_check_at) WHERE state = 'LEASED';
 -- task, retry_of set, logs one, its reason naming the operation), and a lease
 -- (ENQUEUED -> LEASED at version v) is logged with the row that ends it
 -- (version v + 1, leaving LEASED): leased_at, attempt and worker_id, next to
--- the attempt's outcome and error. Until then the task row holds them.
+-- the attempt's outcome and error. Until then the task row holds them. A
+-- task that succeeds at its first lease logs nothing (migration 0010): its
+-- row says all of it (version 3 and SUCCEEDED imply create -> lease ->
+-- success).
 CREATE TABLE task_log (
     task_id       uuid        NOT NULL,
     version       bigint      NOT NULL,
@@ -134,8 +137,11 @@ CREATE TABLE task_log (
 
 -- Every transition of every task, as one log: the implied create row, the
 -- running lease from the task row, a closed lease from the row that ended
--- it, and every logged row. Readers filter by task_id, which each part
--- answers from a primary key.
+-- it, every logged row, and (migration 0010) the lease and success of a task
+-- that succeeded at its first lease (version 3, SUCCEEDED: only create ->
+-- lease -> success leads there), read off its row unless the log holds a
+-- version 3. Readers filter by task_id, which each part answers from a
+-- primary key.
 CREATE VIEW task_transitions AS
 SELECT t.task_id, 1::bigint AS version, NULL::text AS from_state, 'ENQUEUED'::text AS to_state,
        0::bigint AS lease_epoch, t.created_at AS at, 'created'::text AS reason, NULL::integer AS attempt,
@@ -153,10 +159,21 @@ SELECT l.task_id, l.version - 1, 'ENQUEUED', 'LEASED', l.lease_epoch, l.leased_a
 UNION ALL
 SELECT l.task_id, l.version, l.from_state, l.to_state, l.lease_epoch, l.at, l.reason, NULL, NULL,
        l.outcome, l.error_class, l.error_message, l.error_stack
-  FROM task_log l;
+  FROM task_log l
+UNION ALL
+SELECT t.task_id, x.version, x.from_state, x.to_state, t.lease_epoch, x.at, x.reason, x.attempt, x.worker_id,
+       x.outcome, NULL, NULL, NULL
+  FROM tasks t
+ CROSS JOIN LATERAL (VALUES
+       (2::bigint, 'ENQUEUED'::text, 'LEASED'::text, t.started_at, 'leased'::text, t.attempt, t.worker_id,
+        NULL::text),
+       (3::bigint, 'LEASED'::text, 'SUCCEEDED'::text, t.finished_at, 'succeeded'::text, NULL::integer, NULL::text,
+        'SUCCEEDED'::text)) AS x(version, from_state, to_state, at, reason, attempt, worker_id, outcome)
+ WHERE t.state = 'SUCCEEDED' AND t.version = 3
+   AND NOT EXISTS (SELECT 1 FROM task_log l WHERE l.task_id = t.task_id AND l.version = 3);
 
 -- One row per lease: the running one from the task row, each closed one from
--- the row that ended it.
+-- the row that ended it, a first lease's success from the task row.
 CREATE VIEW task_attempts AS
 SELECT t.task_id, t.attempt, t.lease_epoch, t.worker_id, t.updated_at AS started_at,
        NULL::timestamptz AS finished_at, 'RUNNING'::text AS outcome, NULL::text AS error_class,
@@ -165,7 +182,13 @@ SELECT t.task_id, t.attempt, t.lease_epoch, t.worker_id, t.updated_at AS started
 UNION ALL
 SELECT l.task_id, l.attempt, l.lease_epoch, l.worker_id, l.leased_at, l.at, COALESCE(l.outcome, 'RUNNING'),
        l.error_class, l.error_message, l.error_stack
-  FROM task_log l WHERE l.leased_at IS NOT NULL;
+  FROM task_log l WHERE l.leased_at IS NOT NULL
+UNION ALL
+SELECT t.task_id, t.attempt, t.lease_epoch, t.worker_id, t.started_at, t.finished_at, 'SUCCEEDED',
+       NULL, NULL, NULL
+  FROM tasks t
+ WHERE t.state = 'SUCCEEDED' AND t.version = 3
+   AND NOT EXISTS (SELECT 1 FROM task_log l WHERE l.task_id = t.task_id AND l.version = 3);
 
 -- One timer mechanism for delays, retry backoff, lease expiry and timeouts.
 -- At most one timer of each kind per task; lease_epoch fences a timer to the

@@ -430,7 +430,7 @@ upd AS (
        AND t.state = i.from_state AND t.lease_epoch = i.lease_epoch AND t.version = COALESCE(lease.version, t.version)
        AND (i.cancel_seen IS NULL OR i.cancel_seen = CASE WHEN t.cancel_requested THEN 'requested:'
                                                           || coalesce(t.cancel_reason, '') ELSE '' END)
-    RETURNING t.task_id, t.version, t.state, t.lease_epoch, t.attempt, t.run_at, t.updated_at,
+    RETURNING t.task_id, t.version, t.state, t.lease_epoch, t.attempt, t.run_at, t.updated_at, t.started_at,
               lease.updated_at AS leased_at, lease.attempt AS leased_attempt, lease.worker_id AS leased_worker
 ),
 tr AS (
@@ -440,6 +440,11 @@ tr AS (
            i.attempt_outcome, i.attempt_error_class, i.attempt_error_message, i.attempt_error_stack,
            upd.leased_at, upd.leased_attempt, upd.leased_worker
       FROM upd JOIN i ON i.task_id = upd.task_id
+     -- The success of a first lease is implied by the task row (migration 0010).
+     WHERE (upd.state = 'SUCCEEDED' AND upd.version = 3 AND i.reason = 'succeeded'
+            AND i.attempt_outcome = 'SUCCEEDED' AND i.attempt_error_class IS NULL
+            AND i.attempt_error_message IS NULL AND i.attempt_error_stack IS NULL
+            AND upd.leased_at = upd.started_at) IS NOT TRUE
 ),
 gone AS (
     DELETE FROM timer_queue m USING upd
@@ -499,7 +504,7 @@ upd AS (
      WHERE t.task_id = ANY($1::uuid[]) AND t.task_id = i.task_id
        AND (i.cancel_seen IS NULL OR i.cancel_seen = CASE WHEN t.cancel_requested THEN 'requested:'
                                                           || coalesce(t.cancel_reason, '') ELSE '' END)
-    RETURNING t.task_id, t.version, t.state, t.lease_epoch, t.attempt, t.run_at, t.updated_at,
+    RETURNING t.task_id, t.version, t.state, t.lease_epoch, t.attempt, t.run_at, t.updated_at, t.started_at,
               lease.updated_at AS leased_at, lease.attempt AS leased_attempt, lease.worker_id AS leased_worker
 ),
 tr AS (
@@ -509,6 +514,11 @@ tr AS (
            i.attempt_outcome, i.attempt_error_class, i.attempt_error_message, i.attempt_error_stack,
            upd.leased_at, upd.leased_attempt, upd.leased_worker
       FROM upd JOIN i ON i.task_id = upd.task_id
+     -- The success of a first lease is implied by the task row (migration 0010).
+     WHERE (upd.state = 'SUCCEEDED' AND upd.version = 3 AND i.reason = 'succeeded'
+            AND i.attempt_outcome = 'SUCCEEDED' AND i.attempt_error_class IS NULL
+            AND i.attempt_error_message IS NULL AND i.attempt_error_stack IS NULL
+            AND upd.leased_at = upd.started_at) IS NOT TRUE
 ),
 gone AS (
     DELETE FROM timer_queue m USING upd

@@ -30,6 +30,39 @@ async def test_success_stores_the_result_and_closes_everything(hist):
                                        (3, "LEASED", "SUCCEEDED", 1)]
 
 
+
+async def test_only_what_the_task_row_cannot_say_is_logged(hist):
+    """Migrations 0008 and 0010: a first lease's success logs no row (the task row implies its
+    create, lease and success); a second attempt's success logs its failed first attempt and its
+    own end, each with its lease. The views read the same log and attempts either way."""
+    tenant, app = unique("t"), unique("app")
+    first = await hist.create_one(tenant, app)
+    leased = await hist.lease_one(app, worker="agent-1")
+    assert (await hist.complete_one(leased, "SUCCEEDED", result_json=b"1")).accepted
+    second = await hist.create_one(tenant, app, base_s=0.01)
+    leased = await hist.lease_one(app, worker="agent-2")
+    assert (await hist.complete_one(leased, "FAILED", error=ERR)).accepted
+    await hist.fire_until_state(second, tenant, "ENQUEUED")
+    leased = await hist.lease_one(app, worker="agent-3")
+    assert (await hist.complete_one(leased, "SUCCEEDED", result_json=b"2")).accepted
+    stored = await hist.sql(1, "SELECT task_id, version, to_state, worker_id FROM task_log "
+                               "WHERE task_id = ANY($1::uuid[]) ORDER BY version", [first, second])
+    assert [(str(r["task_id"]), r["version"], r["to_state"], r["worker_id"]) for r in stored] == [
+        (second, 3, "RETRY_WAIT", "agent-2"), (second, 4, "ENQUEUED", None), (second, 6, "SUCCEEDED", "agent-3")]
+    assert await hist.log(first) == [(1, None, "ENQUEUED", 0), (2, "ENQUEUED", "LEASED", 1),
+                                     (3, "LEASED", "SUCCEEDED", 1)]
+    assert [s for _, _, s, _ in await hist.log(second)] == ["ENQUEUED", "LEASED", "RETRY_WAIT", "ENQUEUED",
+                                                           "LEASED", "SUCCEEDED"]
+    got = await hist.get(first, tenant)
+    (att,) = got.attempts
+    assert (att.attempt, att.lease_epoch, att.worker_id, att.outcome) == (
+        1, 1, "agent-1", tasks_pb2.ATTEMPT_OUTCOME_SUCCEEDED)
+    assert att.started_at == got.started_at and att.finished_at == got.finished_at
+    got = await hist.get(second, tenant)
+    assert [(a.attempt, a.worker_id, a.outcome) for a in got.attempts] == [
+        (1, "agent-2", tasks_pb2.ATTEMPT_OUTCOME_FAILED), (2, "agent-3", tasks_pb2.ATTEMPT_OUTCOME_SUCCEEDED)]
+
+
 async def test_a_stale_epoch_completion_is_rejected_and_changes_nothing(hist):
     tenant, app = unique("t"), unique("app")
     task_id = await hist.create_one(tenant, app)

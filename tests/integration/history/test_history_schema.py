@@ -51,7 +51,7 @@ async def _catalog(dsn: str) -> list[tuple[str, str, str]]:
 
 async def test_migrations_produce_the_committed_schema(fresh_db):
     migrated, committed = fresh_db("hist_migrated"), fresh_db("hist_committed")
-    assert await migrate.apply(migrated, "history", HISTORY / "migrations") == [1, 2, 3, 4, 5, 6, 7, 8, 9]
+    assert await migrate.apply(migrated, "history", HISTORY / "migrations") == [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]
     assert await migrate.apply(migrated, "history", HISTORY / "migrations") == []  # idempotent
     conn = await asyncpg.connect(committed, timeout=10)
     try:
@@ -114,10 +114,18 @@ async def test_the_transition_log_checker_catches_gaps_forks_and_bad_edges(fresh
             """INSERT INTO task_log (task_id, version, from_state, to_state, lease_epoch, at, reason, outcome,
                                      leased_at, attempt, worker_id)
                VALUES ($1, 3, 'LEASED', 'SUCCEEDED', 1, now(), 's', 'SUCCEEDED', now(), 1, 'w')""", done)
-        log = await conn.fetch("SELECT version, from_state, to_state FROM task_transitions WHERE task_id = $1 "
-                               "ORDER BY version", done)
-        assert [tuple(r) for r in log] == [(1, None, "ENQUEUED"), (2, "ENQUEUED", "LEASED"),
-                                           (3, "LEASED", "SUCCEEDED")]
+        implied = "01a22a36-c756-8d73-aca5-6a93404431b2"  # a first lease's success: no log row (0010)
+        await conn.execute(
+            """INSERT INTO tasks (task_id, tenant_id, app_id, queue, task_type, state, version, attempt,
+                                  max_attempts, lease_epoch, payload, retry_policy, timeouts, run_at,
+                                  created_at, updated_at, started_at, finished_at, worker_id)
+               VALUES ($1, 't', 'a', 'q', 'x', 'SUCCEEDED', 3, 1, 1, 1, '1', '{}', '{}', now(), now(), now(),
+                       now(), now(), 'w')""", implied)
+        for task_id in (done, implied):
+            log = await conn.fetch("SELECT version, from_state, to_state FROM task_transitions WHERE task_id = $1 "
+                                   "ORDER BY version", task_id)
+            assert [tuple(r) for r in log] == [(1, None, "ENQUEUED"), (2, "ENQUEUED", "LEASED"),
+                                               (3, "LEASED", "SUCCEEDED")]
         await check_transition_logs(dsn)  # the correct log passes
         corruptions = [  # (break it, put it back)
             ("UPDATE task_log SET version = 4", "UPDATE task_log SET version = 3"),
@@ -127,6 +135,10 @@ async def test_the_transition_log_checker_catches_gaps_forks_and_bad_edges(fresh
              "worker_id = NULL",
              "UPDATE task_log SET from_state = 'LEASED', outcome = 'SUCCEEDED', leased_at = now(), attempt = 1, "
              "worker_id = 'w'"),
+            (f"UPDATE tasks SET version = 4 WHERE task_id = '{implied}'",
+             f"UPDATE tasks SET version = 3 WHERE task_id = '{implied}'"),
+            (f"UPDATE tasks SET state = 'FAILED' WHERE task_id = '{implied}'",
+             f"UPDATE tasks SET state = 'SUCCEEDED' WHERE task_id = '{implied}'"),
             (f"UPDATE tasks SET version = 3 WHERE task_id = '{leased}'",
              f"UPDATE tasks SET version = 2 WHERE task_id = '{leased}'"),
             (f"UPDATE tasks SET state = 'RETRY_WAIT', lease_expires_at = NULL, lease_check_at = NULL "
@@ -231,6 +243,58 @@ async def test_migration_0008_keeps_every_log_and_attempt(fresh_db, tmp_path):
         stored = await conn.fetch("SELECT task_id, version FROM task_log ORDER BY task_id, version")
         assert [(str(r["task_id"]), r["version"]) for r in stored] == sorted(
             [(ids["s"], 3), (ids["e"], 3), (ids["e"], 4), (ids["e"], 6), (ids["r"], 1)])
+    finally:
+        await conn.close()
+
+
+async def test_migration_0010_keeps_every_log_and_attempt(fresh_db, tmp_path):
+    """A first lease's success stored as a log row before migration 0010 is dropped by it and read
+    off the task row, the same; a second attempt's success and a version-3 success logged with
+    another reason keep their rows."""
+    old = tmp_path / "migrations"
+    old.mkdir()
+    for f in sorted((HISTORY / "migrations").glob("*.sql")):
+        if int(f.name[:4]) < 10:
+            (old / f.name).write_text(f.read_text())
+    dsn = fresh_db("hist_0010")
+    assert await migrate.apply(dsn, "history", old) == [1, 2, 3, 4, 5, 6, 7, 8, 9]
+    dt = __import__("datetime")
+    t0 = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
+    at = [t0 + dt.timedelta(seconds=s) for s in range(10)]
+    ids = [f"01a22a36-c756-8d73-aca5-6a93404431{n:02x}" for n in range(0xd0, 0xd3)]
+    conn = await asyncpg.connect(dsn, timeout=10)
+    try:
+        task = """INSERT INTO tasks (task_id, tenant_id, app_id, queue, task_type, state, version, attempt,
+                                     max_attempts, lease_epoch, payload, retry_policy, timeouts, run_at,
+                                     created_at, updated_at, started_at, finished_at, worker_id)
+                  VALUES ($1, 't', 'a', 'q', 'x', 'SUCCEEDED', $2::bigint, $3::int, 3, $3::int, '1', '{}', '{}',
+                          now(), $4, $5, $6, $5, 'w')"""
+        await conn.execute(task, ids[0], 3, 1, t0, at[2], at[1])  # first lease's success
+        await conn.execute(task, ids[1], 3, 1, t0, at[2], at[1])  # same, logged with another reason
+        await conn.execute(task, ids[2], 6, 2, t0, at[6], at[1])  # second attempt's success
+        log = """INSERT INTO task_log (task_id, version, from_state, to_state, lease_epoch, at, reason, outcome,
+                                       leased_at, attempt, worker_id, error_class)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)"""
+        await conn.executemany(log, [
+            (ids[0], 3, "LEASED", "SUCCEEDED", 1, at[2], "succeeded", "SUCCEEDED", at[1], 1, "w", None),
+            (ids[1], 3, "LEASED", "SUCCEEDED", 1, at[2], "succeeded late", "SUCCEEDED", at[1], 1, "w", None),
+            (ids[2], 3, "LEASED", "RETRY_WAIT", 1, at[2], "retrying", "FAILED", at[1], 1, "w0", "E"),
+            (ids[2], 4, "RETRY_WAIT", "ENQUEUED", 1, at[4], "retry backoff elapsed", None, None, None, None, None),
+            (ids[2], 6, "LEASED", "SUCCEEDED", 2, at[6], "succeeded", "SUCCEEDED", at[5], 2, "w", None),
+        ])
+
+        async def read():
+            return ([tuple(r) for r in await conn.fetch("SELECT * FROM task_transitions ORDER BY task_id, version")],
+                    [tuple(r) for r in await conn.fetch("SELECT * FROM task_attempts ORDER BY task_id, attempt")])
+        before = await read()
+        assert len(before[0]) == 3 + 3 + 6 and len(before[1]) == 1 + 1 + 2
+        (old / "0010_first_attempt_success_implied.sql").write_text(
+            (HISTORY / "migrations" / "0010_first_attempt_success_implied.sql").read_text())
+        assert await migrate.apply(dsn, "history", old) == [10]
+        assert await read() == before
+        stored = await conn.fetch("SELECT task_id, version FROM task_log ORDER BY task_id, version")
+        assert [(str(r["task_id"]), r["version"]) for r in stored] == [
+            (ids[1], 3), (ids[2], 3), (ids[2], 4), (ids[2], 6)]
     finally:
         await conn.close()
 
