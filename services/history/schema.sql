@@ -1,5 +1,5 @@
 -- The history shard schema as it stands after every migration in
--- services/history/migrations/ (currently 0001 to 0010). Read this to know the
+-- services/history/migrations/ (currently 0001 to 0011). Read this to know the
 -- schema; change it only together with a new migration.
 -- tests/integration/history/test_schema.py migrates one database, loads this
 -- file into another, and requires their catalogs to match.
@@ -17,7 +17,7 @@ CREATE TABLE tasks (
     retry_policy     jsonb       NOT NULL,
     retry_rules      jsonb,
     timeouts         jsonb       NOT NULL,
-    non_retryable    text[]      NOT NULL DEFAULT '{}',
+    non_retryable    text[]      DEFAULT '{}',  -- NULL: none (migration 0011)
     idempotency_key  text,
     schedule_id      text,
     scheduled_time   timestamptz,

@@ -29,7 +29,7 @@ ins AS (
                        scheduled_time)
     SELECT i.task_id, i.tenant_id, i.app_id, i.queue, i.task_type, 'ENQUEUED', 1, 0,
            i.max_attempts, 0, i.payload, i.retry_policy, i.timeouts,
-           ARRAY(SELECT jsonb_array_elements_text(i.non_retryable)), i.idempotency_key,
+           NULLIF(ARRAY(SELECT jsonb_array_elements_text(i.non_retryable)), '{}'), i.idempotency_key,
            COALESCE(i.run_at, now.t + make_interval(secs => COALESCE(i.delay_s, 0))), now.t, now.t,
            i.retry_rules, i.schedule_id, i.scheduled_time
       FROM i CROSS JOIN now
@@ -70,10 +70,14 @@ SELECT ins.task_id, ins.run_at <= ins.created_at AS due FROM ins
 -- several tasks, all or nothing) any row not inserted aborts it too, so a
 -- key held by another task or a retried id writes nothing here and the
 -- request takes the transactional path, which answers it exactly.
--- (Plain inserts guarded by NOT EXISTS instead of ON CONFLICT saved a 48-byte
--- confirmation record per row but made the statement ~15x slower: 0.6-0.8
--- ms -> 10-15 ms mean under 8 producers, Postgres CPU per enqueue 0.8 ->
--- 5.5 ms; docs/benchmarks/findings.md.)
+-- Tasks are plain inserts guarded by a primary-key probe per row (session 6:
+-- ON CONFLICT (task_id) logged a 48-byte speculative-insert confirmation per
+-- task, ~9 % of an enqueue's WAL); a retried id already committed is not
+-- inserted, and one inserted meanwhile by another request raises a unique
+-- violation, which the caller answers as it does for keys (nothing written,
+-- each request on the transactional path). The keys keep ON CONFLICT: plain
+-- key inserts guarded by NOT EXISTS made the statement ~15x slower (0.6-0.8
+-- ms -> 10-15 ms mean under 8 producers; docs/benchmarks/findings.md).
 WITH now AS (SELECT clock_timestamp() AS t),
 i AS (
     SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::bytea[],
@@ -106,12 +110,13 @@ ins AS (
                        scheduled_time)
     SELECT i.task_id, i.tenant_id, i.app_id, i.queue, i.task_type, 'ENQUEUED', 1, 0,
            i.max_attempts, 0, i.payload, i.retry_policy, i.timeouts,
-           ARRAY(SELECT jsonb_array_elements_text(i.non_retryable)), i.idempotency_key,
+           NULLIF(ARRAY(SELECT jsonb_array_elements_text(i.non_retryable)), '{}'), i.idempotency_key,
            COALESCE(i.run_at, now.t + make_interval(secs => COALESCE(i.delay_s, 0))), now.t, now.t,
            i.retry_rules, i.schedule_id, i.scheduled_time
       FROM i CROSS JOIN now
-     WHERE i.idempotency_key IS NULL OR i.task_id IN (SELECT k.task_id FROM k)
-    ON CONFLICT (task_id) DO NOTHING
+      -- One probe per id (the LIMIT keeps it a lateral probe, never a join with the table).
+      LEFT JOIN LATERAL (SELECT true AS taken FROM tasks x WHERE x.task_id = i.task_id LIMIT 1) e ON true
+     WHERE e.taken IS NULL AND (i.idempotency_key IS NULL OR i.task_id IN (SELECT k.task_id FROM k))
     RETURNING task_id, run_at, created_at
 ),
 tm AS (

@@ -27,39 +27,79 @@ async def test_a_completion_batch_reads_each_lease_by_its_key(make_hist):
     120 rows (45 ms per batch in a bench drain, 7x the statement before); it must stay one
     primary-key probe per id, and the rows updated found through the key too."""
     hist = await make_hist(check_logs=False)  # rows loaded by SQL: second attempts, leased without a call
-    await hist.sql(1, f"""
-        INSERT INTO tasks (task_id, tenant_id, app_id, queue, task_type, state, version, attempt, max_attempts,
-                           lease_epoch, payload, retry_policy, timeouts, run_at, created_at, updated_at,
-                           started_at, worker_id, lease_expires_at, lease_check_at)
-        SELECT gen_random_uuid(), 'big', 'app', 'default', 'work', 'LEASED', 4, 2, 5, 2, '1'::bytea, '{{}}', '{{}}',
-               now(), now(), now(), now(), 'w', now() + interval '1 minute', now() + interval '1 minute'
-          FROM generate_series(1, {ROWS})""")
-    await hist.sql(1, "ANALYZE tasks")
+    await _load(hist, "LEASED", version=4, attempt=2)
     ids = [r["task_id"] for r in await hist.sql(1, f"SELECT task_id FROM tasks LIMIT {BATCH}")]
     n = len(ids)
     args = [ids, ["LEASED"] * n, [2] * n, ["SUCCEEDED"] * n, [None] * n, [b"null"] * n, [None] * n, [None] * n,
             [None] * n, ["succeeded"] * n, ["SUCCEEDED"] * n, [None] * n, [None] * n, [None] * n, [None] * n,
             [""] * n]
-    conn = await asyncpg.connect(hist.dsns[1], timeout=10)
+    types = ["uuid[]", "text[]", "bigint[]", "text[]", "float8[]", "bytea[]"] + ["text[]"] * 8 + ["bytea[]", "text[]"]
+    root, applied = await _explain_generic(
+        hist.dsns[1], "task_transition_apply", args, types,
+        after="SELECT count(*) FROM task_log WHERE leased_at IS NOT NULL")
+    assert applied == n  # the plan ran: every lease ended and was logged with its lease
+    _assert_probes_only(root, n)
+
+
+async def test_a_group_of_creates_probes_each_new_id_by_its_key(make_hist):
+    """Session 6: the grouped create inserts tasks without ON CONFLICT (a 48-byte confirmation
+    record per task), guarded by a primary-key probe per id; the guard must never become a join
+    with the whole table (the session-3 NOT EXISTS on keys ran ~15x slower)."""
+    hist = await make_hist(check_logs=False)
+    await _load(hist, "ENQUEUED", version=1, attempt=0)
+    new = [hist.task("big") for _ in range(BATCH)]
+    taken = (await hist.sql(1, "SELECT task_id FROM tasks LIMIT 1"))[0]["task_id"]
+    n = len(new) + 1
+    ids = [t.task_id for t in new] + [str(taken)]  # the last one exists: not inserted, no error
+    args = [ids, ["big"] * n, ["app"] * n, ["work"] * n, ["default"] * n, [b"1"] * n, [None] * n, [None] * n,
+            [None] * n, [5] * n, ["{}"] * n, ["{}"] * n, ["[]"] * n, [None] * n, [None] * n, [None] * n,
+            [None] * n, [None] * n, [None] * n, 86400.0, False]
+    types = ["uuid[]", "text[]", "text[]", "text[]", "text[]", "bytea[]", "float8[]", "timestamptz[]", "text[]",
+             "int[]", "jsonb[]", "jsonb[]", "jsonb[]", "float8[]", "float8[]", "jsonb[]", "text[]",
+             "timestamptz[]", "text[]", "float8", "boolean"]
+    root, inserted = await _explain_generic(
+        hist.dsns[1], "task_create_batch", args, types,
+        after="SELECT count(*) FROM tasks WHERE non_retryable IS NULL")
+    assert inserted == BATCH  # every new id, not the taken one, with no non-retryable classes stored
+    _assert_probes_only(root, n)
+
+
+async def _load(hist, state: str, *, version: int, attempt: int) -> None:
+    lease = "now() + interval '1 minute'" if state == "LEASED" else "NULL"
+    await hist.sql(1, f"""
+        INSERT INTO tasks (task_id, tenant_id, app_id, queue, task_type, state, version, attempt, max_attempts,
+                           lease_epoch, payload, retry_policy, timeouts, run_at, created_at, updated_at,
+                           started_at, worker_id, lease_expires_at, lease_check_at)
+        SELECT gen_random_uuid(), 'big', 'app', 'default', 'work', '{state}', {version}, {attempt}, 5, {attempt},
+               '1'::bytea, '{{}}', '{{}}', now(), now(), now(), now(), 'w', {lease}, {lease}
+          FROM generate_series(1, {ROWS})""")
+    await hist.sql(1, "ANALYZE tasks")
+
+
+async def _explain_generic(dsn: str, name: str, args: list, types: list[str], *, after: str):
+    """EXPLAIN ANALYZE of the named query's generic plan (as a prepared statement runs it after its
+    fifth call) with these arguments, in a rolled-back transaction; returns (plan, `after`'s value
+    read before the rollback)."""
+    conn = await asyncpg.connect(dsn, timeout=10)
     try:
         async with conn.transaction():
             await conn.execute("SET LOCAL plan_cache_mode = force_generic_plan")
-            await conn.execute("PREPARE apply_batch AS " + QUERIES["task_transition_apply"])
+            await conn.execute(f"PREPARE q AS {QUERIES[name]}")
             # EXPLAIN EXECUTE takes no bind parameters: the arguments go in as literals.
-            types = ["uuid[]", "text[]", "bigint[]", "text[]", "float8[]", "bytea[]"] + ["text[]"] * 8 + [
-                "bytea[]", "text[]"]
             execute = await conn.fetchval(
-                "SELECT format('EXECUTE apply_batch(" + ", ".join(f"%L::{t}" for t in types) + ")', "
+                "SELECT format('EXECUTE q(" + ", ".join(f"%L::{t}" for t in types) + ")', "
                 + ", ".join(f"${k + 1}::{t}" for k, t in enumerate(types)) + ")", *args)
             raw = await conn.fetchval("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + execute, timeout=30)
-            applied = await conn.fetchval("SELECT count(*) FROM task_log WHERE leased_at IS NOT NULL")
+            value = await conn.fetchval(after)
             raise _Rollback
     except _Rollback:
         pass
     finally:
         await conn.close()
-    assert applied == n  # the plan ran: every lease ended and was logged with its lease
-    root = json.loads(raw)[0]["Plan"]
+    return json.loads(raw)[0]["Plan"], value
+
+
+def _assert_probes_only(root: dict, n: int) -> None:
     scans = [p for p in _nodes(root) if p["Node Type"] == "Seq Scan" and p.get("Relation Name") == "tasks"]
     assert not scans, json.dumps(root)[:4000]
     touched = root["Shared Hit Blocks"] + root["Shared Read Blocks"]
