@@ -181,15 +181,28 @@ async def test_the_log_refuses_rows_the_task_row_implies(fresh_db):
         await conn.close()
 
 
+def _migrations_up_to(tmp_path, last: int):
+    """A folder holding the history migrations 0001..last (a database migrated from it stands
+    where a shard stood before the later ones)."""
+    folder = tmp_path / f"migrations_{last}"
+    folder.mkdir()
+    for f in sorted((HISTORY / "migrations").glob("*.sql")):
+        if int(f.name[:4]) <= last:
+            (folder / f.name).write_text(f.read_text())
+    return folder
+
+
+async def _logs_and_attempts(conn) -> tuple[list[tuple], list[tuple]]:
+    """Every transition and every attempt of a shard, as the views list them."""
+    return ([tuple(r) for r in await conn.fetch("SELECT * FROM task_transitions ORDER BY task_id, version")],
+            [tuple(r) for r in await conn.fetch("SELECT * FROM task_attempts ORDER BY task_id, attempt")])
+
+
 async def test_migration_0008_keeps_every_log_and_attempt(fresh_db, tmp_path):
     """Logs written in the old form (a row per transition) read the same through the views after
     migration 0008 folds them: closed leases into their ends, running leases and creates into the
     task rows (a bulk retry's create, whose reason names the operation, stays a row)."""
-    old = tmp_path / "migrations"
-    old.mkdir()
-    for f in sorted((HISTORY / "migrations").glob("*.sql")):
-        if int(f.name[:4]) < 8:
-            (old / f.name).write_text(f.read_text())
+    old = _migrations_up_to(tmp_path, 7)
     dsn = fresh_db("hist_0008")
     assert await migrate.apply(dsn, "history", old) == [1, 2, 3, 4, 5, 6, 7]
     ids = {k: f"01a22a36-c756-8d73-aca5-6a93404431{n:02x}" for n, k in enumerate("sleqr", start=0xc0)}
@@ -232,14 +245,10 @@ async def test_migration_0008_keeps_every_log_and_attempt(fresh_db, tmp_path):
         ]
         await conn.executemany(log, rows)
 
-        async def read():
-            return ([tuple(r) for r in await conn.fetch("SELECT * FROM task_transitions ORDER BY task_id, version")],
-                    [tuple(r) for r in await conn.fetch("SELECT * FROM task_attempts ORDER BY task_id, attempt")])
-        before = await read()
+        before = await _logs_and_attempts(conn)
         assert len(before[0]) == len(rows) and len(before[1]) == 4
-        (old / "0008_task_log.sql").write_text((HISTORY / "migrations" / "0008_task_log.sql").read_text())
-        assert await migrate.apply(dsn, "history", old) == [8]
-        assert await read() == before
+        assert await migrate.apply(dsn, "history", _migrations_up_to(tmp_path, 8)) == [8]
+        assert await _logs_and_attempts(conn) == before
         stored = await conn.fetch("SELECT task_id, version FROM task_log ORDER BY task_id, version")
         assert [(str(r["task_id"]), r["version"]) for r in stored] == sorted(
             [(ids["s"], 3), (ids["e"], 3), (ids["e"], 4), (ids["e"], 6), (ids["r"], 1)])
@@ -251,11 +260,7 @@ async def test_migration_0010_keeps_every_log_and_attempt(fresh_db, tmp_path):
     """A first lease's success stored as a log row before migration 0010 is dropped by it and read
     off the task row, the same; a second attempt's success and a version-3 success logged with
     another reason keep their rows."""
-    old = tmp_path / "migrations"
-    old.mkdir()
-    for f in sorted((HISTORY / "migrations").glob("*.sql")):
-        if int(f.name[:4]) < 10:
-            (old / f.name).write_text(f.read_text())
+    old = _migrations_up_to(tmp_path, 9)
     dsn = fresh_db("hist_0010")
     assert await migrate.apply(dsn, "history", old) == [1, 2, 3, 4, 5, 6, 7, 8, 9]
     dt = __import__("datetime")
@@ -283,15 +288,10 @@ async def test_migration_0010_keeps_every_log_and_attempt(fresh_db, tmp_path):
             (ids[2], 6, "LEASED", "SUCCEEDED", 2, at[6], "succeeded", "SUCCEEDED", at[5], 2, "w", None),
         ])
 
-        async def read():
-            return ([tuple(r) for r in await conn.fetch("SELECT * FROM task_transitions ORDER BY task_id, version")],
-                    [tuple(r) for r in await conn.fetch("SELECT * FROM task_attempts ORDER BY task_id, attempt")])
-        before = await read()
+        before = await _logs_and_attempts(conn)
         assert len(before[0]) == 3 + 3 + 6 and len(before[1]) == 1 + 1 + 2
-        (old / "0010_first_attempt_success_implied.sql").write_text(
-            (HISTORY / "migrations" / "0010_first_attempt_success_implied.sql").read_text())
-        assert await migrate.apply(dsn, "history", old) == [10]
-        assert await read() == before
+        assert await migrate.apply(dsn, "history", _migrations_up_to(tmp_path, 10)) == [10]
+        assert await _logs_and_attempts(conn) == before
         stored = await conn.fetch("SELECT task_id, version FROM task_log ORDER BY task_id, version")
         assert [(str(r["task_id"]), r["version"]) for r in stored] == [
             (ids[1], 3), (ids[2], 3), (ids[2], 4), (ids[2], 6)]
