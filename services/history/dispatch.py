@@ -64,9 +64,10 @@ def split_limits(type_limits: Sequence[tuple[TypeKey, int]]) -> tuple[list[TypeK
 
 async def claim_fair(conn, store: Store, tenants: list[str], max_tasks: int, app_ids: Sequence[str],
                      excluded: Sequence[TypeKey] = (), already: Sequence[str] = ()) -> dict[str, list[str]]:
-    """Lock up to max_tasks ready tasks spread fairly over `tenants` -> {tenant: [task_id]}.
+    """Pick up to max_tasks ready tasks spread fairly over `tenants` -> {tenant: [task_id]}.
 
-    `excluded` types are not claimed; `already` ids were claimed earlier by this transaction.
+    Nothing is locked (the lease UPDATE re-checks each row); `excluded` types are not picked;
+    `already` ids were picked earlier by this transaction.
     """
     claimed: dict[str, list[str]] = {t: [] for t in tenants}
     already = list(already)
@@ -94,7 +95,7 @@ async def _claim_capped(conn, store: Store, caps: dict[TypeKey, int], max_tasks:
     if not caps:
         return []
     got = await store.task_claim_capped(conn, {k: min(n, max_tasks) for k, n in caps.items()}, app_ids, [])
-    # Rows claimed past max_tasks stay ENQUEUED; their locks end with the transaction.
+    # Rows picked past max_tasks are simply not leased.
     return [task_id for task_id, _ in got][:max_tasks]
 
 

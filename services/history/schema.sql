@@ -4,9 +4,9 @@
 -- tests/integration/history/test_schema.py migrates one database, loads this
 -- file into another, and requires their catalogs to match.
 CREATE TABLE tasks (
-    -- Written once, by the create (issue 5, migration 0003: the columns a
-    -- task keeps for life first, so an update that stays on its page logs
-    -- only the tail that changed).
+    -- Written once, by the create (issue 5, migrations 0003 and 0012: the columns
+    -- a task keeps for life first, so an update that stays on its page logs
+    -- only the middle that changed).
     task_id          uuid        PRIMARY KEY,
     tenant_id        text        COLLATE "C" NOT NULL,
     app_id           text        NOT NULL,
@@ -23,32 +23,35 @@ CREATE TABLE tasks (
     scheduled_time   timestamptz,
     retry_of         uuid,
     created_at       timestamptz NOT NULL,
-    -- Rewritten by state changes.
-    state            text        NOT NULL,
-    version          bigint      NOT NULL DEFAULT 1,
+    -- Rewritten by a lease (or a retry wait), kept by the lease's end
+    -- (migration 0012: in the prefix a completion's update does not log).
+    run_at           timestamptz NOT NULL,
+    cancel_requested boolean     NOT NULL DEFAULT false,
     attempt          integer     NOT NULL DEFAULT 0,
     lease_epoch      bigint      NOT NULL DEFAULT 0,
-    run_at           timestamptz NOT NULL,
-    updated_at       timestamptz NOT NULL,
     started_at       timestamptz,
-    finished_at      timestamptz,
     worker_id        text,
+    -- Rewritten by every state change.
+    state            text        NOT NULL,
+    version          bigint      NOT NULL DEFAULT 1,
+    updated_at       timestamptz NOT NULL,
+    finished_at      timestamptz,
     attempt_deadline timestamptz,
+    -- Also rewritten by heartbeats (HOT updates). The lease's `lease` timer
+    -- (migration 0005): when the firer next looks at the lease. Set by the
+    -- lease, moved by the firer, cleared when the lease ends; never touched by
+    -- heartbeats.
+    lease_expires_at timestamptz,
+    lease_check_at   timestamptz,
+    -- Written by the end of an attempt, or by cancel requests and checkpoints.
     result           bytea,
     error_class      text,
     error_message    text,
     error_stack      text,
     retried_as       uuid,
-    -- Also rewritten by heartbeats and cancel requests (HOT updates).
-    cancel_requested boolean     NOT NULL DEFAULT false,
     cancel_reason    text,
     kill_at          timestamptz,
     checkpoint       bytea,
-    lease_expires_at timestamptz,
-    -- The leased task's `lease` timer (migration 0005): when the firer next
-    -- looks at the lease. Set by the lease, moved by the firer, cleared when
-    -- the lease ends; never touched by heartbeats.
-    lease_check_at   timestamptz,
     CONSTRAINT tasks_retried_only_when_terminal CHECK (
         retried_as IS NULL OR state IN ('SUCCEEDED', 'FAILED', 'CANCELED', 'EXPIRED')),
     CONSTRAINT tasks_state_known CHECK (state IN

@@ -36,6 +36,10 @@ class Shard:
         self.pool: asyncpg.Pool | None = None
         self.last_error = "not connected yet"
         self._lock = asyncio.Lock()
+        # LeaseTasks on this shard run one at a time: the claim takes no row locks
+        # (store/tasks.sql, task_claim_ready), so two at once would pick the same rows
+        # and the second would wait for the first, then lease fewer.
+        self.lessor = asyncio.Lock()
 
     @property
     def available(self) -> bool:

@@ -197,11 +197,15 @@ SELECT tenants.tenant_id FROM tenants
  LIMIT $4
 
 -- name: task_claim_ready
--- Lock up to quota[i] ready tasks of each tenant[i], oldest due first,
--- skipping ids in $4 (already claimed by this transaction: SKIP LOCKED does
--- not skip our own locks) and tasks of the (tenant, app, task_type)
--- triples in ($5, $6, $7). SKIP LOCKED lets concurrent dispatchers of one
--- shard take disjoint rows without waiting.
+-- Pick up to quota[i] ready tasks of each tenant[i], oldest due first,
+-- skipping ids in $4 (already picked by this transaction) and tasks of the
+-- (tenant, app, task_type) triples in ($5, $6, $7). No row lock (issue 5:
+-- a lock is a WAL record per task, 61 B of a task's ~1,600): the lease
+-- UPDATE that follows takes only rows still ENQUEUED when it gets them (a
+-- row changed meanwhile is re-checked and skipped, never leased twice).
+-- History leases one shard one call at a time (Shard.lessor), so lessors of
+-- one process never pick the same rows; two processes can, and the second
+-- then waits for the first and leases fewer.
 SELECT c.task_id, q.tenant_id
   FROM unnest($1::text[], $2::int[]) AS q(tenant_id, quota)
  CROSS JOIN LATERAL (
@@ -221,13 +225,12 @@ SELECT c.task_id, q.tenant_id
                                  AND x.task_type = t.task_type))
         ORDER BY t.run_at
         LIMIT q.quota
-          FOR NO KEY UPDATE SKIP LOCKED
        ) c
 
 -- name: task_claim_capped
--- Lock up to cap[i] ready tasks of each (tenant[i], app[i], task_type[i])
+-- Pick up to cap[i] ready tasks of each (tenant[i], app[i], task_type[i])
 -- (a circuit breaker's probe), oldest due first, with the same app filter
--- ($5), own-claim exclusion ($6) and SKIP LOCKED as task_claim_ready.
+-- ($5) and own-pick exclusion ($6) as task_claim_ready, and like it no lock.
 SELECT c.task_id, q.tenant_id, q.app_id, q.task_type
   FROM unnest($1::text[], $2::text[], $3::text[], $4::int[]) AS q(tenant_id, app_id, task_type, cap)
  CROSS JOIN LATERAL (
@@ -239,7 +242,6 @@ SELECT c.task_id, q.tenant_id, q.app_id, q.task_type
           AND t.task_id <> ALL($6::uuid[])
         ORDER BY t.run_at
         LIMIT q.cap
-          FOR NO KEY UPDATE SKIP LOCKED
        ) c
 
 -- name: task_lease_batch

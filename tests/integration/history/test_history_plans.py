@@ -64,6 +64,25 @@ async def test_a_group_of_creates_probes_each_new_id_by_its_key(make_hist):
     _assert_probes_only(root, n)
 
 
+async def test_a_lease_batch_finds_its_rows_by_key_and_leases_each(make_hist):
+    """Session 7: the claim before a lease takes no row locks, so the lease UPDATE is where the
+    rows get locked and re-checked (a row no longer ENQUEUED is skipped). It must find them
+    through the primary key (one bitmap of the batch's ids, rows visited in page order, as the
+    other batch statements over task rows do), never by reading the dispatch index or the table."""
+    hist = await make_hist(check_logs=False)
+    await _load(hist, "ENQUEUED", version=1, attempt=0)
+    ids = [r["task_id"] for r in await hist.sql(1, f"SELECT task_id FROM tasks LIMIT {BATCH}")]
+    root, leased = await _explain_generic(
+        hist.dsns[1], "task_lease_batch", [ids, "w1", 30.0], ["uuid[]", "text", "float8"],
+        after="SELECT count(*) FROM tasks WHERE state = 'LEASED'")
+    assert leased == BATCH
+    updates = [p for p in _nodes(root) if p["Node Type"] == "ModifyTable" and p.get("Relation Name") == "tasks"]
+    assert len(updates) == 1, json.dumps(root)[:4000]
+    indexes = {p["Index Name"] for p in _nodes(updates[0]) if "Index Name" in p}
+    assert indexes == {"tasks_pkey"}, json.dumps(root)[:4000]
+    _assert_probes_only(root, BATCH)
+
+
 async def _load(hist, state: str, *, version: int, attempt: int) -> None:
     lease = "now() + interval '1 minute'" if state == "LEASED" else "NULL"
     await hist.sql(1, f"""
