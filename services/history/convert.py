@@ -274,7 +274,7 @@ def task_to_proto(row, attempts=()) -> tasks_pb2.Task:
     rules = policy.rules_from_json(_json(row["retry_rules"]) if row["retry_rules"] is not None else None)
     timeouts = policy.Timeouts.from_json(_json(row["timeouts"]))
     out = tasks_pb2.Task(
-        task_id=str(row["task_id"]), task_type=row["task_type"], queue=row["queue"],
+        task_id=str(row["task_id"]), task_type=row["task_type"], queue=row["queue"] or "default",
         state=taskstate.to_proto(state), attempt=row["attempt"], max_attempts=row["max_attempts"],
         version=row["version"], payload=json_value(row["payload"]), result=json_value(row["result"]),
         idempotency_key=row["idempotency_key"] or "", cancel_requested=row["cancel_requested"],
@@ -311,6 +311,9 @@ def leased_to_proto(shard_id: int, r, lease: duration_pb2.Duration) -> history_p
 
 
 def _json(value) -> dict:
+    """A stored policy or timeouts; NULL is {} (migration 0013)."""
+    if value is None:
+        return {}
     return json.loads(value) if isinstance(value, (str, bytes)) else value
 
 

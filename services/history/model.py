@@ -55,7 +55,7 @@ _RETRIES_MAX = 4096
 
 def _retry(stored) -> Retry:
     if not isinstance(stored, str):
-        return Retry.from_json(stored)
+        return Retry.from_json(stored or {})  # NULL: the stored base (migration 0013)
     hit = _RETRIES.get(stored)
     if hit is None:
         if len(_RETRIES) >= _RETRIES_MAX:

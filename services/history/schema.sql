@@ -10,13 +10,13 @@ CREATE TABLE tasks (
     task_id          uuid        PRIMARY KEY,
     tenant_id        text        COLLATE "C" NOT NULL,
     app_id           text        NOT NULL,
-    queue            text        NOT NULL,
+    queue            text,                      -- NULL: 'default' (migration 0013)
     task_type        text        NOT NULL,
     max_attempts     integer     NOT NULL,
     payload          bytea       NOT NULL,
-    retry_policy     jsonb       NOT NULL,
+    retry_policy     jsonb,                     -- NULL: {}, the stored base (0013)
     retry_rules      jsonb,
-    timeouts         jsonb       NOT NULL,
+    timeouts         jsonb,                     -- NULL: {} (0013)
     non_retryable    text[]      DEFAULT '{}',  -- NULL: none (migration 0011)
     idempotency_key  text,
     schedule_id      text,

@@ -25,7 +25,7 @@ SELECT page.* FROM (
                AND t.finished_at >= $8::timestamptz AND t.finished_at < $9::timestamptz
                AND (t.finished_at, t.task_id) < ($10::timestamptz, $11::uuid)
                AND ($5::text IS NULL OR t.task_type = $5::text)
-               AND ($6::text IS NULL OR t.queue = $6::text)
+               AND ($6::text IS NULL OR COALESCE(t.queue, 'default') = $6::text)
                AND ($7::text IS NULL OR t.error_class = $7::text)
              ORDER BY t.finished_at DESC, t.task_id DESC
              LIMIT $12
@@ -38,7 +38,7 @@ SELECT page.* FROM (
         AND t.created_at >= $8::timestamptz AND t.created_at < $9::timestamptz
         AND (t.created_at, t.task_id) < ($10::timestamptz, $11::uuid)
         AND ($5::text IS NULL OR t.task_type = $5::text)
-        AND ($6::text IS NULL OR t.queue = $6::text)
+        AND ($6::text IS NULL OR COALESCE(t.queue, 'default') = $6::text)
         AND ($7::text IS NULL OR t.error_class = $7::text)
       ORDER BY t.created_at DESC, t.task_id DESC
       LIMIT $12)
@@ -57,7 +57,7 @@ SELECT (SELECT count(*) FROM tasks t
            AND t.finished_at >= $8::timestamptz AND t.finished_at < $9::timestamptz
            AND t.finished_at <= $10::timestamptz
            AND ($5::text IS NULL OR t.task_type = $5::text)
-           AND ($6::text IS NULL OR t.queue = $6::text)
+           AND ($6::text IS NULL OR COALESCE(t.queue, 'default') = $6::text)
            AND ($7::text IS NULL OR t.error_class = $7::text))
      + (SELECT count(*) FROM tasks t
          WHERE cardinality($4::text[]) > 0
@@ -66,7 +66,7 @@ SELECT (SELECT count(*) FROM tasks t
            AND t.created_at >= $8::timestamptz AND t.created_at < $9::timestamptz
            AND t.created_at <= $10::timestamptz
            AND ($5::text IS NULL OR t.task_type = $5::text)
-           AND ($6::text IS NULL OR t.queue = $6::text)
+           AND ($6::text IS NULL OR COALESCE(t.queue, 'default') = $6::text)
            AND ($7::text IS NULL OR t.error_class = $7::text)) AS n
 
 -- name: task_bulk_retry_scan
@@ -83,7 +83,7 @@ SELECT t.task_id, t.state, t.finished_at, t.task_type, t.retried_as
    AND t.finished_at >= $7::timestamptz AND t.finished_at < $8::timestamptz
    AND t.finished_at <= $9::timestamptz
    AND ($10::text IS NULL OR t.task_type = $10::text)
-   AND ($11::text IS NULL OR t.queue = $11::text)
+   AND ($11::text IS NULL OR COALESCE(t.queue, 'default') = $11::text)
    AND ($12::text IS NULL OR t.error_class = $12::text)
  ORDER BY t.state, t.finished_at, t.task_id
  LIMIT $13
@@ -102,7 +102,7 @@ SELECT t.task_id, t.state, t.lease_epoch
    AND t.created_at >= $5::timestamptz AND t.created_at < $6::timestamptz
    AND t.created_at <= $7::timestamptz
    AND ($8::text IS NULL OR t.task_type = $8::text)
-   AND ($9::text IS NULL OR t.queue = $9::text)
+   AND ($9::text IS NULL OR COALESCE(t.queue, 'default') = $9::text)
    AND ($10::text IS NULL OR t.error_class = $10::text)
  ORDER BY t.task_id
  LIMIT $11

@@ -27,8 +27,9 @@ ins AS (
                        max_attempts, lease_epoch, payload, retry_policy, timeouts, non_retryable,
                        idempotency_key, run_at, created_at, updated_at, retry_rules, schedule_id,
                        scheduled_time)
-    SELECT i.task_id, i.tenant_id, i.app_id, i.queue, i.task_type, 'ENQUEUED', 1, 0,
-           i.max_attempts, 0, i.payload, i.retry_policy, i.timeouts,
+    -- The default queue, policy and timeouts are stored as NULL (migration 0013).
+    SELECT i.task_id, i.tenant_id, i.app_id, NULLIF(i.queue, 'default'), i.task_type, 'ENQUEUED', 1, 0,
+           i.max_attempts, 0, i.payload, NULLIF(i.retry_policy, '{}'::jsonb), NULLIF(i.timeouts, '{}'::jsonb),
            NULLIF(ARRAY(SELECT jsonb_array_elements_text(i.non_retryable)), '{}'), i.idempotency_key,
            COALESCE(i.run_at, now.t + make_interval(secs => COALESCE(i.delay_s, 0))), now.t, now.t,
            i.retry_rules, i.schedule_id, i.scheduled_time
@@ -108,8 +109,9 @@ ins AS (
                        max_attempts, lease_epoch, payload, retry_policy, timeouts, non_retryable,
                        idempotency_key, run_at, created_at, updated_at, retry_rules, schedule_id,
                        scheduled_time)
-    SELECT i.task_id, i.tenant_id, i.app_id, i.queue, i.task_type, 'ENQUEUED', 1, 0,
-           i.max_attempts, 0, i.payload, i.retry_policy, i.timeouts,
+    -- The default queue, policy and timeouts are stored as NULL (migration 0013).
+    SELECT i.task_id, i.tenant_id, i.app_id, NULLIF(i.queue, 'default'), i.task_type, 'ENQUEUED', 1, 0,
+           i.max_attempts, 0, i.payload, NULLIF(i.retry_policy, '{}'::jsonb), NULLIF(i.timeouts, '{}'::jsonb),
            NULLIF(ARRAY(SELECT jsonb_array_elements_text(i.non_retryable)), '{}'), i.idempotency_key,
            COALESCE(i.run_at, now.t + make_interval(secs => COALESCE(i.delay_s, 0))), now.t, now.t,
            i.retry_rules, i.schedule_id, i.scheduled_time
@@ -279,7 +281,8 @@ moot AS (
     DELETE FROM timer_queue m USING upd
      WHERE m.task_id = upd.task_id AND m.kind IN ('delay', 'schedule_to_start')
 )
-SELECT upd.task_id, upd.tenant_id, upd.app_id, upd.task_type, upd.queue, upd.payload, upd.attempt,
+SELECT upd.task_id, upd.tenant_id, upd.app_id, upd.task_type, COALESCE(upd.queue, 'default') AS queue,
+       upd.payload, upd.attempt,
        upd.max_attempts, upd.lease_epoch, upd.run_at,
        CASE WHEN upd.timeouts ? 'start_to_close_s' THEN (upd.timeouts->>'start_to_close_s')::float8
             ELSE 600 END AS start_to_close_s,

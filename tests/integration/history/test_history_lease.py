@@ -145,17 +145,20 @@ async def test_ready_tenants_probe_reads_the_dispatch_index_not_the_table(make_h
 
 
 async def test_default_policy_and_timeouts_are_stored_empty_and_lease_as_the_defaults(hist):
-    """Issue 5: a task with the default retry policy and timeouts stores {} for both; the lease
-    still reads a 600 s start_to_close from it, and an explicit null (unlimited) sets no deadline."""
+    """Issue 5: a task in the default queue with the default retry policy and timeouts stores NULL
+    for all three (migration 0013; {} before it, still read the same); the lease still reads a 600 s
+    start_to_close from it and hands out queue 'default', and an explicit null start_to_close
+    (unlimited) sets no deadline."""
     tenant, app = unique("t"), unique("app")
     default, unlimited = await hist.create_one(tenant, app), await hist.create_one(tenant, app)
-    (row,) = await hist.sql(1, "SELECT retry_policy::text, timeouts::text FROM tasks WHERE task_id = $1::uuid",
+    (row,) = await hist.sql(1, "SELECT queue, retry_policy::text, timeouts::text FROM tasks WHERE task_id = $1::uuid",
                             default)
-    assert (row["retry_policy"], row["timeouts"]) == ("{}", "{}")
+    assert (row["queue"], row["retry_policy"], row["timeouts"]) == (None, None, None)
     await hist.sql(1, """UPDATE tasks SET timeouts = '{"start_to_close_s": null}' WHERE task_id = $1::uuid""",
                    unlimited)
     leased = {t.task_id: t for t in (await hist.lease(app, max_tasks=2, lease_s=20)).tasks}
     assert leased[default].start_to_close.seconds == 600 and not leased[unlimited].HasField("start_to_close")
+    assert leased[default].queue == "default"
     rows = {str(r["task_id"]): r for r in await hist.sql(
         1, "SELECT task_id, attempt_deadline - updated_at AS d FROM tasks WHERE task_id = ANY($1::uuid[])",
         [default, unlimited])}
@@ -163,3 +166,4 @@ async def test_default_policy_and_timeouts_are_stored_empty_and_lease_as_the_def
     got = await hist.get(default, tenant)
     assert got.retry.max_attempts == 5 and got.retry.cap.seconds == 3600 and got.retry.base.seconds == 1
     assert got.retry.factor == 2.0 and got.retry.jitter and got.timeouts.start_to_close.seconds == 600
+    assert got.queue == "default"

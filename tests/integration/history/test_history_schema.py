@@ -51,7 +51,7 @@ async def _catalog(dsn: str) -> list[tuple[str, str, str]]:
 
 async def test_migrations_produce_the_committed_schema(fresh_db):
     migrated, committed = fresh_db("hist_migrated"), fresh_db("hist_committed")
-    assert await migrate.apply(migrated, "history", HISTORY / "migrations") == [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12]
+    assert await migrate.apply(migrated, "history", HISTORY / "migrations") == [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13]
     assert await migrate.apply(migrated, "history", HISTORY / "migrations") == []  # idempotent
     conn = await asyncpg.connect(committed, timeout=10)
     try:
@@ -295,6 +295,43 @@ async def test_migration_0010_keeps_every_log_and_attempt(fresh_db, tmp_path):
         stored = await conn.fetch("SELECT task_id, version FROM task_log ORDER BY task_id, version")
         assert [(str(r["task_id"]), r["version"]) for r in stored] == [
             (ids[1], 3), (ids[2], 3), (ids[2], 4), (ids[2], 6)]
+    finally:
+        await conn.close()
+
+
+async def test_migrations_0012_and_0013_keep_every_task_row(fresh_db, tmp_path):
+    """0012 rewrites tasks with its columns in a new order and 0013 stores the default queue,
+    policy and timeouts as NULL: every row reads back the same, column by column (NULL read as
+    the default), and only the defaults became NULL."""
+    old = _migrations_up_to(tmp_path, 11)
+    dsn = fresh_db("hist_0013")
+    assert await migrate.apply(dsn, "history", old) == list(range(1, 12))
+    ids = [f"01a22a36-c756-8d73-aca5-6a93404431{n:02x}" for n in range(0xe0, 0xe3)]
+    conn = await asyncpg.connect(dsn, timeout=10)
+    read = """SELECT *, COALESCE(queue, 'default') AS q, COALESCE(retry_policy, '{}') AS rp,
+                      COALESCE(timeouts, '{}') AS tmo FROM tasks ORDER BY task_id"""
+    try:
+        insert = """INSERT INTO tasks (task_id, tenant_id, app_id, queue, task_type, state, version, attempt,
+                                       max_attempts, lease_epoch, payload, retry_policy, timeouts, run_at,
+                                       created_at, updated_at, started_at, worker_id, lease_expires_at,
+                                       lease_check_at, attempt_deadline)
+                    VALUES ($1, 't', 'a', $2, 'x', 'LEASED', 2, 1, 3, 1, '1', $3::jsonb, $4::jsonb, now(),
+                            now(), now(), now(), 'w', now() + interval '1 minute', now() + interval '1 minute',
+                            now() + interval '10 minutes')"""
+        await conn.execute(insert, ids[0], "default", "{}", "{}")
+        await conn.execute(insert, ids[1], "mail", '{"max_attempts": 9}', '{"start_to_close_s": 5}')
+        await conn.execute(insert, ids[2], "default", '{"factor": 3}', "{}")
+        before = [{k: v for k, v in dict(r).items() if k not in ("queue", "retry_policy", "timeouts")}
+                  for r in await conn.fetch(read)]
+        logs = await _logs_and_attempts(conn)
+        assert await migrate.apply(dsn, "history", HISTORY / "migrations") == [12, 13]
+        after = [dict(r) for r in await conn.fetch(read)]
+        assert [{k: v for k, v in r.items() if k not in ("queue", "retry_policy", "timeouts")}
+                for r in after] == before
+        assert [(r["queue"], r["retry_policy"], r["timeouts"]) for r in after] == [
+            (None, None, None), ("mail", '{"max_attempts": 9}', '{"start_to_close_s": 5}'),
+            (None, '{"factor": 3}', None)]
+        assert await _logs_and_attempts(conn) == logs
     finally:
         await conn.close()
 

@@ -90,6 +90,8 @@ async def test_filters_match_what_they_say(hist, mix):
         (dict(task_type="mail"), "task_type = 'mail'"),
         (dict(error_class="IOError"), "error_class = 'IOError'"),
         (dict(queue="q1"), "queue = 'q1'"),
+        # The default queue is stored as NULL (migration 0013); the filter still names it.
+        (dict(queue="default"), "COALESCE(queue, 'default') = 'default' AND queue IS NULL"),
         (dict(states=[CANCELED, SUCCEEDED]), "state IN ('CANCELED', 'SUCCEEDED')"),
     ]
     for kw, where in cases:
