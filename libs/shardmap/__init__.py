@@ -28,6 +28,12 @@ def slot_for_key(tenant_id: str, idempotency_key: str) -> int:
     return int.from_bytes(digest, "big")
 
 
+def new_slot() -> int:
+    """A random slot: for the unkeyed tasks of one batch call, which share it (issue 5), so
+    the call is one shard's request and one statement, not one per shard."""
+    return int.from_bytes(os.urandom(2), "big")
+
+
 def new_task_id(slot: int | None = None, *, now_ms: int | None = None) -> str:
     """A time-ordered UUID (version 8) carrying the routing slot.
 

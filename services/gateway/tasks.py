@@ -1,8 +1,10 @@
 """The task API's domain: validate, mint ids, route to shards, call history.
 
-Ids: new_task_id() for unkeyed enqueues; new_task_id(slot_for_key(tenant,
-key)) for keyed ones (follow-up Q1), so a retried keyed enqueue always lands
-on the shard holding the original and its unique index deduplicates it. A
+Ids: new_task_id() for unkeyed enqueues (the unkeyed tasks of one batch call
+share one random slot, so the call is one shard's CreateTasks and one
+statement); new_task_id(slot_for_key(tenant, key)) for keyed ones (follow-up
+Q1), so a retried keyed enqueue always lands on the shard holding the
+original and its unique index deduplicates it. A
 schedule's slot (EnqueueScheduled, from the cron service) is a keyed enqueue
 whose key is the slot, so a double firing yields one task.
 """
@@ -19,7 +21,7 @@ from google.protobuf import timestamp_pb2
 from ratchet.api.tasks.v1 import tasks_pb2
 from ratchet.internal.gateway.v1 import control_pb2
 from ratchet.internal.history.v1 import history_pb2
-from ratchet.libs.shardmap import ShardMap, new_task_id, parse_task_id, slot_for_key
+from ratchet.libs.shardmap import ShardMap, new_slot, new_task_id, parse_task_id, slot_for_key
 from ratchet.services.gateway import validation
 from ratchet.services.gateway.coalesce import CoalescedCreates
 from ratchet.services.gateway.auth import Principal
@@ -28,14 +30,22 @@ from ratchet.services.gateway.errors import AlreadyExists, GatewayError, Invalid
 from ratchet.services.gateway.history_client import HistoryClient
 
 SCHEDULE_ID = re.compile(r"^[A-Za-z0-9_.:\-]{1,128}$")
+# Payload bytes one CreateTasks of a batch call carries at most. A call's unkeyed tasks share one
+# shard, so its part for that shard can be nearly the whole public request (up to the 64 MiB
+# message limit, libs/rpc/server.py); cut it into calls of this size so the internal message, with
+# the fields history adds per task, stays well under the limit.
+CREATE_CHUNK_BYTES = 16 * 1024 * 1024
+# What each task adds to its payload in a CreateTasks message (ids, names, fingerprint, policy).
+_TASK_OVERHEAD_BYTES = 512
 _MIN_TS, _MAX_TS = -62135596800, 253402300799
 
 
-def _new_task(p: Principal, t: validation.ValidTask) -> history_pb2.NewTask:
+def _new_task(p: Principal, t: validation.ValidTask, slot: int | None = None) -> history_pb2.NewTask:
+    """slot: the one an unkeyed task's new id takes (a batch call's), None for a random one."""
     if t.task_id:
         task_id = t.task_id  # minted by the caller: its slot routes it, a resend dedupes on it
     else:
-        task_id = new_task_id(slot_for_key(p.tenant_id, t.idempotency_key) if t.idempotency_key else None)
+        task_id = new_task_id(slot_for_key(p.tenant_id, t.idempotency_key) if t.idempotency_key else slot)
     msg = history_pb2.NewTask(
         task_id=task_id, tenant_id=p.tenant_id, app_id=p.app_id, task_type=t.task_type,
         queue=t.queue, payload_json=t.payload_json, idempotency_key=t.idempotency_key,
@@ -45,6 +55,20 @@ def _new_task(p: Principal, t: validation.ValidTask) -> history_pb2.NewTask:
     if t.run_at is not None:
         msg.run_at.CopyFrom(t.run_at)
     return msg
+
+
+def _chunks(new: list[history_pb2.NewTask], idx: list[int]) -> list[list[int]]:
+    """The indexes of one shard's tasks cut into CreateTasks calls of at most CREATE_CHUNK_BYTES."""
+    out: list[list[int]] = [[]]
+    size = 0
+    for i in idx:
+        n = len(new[i].payload_json) + _TASK_OVERHEAD_BYTES
+        if out[-1] and size + n > CREATE_CHUNK_BYTES:
+            out.append([])
+            size = 0
+        out[-1].append(i)
+        size += n
+    return out
 
 
 def schedule_key(schedule_id: str, scheduled_time: timestamp_pb2.Timestamp) -> str:
@@ -113,21 +137,22 @@ class TaskApi:
         validation.check_batch_size(len(req.tasks))
         valid = await self._validate(p, req.tasks, batch=True)
         by_shard: dict[int, list[int]] = {}
-        new = [_new_task(p, t) for t in valid]
+        slot = new_slot()  # the ids minted here share a shard (SDK-minted ids do the same)
+        new = [_new_task(p, t, slot) for t in valid]
         for i, msg in enumerate(new):
             by_shard.setdefault(self.shard_map.shard_for_task(msg.task_id), []).append(i)
-        shards = sorted(by_shard)
+        parts = [(s, chunk) for s in sorted(by_shard) for chunk in _chunks(new, by_shard[s])]
         outcomes = await asyncio.gather(
-            *(self.history.create_tasks(s, [new[i] for i in by_shard[s]], timeout) for s in shards),
+            *(self.history.create_tasks(s, [new[i] for i in chunk], timeout) for s, chunk in parts),
             return_exceptions=True)
         ids: list[str] = [""] * len(new)
         conflicts: list[tuple[int, str]] = []
         failures: list[BaseException] = []
-        for s, outcome in zip(shards, outcomes):
+        for (_, chunk), outcome in zip(parts, outcomes):
             if isinstance(outcome, BaseException):
                 failures.append(outcome)
                 continue
-            for i, res in zip(by_shard[s], outcome):
+            for i, res in zip(chunk, outcome):
                 ids[i] = res.task_id
                 if res.conflict:
                     conflicts.append((i, res.task_id))

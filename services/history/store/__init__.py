@@ -106,8 +106,10 @@ class Store:
         return [[r.task_id for r in rows], [r.tenant_id for r in rows], [r.app_id for r in rows],
                 [r.task_type for r in rows], [r.queue for r in rows], [r.payload for r in rows],
                 [r.delay_s for r in rows], [r.run_at for r in rows], [r.idempotency_key for r in rows],
-                [r.max_attempts for r in rows], [dumps(r.retry_policy) for r in rows],
-                [dumps(r.timeouts) for r in rows], [dumps(r.non_retryable) for r in rows],
+                # The defaults ({}, {}, []) go as NULL: stored so (migration 0013), nothing to parse.
+                [r.max_attempts for r in rows], [dumps(r.retry_policy) if r.retry_policy else None for r in rows],
+                [dumps(r.timeouts) if r.timeouts else None for r in rows],
+                [dumps(r.non_retryable) if r.non_retryable else None for r in rows],
                 list(s2s), list(s2c), [dumps(r.retry_rules) if r.retry_rules else None for r in rows],
                 [r.schedule_id for r in rows], [r.scheduled_time for r in rows]]
 

@@ -30,7 +30,10 @@ ins AS (
     -- The default queue, policy and timeouts are stored as NULL (migration 0013).
     SELECT i.task_id, i.tenant_id, i.app_id, NULLIF(i.queue, 'default'), i.task_type, 'ENQUEUED', 1, 0,
            i.max_attempts, 0, i.payload, NULLIF(i.retry_policy, '{}'::jsonb), NULLIF(i.timeouts, '{}'::jsonb),
-           NULLIF(ARRAY(SELECT jsonb_array_elements_text(i.non_retryable)), '{}'), i.idempotency_key,
+           -- (None is sent for no classes: no array subquery per row)
+           CASE WHEN i.non_retryable IS NOT NULL
+                THEN NULLIF(ARRAY(SELECT jsonb_array_elements_text(i.non_retryable)), '{}') END,
+           i.idempotency_key,
            COALESCE(i.run_at, now.t + make_interval(secs => COALESCE(i.delay_s, 0))), now.t, now.t,
            i.retry_rules, i.schedule_id, i.scheduled_time
       FROM i CROSS JOIN now
@@ -112,7 +115,10 @@ ins AS (
     -- The default queue, policy and timeouts are stored as NULL (migration 0013).
     SELECT i.task_id, i.tenant_id, i.app_id, NULLIF(i.queue, 'default'), i.task_type, 'ENQUEUED', 1, 0,
            i.max_attempts, 0, i.payload, NULLIF(i.retry_policy, '{}'::jsonb), NULLIF(i.timeouts, '{}'::jsonb),
-           NULLIF(ARRAY(SELECT jsonb_array_elements_text(i.non_retryable)), '{}'), i.idempotency_key,
+           -- (None is sent for no classes: no array subquery per row)
+           CASE WHEN i.non_retryable IS NOT NULL
+                THEN NULLIF(ARRAY(SELECT jsonb_array_elements_text(i.non_retryable)), '{}') END,
+           i.idempotency_key,
            COALESCE(i.run_at, now.t + make_interval(secs => COALESCE(i.delay_s, 0))), now.t, now.t,
            i.retry_rules, i.schedule_id, i.scheduled_time
       FROM i CROSS JOIN now

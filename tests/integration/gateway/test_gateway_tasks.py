@@ -12,6 +12,8 @@ from ratchet.api.tasks.v1 import tasks_pb2
 from ratchet.libs.pg.cluster import free_port
 from ratchet.libs.shardmap import ShardMap, new_task_id, slot_for_key
 
+from ratchet.services.gateway import tasks as gw_tasks
+
 from .conftest import SHARDS, start_gateway
 
 pytestmark = pytest.mark.timeout(60)
@@ -96,16 +98,59 @@ async def test_enqueue_resolves_policy_and_canonical_payload(env):
     assert req.tasks[0].fingerprint.startswith("sha256:")
 
 
-async def test_batch_of_1000_ok_in_request_order_across_shards(env):
+async def test_batch_of_1000_ok_in_request_order_on_one_shard(env):
+    """The ids the gateway mints for one call share a slot: one CreateTasks, one shard."""
+    before = len(env.history.calls)
     items = [{"task_type": "send", "payload": {"i": i}} for i in range(1000)]
     r = await env.http.post("/v1/tasks:batch", json={"tasks": items}, headers=env.auth())
     assert r.status_code == 200, r.text
     ids = r.json()["task_ids"]
     assert len(ids) == 1000 and len(set(ids)) == 1000
     shard_map = ShardMap.even(SHARDS)
-    assert {shard_map.shard_for_task(i) for i in ids} == set(SHARDS)
+    assert len({shard_map.shard_for_task(i) for i in ids}) == 1
+    assert [n for n, _ in env.history.calls[before:]] == ["CreateTasks"]
     for i, task_id in enumerate(ids):
         assert env.history.tasks[task_id].payload_json == f'{{"i":{i}}}'.encode()
+    # Another call's ids take another random slot: over calls the shards all get work.
+    shards = set()
+    for _ in range(40):
+        r = await env.http.post("/v1/tasks:batch", json={"tasks": items[:2]}, headers=env.auth())
+        shards |= {shard_map.shard_for_task(i) for i in r.json()["task_ids"]}
+    assert shards == set(SHARDS)
+
+
+async def test_a_large_batch_goes_to_its_shard_in_calls_of_bounded_size_in_request_order(env, monkeypatch):
+    """One shard's part of a call is cut so no internal message nears the 64 MiB limit."""
+    monkeypatch.setattr(gw_tasks, "CREATE_CHUNK_BYTES", 40_000)
+    before = len(env.history.calls)
+    items = [{"task_type": "send", "payload": {"i": i, "pad": "x" * 9_000}} for i in range(12)]
+    r = await env.http.post("/v1/tasks:batch", json={"tasks": items}, headers=env.auth())
+    assert r.status_code == 200, r.text
+    ids = r.json()["task_ids"]
+    calls = [c for n, c in env.history.calls[before:] if n == "CreateTasks"]
+    assert len({c.shard_id for c in calls}) == 1 and [len(c.tasks) for c in calls] == [4, 4, 4]
+    assert [t.task_id for c in calls for t in c.tasks] == ids
+    for i, task_id in enumerate(ids):
+        assert f'"i":{i},'.encode() in env.history.tasks[task_id].payload_json
+
+
+async def test_batch_with_ids_and_keys_of_every_shard_is_one_call_per_shard_in_request_order(env):
+    shard_map = ShardMap.even(SHARDS)
+    slots = {}
+    for slot in range(0, 65536, 97):  # a caller-minted id on each shard
+        slots.setdefault(shard_map.shard_for_slot(slot), slot)
+    items = [{"task_type": "send", "task_id": new_task_id(slots[s]), "payload": {"i": i}}
+             for i, s in enumerate(sorted(slots))]
+    items += [{"task_type": "send", "idempotency_key": f"k-{i}", "payload": {"i": 100 + i}} for i in range(20)]
+    before = len(env.history.calls)
+    r = await env.http.post("/v1/tasks:batch", json={"tasks": items}, headers=env.auth())
+    assert r.status_code == 200, r.text
+    ids = r.json()["task_ids"]
+    assert ids[:len(slots)] == [it["task_id"] for it in items[:len(slots)]]
+    calls = [c for n, c in env.history.calls[before:] if n == "CreateTasks"]
+    assert sorted(c.shard_id for c in calls) == sorted(SHARDS)
+    for task_id, item in zip(ids, items):
+        assert env.history.tasks[task_id].payload_json == f'{{"i":{item["payload"]["i"]}}}'.encode()
 
 
 async def test_batch_of_1001_is_refused_whole(env):

@@ -180,15 +180,20 @@ async def test_a_malformed_or_doubled_task_id_is_refused_and_writes_nothing(real
         assert (await real.http.get(f"/v1/tasks/{tid}", headers=real.auth())).status_code == 404
 
 
-async def test_batch_of_1000_lands_on_every_shard_in_order(real):
+async def test_batch_of_1000_lands_on_one_shard_in_order_and_calls_spread(real):
     items = [{"task_type": "send", "payload": i} for i in range(1000)]
     r = await real.http.post("/v1/tasks:batch", json={"tasks": items}, headers=real.auth())
     assert r.status_code == 200, r.text
     ids = r.json()["task_ids"]
-    assert {ShardMap.even(SHARDS).shard_for_task(i) for i in ids} == set(SHARDS)
+    assert len({ShardMap.even(SHARDS).shard_for_task(i) for i in ids}) == 1  # one slot per call
     for i in (0, 499, 999):
         got = (await real.http.get(f"/v1/tasks/{ids[i]}", headers=real.auth())).json()["task"]
         assert got["payload"] == i
+    shards = set()
+    for _ in range(40):
+        r = await real.http.post("/v1/tasks:batch", json={"tasks": items[:2]}, headers=real.auth())
+        shards |= {ShardMap.even(SHARDS).shard_for_task(i) for i in r.json()["task_ids"]}
+    assert shards == set(SHARDS)
 
 
 async def test_unknown_id_is_404(real):

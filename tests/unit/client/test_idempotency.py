@@ -8,7 +8,7 @@ import grpc
 import pytest
 
 from ratchet.client import Client, DeadlineExceeded, InvalidArgument, Unavailable
-from ratchet.libs.shardmap import parse_task_id
+from ratchet.libs.shardmap import parse_task_id, slot_of
 
 from tests.unit.client.fake_server import FakeServer
 
@@ -83,6 +83,15 @@ def test_batch_items_get_ids_that_survive_retries(server, client):
     assert first.tasks[1].idempotency_key == "mine" and not first.tasks[1].task_id
     assert parse_task_id(first.tasks[0].task_id) and not first.tasks[0].idempotency_key
     assert ids == [first.tasks[0].task_id, "task-for-mine"]
+
+
+def test_the_ids_minted_for_one_batch_share_a_slot_and_batches_spread(server, client):
+    """One slot per call: the call is one shard's work; over calls the slots spread."""
+    for _ in range(20):
+        client.enqueue_batch([{"task_type": "greet"}] * 5 + [{"task_type": "add", "idempotency_key": "k"}])
+    per_call = [{slot_of(t.task_id) for t in r.tasks if t.task_id} for r in server.tasks.requests]
+    assert all(len(slots) == 1 for slots in per_call)
+    assert len(set().union(*per_call)) > 10
 
 
 def test_api_key_travels_as_bearer(server, client):
