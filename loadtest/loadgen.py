@@ -24,7 +24,7 @@ from ratchet.aio import AsyncClient
 from ratchet.api.tasks.v1 import tasks_pb2, tasks_pb2_grpc
 from ratchet.client import RatchetError
 from ratchet.libs.rpc.client import aio_channel
-from ratchet.libs.shardmap import new_slot, new_task_id
+from ratchet.libs.shardmap import SlotGroups, new_task_id
 
 TASK_TYPE = "noop"
 
@@ -67,7 +67,7 @@ class Gateway:
     def request(n: int, keyed: bool = True, slot: int | None = None) -> tasks_pb2.EnqueueTaskRequest:
         """keyed: deduplicated across resends as the SDK makes every enqueue (a task id it
         mints per call, ratchet.client.enqueue_request; the items of one batch call share a
-        slot, ratchet.client.batch_requests); else nothing to dedupe by."""
+        slot per 100, ratchet.client.batch_requests); else nothing to dedupe by."""
         req = tasks_pb2.EnqueueTaskRequest(task_type=TASK_TYPE, task_id=new_task_id(slot) if keyed else "")
         req.payload.struct_value.fields["n"].number_value = n
         return req
@@ -180,8 +180,8 @@ async def batches(gw: Gateway, batch: int, producers: int, total: int, *, keyed:
     async def producer() -> None:
         for i in calls:
             size = min(batch, total - i * batch)
-            slot = new_slot()  # one per call, as the SDK's enqueue_batch
-            reqs = [gw.request(i * batch + k, keyed, slot) for k in range(size)]
+            slots = SlotGroups()  # as the SDK's enqueue_batch
+            reqs = [gw.request(i * batch + k, keyed, slots.next()) for k in range(size)]
             t = time.perf_counter()
             res.calls += 1
             try:

@@ -46,7 +46,7 @@ from ratchet.api.apps.v1 import apps_pb2, apps_pb2_grpc
 from ratchet.api.schedules.v1 import schedules_pb2_grpc
 from ratchet.api.tasks.v1 import breakers_pb2_grpc, tasks_pb2, tasks_pb2_grpc
 from ratchet.api.tenants.v1 import tenants_pb2, tenants_pb2_grpc
-from ratchet.libs.shardmap import new_slot, new_task_id
+from ratchet.libs.shardmap import SlotGroups, new_task_id
 from ratchet.models import (TERMINAL_STATES, AttemptInfo, BreakerInfo, BulkResult, OperationInfo, ScheduleInfo,
                             SchedulePage, TaskError, TaskInfo, TaskPage, TriggerResult)
 
@@ -219,10 +219,10 @@ def enqueue_request(task_type: str, payload: Any = None, *, queue: str | None = 
 
 def batch_requests(tasks: list[dict]) -> list[tasks_pb2.EnqueueTaskRequest]:
     """enqueue_batch's items (dicts of enqueue's arguments) as requests; InvalidArgument names the bad one.
-    The ids minted for the unkeyed items share one random slot: the whole call is then one
-    shard's work (one statement and one commit), and no less spread over many calls."""
+    The ids minted for the unkeyed items share one random slot per run of 100: a call of 100 is
+    then one shard's work (one statement and one commit), a bigger one still spreads."""
     reqs = []
-    slot = new_slot()
+    slots = SlotGroups()
     for i, item in enumerate(tasks):
         if not isinstance(item, dict) or "task_type" not in item:
             raise invalid(f"tasks[{i}] must be a dict with a task_type")
@@ -231,7 +231,7 @@ def batch_requests(tasks: list[dict]) -> list[tasks_pb2.EnqueueTaskRequest]:
         except TypeError as e:
             raise invalid(f"tasks[{i}]: {e}") from None
         if req.task_id:
-            req.task_id = new_task_id(slot)
+            req.task_id = new_task_id(slots.next())
         reqs.append(req)
     return reqs
 

@@ -1,8 +1,8 @@
 """The task API's domain: validate, mint ids, route to shards, call history.
 
 Ids: new_task_id() for unkeyed enqueues (the unkeyed tasks of one batch call
-share one random slot, so the call is one shard's CreateTasks and one
-statement); new_task_id(slot_for_key(tenant, key)) for keyed ones (follow-up
+share one random slot per run of 100, so a call of 100 is one shard's
+CreateTasks and one statement); new_task_id(slot_for_key(tenant, key)) for keyed ones (follow-up
 Q1), so a retried keyed enqueue always lands on the shard holding the
 original and its unique index deduplicates it. A
 schedule's slot (EnqueueScheduled, from the cron service) is a keyed enqueue
@@ -21,7 +21,7 @@ from google.protobuf import timestamp_pb2
 from ratchet.api.tasks.v1 import tasks_pb2
 from ratchet.internal.gateway.v1 import control_pb2
 from ratchet.internal.history.v1 import history_pb2
-from ratchet.libs.shardmap import ShardMap, new_slot, new_task_id, parse_task_id, slot_for_key
+from ratchet.libs.shardmap import ShardMap, SlotGroups, new_task_id, parse_task_id, slot_for_key
 from ratchet.services.gateway import validation
 from ratchet.services.gateway.coalesce import CoalescedCreates
 from ratchet.services.gateway.auth import Principal
@@ -40,12 +40,13 @@ _TASK_OVERHEAD_BYTES = 512
 _MIN_TS, _MAX_TS = -62135596800, 253402300799
 
 
-def _new_task(p: Principal, t: validation.ValidTask, slot: int | None = None) -> history_pb2.NewTask:
-    """slot: the one an unkeyed task's new id takes (a batch call's), None for a random one."""
+def _new_task(p: Principal, t: validation.ValidTask, slots: SlotGroups | None = None) -> history_pb2.NewTask:
+    """slots: where an unkeyed task's new id takes its slot (a batch call's), None for a random one."""
     if t.task_id:
         task_id = t.task_id  # minted by the caller: its slot routes it, a resend dedupes on it
     else:
-        task_id = new_task_id(slot_for_key(p.tenant_id, t.idempotency_key) if t.idempotency_key else slot)
+        task_id = new_task_id(slot_for_key(p.tenant_id, t.idempotency_key) if t.idempotency_key
+                              else slots.next() if slots is not None else None)
     msg = history_pb2.NewTask(
         task_id=task_id, tenant_id=p.tenant_id, app_id=p.app_id, task_type=t.task_type,
         queue=t.queue, payload_json=t.payload_json, idempotency_key=t.idempotency_key,
@@ -137,8 +138,8 @@ class TaskApi:
         validation.check_batch_size(len(req.tasks))
         valid = await self._validate(p, req.tasks, batch=True)
         by_shard: dict[int, list[int]] = {}
-        slot = new_slot()  # the ids minted here share a shard (SDK-minted ids do the same)
-        new = [_new_task(p, t, slot) for t in valid]
+        slots = SlotGroups()  # ids minted here share a slot per 100 (as the SDK's)
+        new = [_new_task(p, t, slots) for t in valid]
         for i, msg in enumerate(new):
             by_shard.setdefault(self.shard_map.shard_for_task(msg.task_id), []).append(i)
         parts = [(s, chunk) for s in sorted(by_shard) for chunk in _chunks(new, by_shard[s])]

@@ -10,7 +10,7 @@ from google.protobuf import json_format
 
 from ratchet.api.tasks.v1 import tasks_pb2
 from ratchet.libs.pg.cluster import free_port
-from ratchet.libs.shardmap import ShardMap, new_task_id, slot_for_key
+from ratchet.libs.shardmap import ShardMap, new_task_id, slot_for_key, slot_of
 
 from ratchet.services.gateway import tasks as gw_tasks
 
@@ -98,17 +98,22 @@ async def test_enqueue_resolves_policy_and_canonical_payload(env):
     assert req.tasks[0].fingerprint.startswith("sha256:")
 
 
-async def test_batch_of_1000_ok_in_request_order_on_one_shard(env):
-    """The ids the gateway mints for one call share a slot: one CreateTasks, one shard."""
+async def test_batch_of_1000_ok_in_request_order_each_hundred_on_one_shard(env):
+    """The ids the gateway mints for one call share a slot per run of 100: a call of 100 is one
+    CreateTasks to one shard, a call of 1,000 is ten runs spread over the shards."""
     before = len(env.history.calls)
     items = [{"task_type": "send", "payload": {"i": i}} for i in range(1000)]
+    r = await env.http.post("/v1/tasks:batch", json={"tasks": items[:100]}, headers=env.auth())
+    assert r.status_code == 200, r.text
+    assert [n for n, _ in env.history.calls[before:]] == ["CreateTasks"]
     r = await env.http.post("/v1/tasks:batch", json={"tasks": items}, headers=env.auth())
     assert r.status_code == 200, r.text
     ids = r.json()["task_ids"]
     assert len(ids) == 1000 and len(set(ids)) == 1000
     shard_map = ShardMap.even(SHARDS)
-    assert len({shard_map.shard_for_task(i) for i in ids}) == 1
-    assert [n for n, _ in env.history.calls[before:]] == ["CreateTasks"]
+    runs = [{slot_of(i) for i in ids[k:k + 100]} for k in range(0, 1000, 100)]
+    assert all(len(run) == 1 for run in runs) and len(set().union(*runs)) >= 8  # random slots
+    assert len({shard_map.shard_for_task(i) for i in ids}) > 1
     for i, task_id in enumerate(ids):
         assert env.history.tasks[task_id].payload_json == f'{{"i":{i}}}'.encode()
     # Another call's ids take another random slot: over calls the shards all get work.

@@ -85,13 +85,18 @@ def test_batch_items_get_ids_that_survive_retries(server, client):
     assert ids == [first.tasks[0].task_id, "task-for-mine"]
 
 
-def test_the_ids_minted_for_one_batch_share_a_slot_and_batches_spread(server, client):
-    """One slot per call: the call is one shard's work; over calls the slots spread."""
+def test_the_ids_minted_for_one_batch_share_a_slot_per_hundred_and_batches_spread(server, client):
+    """One slot per run of 100 minted ids: a call of 100 is one shard's work; over calls (and in
+    a bigger call) the slots spread."""
     for _ in range(20):
         client.enqueue_batch([{"task_type": "greet"}] * 5 + [{"task_type": "add", "idempotency_key": "k"}])
     per_call = [{slot_of(t.task_id) for t in r.tasks if t.task_id} for r in server.tasks.requests]
     assert all(len(slots) == 1 for slots in per_call)
     assert len(set().union(*per_call)) > 10
+    client.enqueue_batch([{"task_type": "greet"}] * 250)
+    slots = [slot_of(t.task_id) for t in server.tasks.requests[-1].tasks]
+    runs = [set(slots[:100]), set(slots[100:200]), set(slots[200:])]
+    assert [len(r) for r in runs] == [1, 1, 1] and len(set().union(*runs)) >= 2  # random slots
 
 
 def test_api_key_travels_as_bearer(server, client):
