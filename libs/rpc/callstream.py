@@ -141,11 +141,12 @@ async def serve(requests: AsyncIterator[Any], handle: Callable[[Any], Awaitable[
 
 
 # The header a call stream's server sends first, before any answer, and the metadata its
-# caller opens it with: the version of the framing each side speaks. 1: one call (one
-# answer) per message; 2: a message may carry several (a server answers that way only a
-# caller that said 2).
+# caller opens it with: the version of the call-stream contract each side speaks. 1: one
+# call (one answer) per message; 2: a message may carry several (a server answers that way
+# only a caller that said 2); 3: the same framing, and a CreateTasksStream server reads
+# CreateTasksRequest.shared (a caller sends `shared` only to a server that said 3).
 STREAM_HEADER = "ratchet-call-stream"
-PROTOCOL = 2
+PROTOCOL = 3
 
 
 def _version(value) -> int:
@@ -184,9 +185,9 @@ class CallStream:
     part of one.
 
     open(metadata) starts the streaming RPC (a grpc.aio stream-stream call) with that
-    metadata; wrap(calls, framed) builds one request message from calls, a list of
-    (call_id, request, timeout_ms): several only when `framed` (the server's header
-    says it reads multi-call messages); answers(reply) lists a reply's (call_id,
+    metadata; wrap(calls, version) builds one request message from calls, a list of
+    (call_id, request, timeout_ms), for a server that advertised that call-stream
+    version (PROTOCOL): several calls only from version 2; answers(reply) lists a reply's (call_id,
     outcome) pairs; unary(request, timeout) is the same call as a unary RPC, used while
     the server does not serve the stream. `peer` and `method` name the two in errors.
 
@@ -196,7 +197,7 @@ class CallStream:
     costs far more than the bytes it carries).
     """
 
-    def __init__(self, open: Callable[[tuple], Any], wrap: Callable[[list[tuple[int, Any, int]], bool], Any],
+    def __init__(self, open: Callable[[tuple], Any], wrap: Callable[[list[tuple[int, Any, int]], int], Any],
                  answers: Callable[[Any], Iterable[tuple[int, Any]]],
                  unary: Callable[[Any, float], Awaitable[Any]], *, peer: str, method: str,
                  clock: Callable[[], float] = time.monotonic, enabled: bool = True):
@@ -209,6 +210,7 @@ class CallStream:
         self._ids = itertools.count(1)
         self._call = None
         self._framed = False  # the open stream's server reads multi-call messages
+        self._version = 1  # the call-stream version the open stream's server advertised
         self._reader: asyncio.Task | None = None
         self._writer: asyncio.Task | None = None
         self._outbox: dict[int, tuple[Any, float]] = {}  # call id -> (request, deadline): not yet written
@@ -291,7 +293,7 @@ class CallStream:
                     self._outbox.clear()
                     self._fail(ids, asyncio.TimeoutError())
                     continue
-            call, framed = self._call, self._framed
+            call, framed, version = self._call, self._framed, self._version
             batch, size = [], 0
             for call_id, (req, deadline) in list(self._outbox.items()):
                 if batch and (not framed or len(batch) >= MAX_FRAME_CALLS or size >= MAX_FRAME_BYTES):
@@ -307,7 +309,7 @@ class CallStream:
             budget = max(b[2] for b in batch) / 1000
             try:
                 async with asyncio.timeout(budget):
-                    await call.write(self._wrap(batch, framed))
+                    await call.write(self._wrap(batch, version))
             except TimeoutError:
                 # The server is not reading (stalled, or flow control is full): the stream is no good.
                 self._ended(call, grpc.StatusCode.DEADLINE_EXCEEDED, f"the {self.peer} did not take the call in time")
@@ -343,7 +345,8 @@ class CallStream:
             call.cancel()  # out of time (cancelled) or refused: never used
             raise
         self._call = call
-        self._framed = _version(version) >= 2
+        self._version = _version(version)
+        self._framed = self._version >= 2
         self._on_stream[call] = set()
         self._reader = asyncio.ensure_future(self._read(call))
 

@@ -168,7 +168,8 @@ class AsyncClient:
         raise AssertionError("unreachable")
 
 
-def _wrap(calls: list[tuple[int, tasks_pb2.EnqueueTaskRequest, int]], framed: bool) -> tasks_pb2.EnqueueTaskStreamRequest:
+def _wrap(calls: list[tuple[int, tasks_pb2.EnqueueTaskRequest, int]],
+          version: int) -> tasks_pb2.EnqueueTaskStreamRequest:
     return tasks_pb2.EnqueueTaskStreamRequest(calls=[
         tasks_pb2.EnqueueTaskCall(call_id=c, request=r, timeout_ms=t) for c, r, t in calls])
 

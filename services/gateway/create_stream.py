@@ -35,7 +35,23 @@ class CreateStream(CallStream):
                          unary, peer="history", method="CreateTasks", clock=clock, enabled=enabled)
 
 
-def _wrap(calls: list[tuple[int, history_pb2.CreateTasksRequest, int]], framed: bool):
+# The call-stream version from which history reads CreateTasksRequest.shared.
+SHARED_SINCE = 3
+
+
+def unshared(req: history_pb2.CreateTasksRequest) -> history_pb2.CreateTasksRequest:
+    """req with its `shared` fields on every task instead, for a history older than them."""
+    if not req.HasField("shared"):
+        return req
+    out = history_pb2.CreateTasksRequest(shard_id=req.shard_id, tasks=req.tasks)
+    for task in out.tasks:
+        task.MergeFrom(req.shared)  # (the fields are disjoint: the gateway set each in one place)
+    return out
+
+
+def _wrap(calls: list[tuple[int, history_pb2.CreateTasksRequest, int]], version: int):
+    if version < SHARED_SINCE:
+        calls = [(c, unshared(r), t) for c, r, t in calls]
     if len(calls) == 1:
         call_id, req, timeout_ms = calls[0]
         return history_pb2.CreateTasksStreamRequest(call_id=call_id, request=req, timeout_ms=timeout_ms)

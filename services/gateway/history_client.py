@@ -13,7 +13,7 @@ import grpc
 from ratchet.api.tasks.v1 import tasks_pb2
 from ratchet.internal.history.v1 import history_pb2, history_pb2_grpc
 from ratchet.services.gateway import errors
-from ratchet.services.gateway.create_stream import CreateStream, StreamBroken
+from ratchet.services.gateway.create_stream import CreateStream, StreamBroken, unshared
 
 _CODES = {c.value[0]: c for c in grpc.StatusCode}
 
@@ -28,7 +28,8 @@ class HistoryClient:
 
     async def _create_unary(self, req: history_pb2.CreateTasksRequest,
                             timeout: float) -> history_pb2.CreateTasksResponse:
-        return await self.stub.CreateTasks(req, timeout=timeout)
+        # Unary calls go to a history without the stream: older than `shared` too.
+        return await self.stub.CreateTasks(unshared(req), timeout=timeout)
 
     async def close(self) -> None:
         """End the enqueue stream (gateway shutdown)."""
@@ -48,10 +49,11 @@ class HistoryClient:
                                            shard_id=str(shard_id))
         return errors.from_code(code, f"shard {shard_id}: {details}")
 
-    async def create_tasks(self, shard_id: int, tasks: list[history_pb2.NewTask],
-                           timeout: float) -> list[history_pb2.CreateResult]:
-        """CreateTasks as a message on the enqueue stream (create_stream.py)."""
-        req = history_pb2.CreateTasksRequest(shard_id=shard_id, tasks=tasks)
+    async def create_tasks(self, shard_id: int, tasks: list[history_pb2.NewTask], timeout: float,
+                           shared: history_pb2.NewTask | None = None) -> list[history_pb2.CreateResult]:
+        """CreateTasks as a message on the enqueue stream (create_stream.py); `shared`: the
+        fields every task leaves unset and takes from there (CreateTasksRequest.shared)."""
+        req = history_pb2.CreateTasksRequest(shard_id=shard_id, tasks=tasks, shared=shared)
         try:
             resp = await self.creates.call(req, timeout)
         except grpc.aio.AioRpcError as e:  # the unary fallback's failure

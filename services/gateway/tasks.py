@@ -40,17 +40,68 @@ _TASK_OVERHEAD_BYTES = 512
 _MIN_TS, _MAX_TS = -62135596800, 253402300799
 
 
-def _new_task(p: Principal, t: validation.ValidTask, slots: SlotGroups | None = None) -> history_pb2.NewTask:
+def _task_id(p: Principal, t: validation.ValidTask, slots: SlotGroups | None = None) -> str:
     """slots: where an unkeyed task's new id takes its slot (a batch call's), None for a random one."""
     if t.task_id:
-        task_id = t.task_id  # minted by the caller: its slot routes it, a resend dedupes on it
-    else:
-        task_id = new_task_id(slot_for_key(p.tenant_id, t.idempotency_key) if t.idempotency_key
-                              else slots.next() if slots is not None else None)
+        return t.task_id  # minted by the caller: its slot routes it, a resend dedupes on it
+    return new_task_id(slot_for_key(p.tenant_id, t.idempotency_key) if t.idempotency_key
+                       else slots.next() if slots is not None else None)
+
+
+def _new_task(p: Principal, t: validation.ValidTask) -> history_pb2.NewTask:
+    """A single enqueue's NewTask, every field on the task."""
     msg = history_pb2.NewTask(
-        task_id=task_id, tenant_id=p.tenant_id, app_id=p.app_id, task_type=t.task_type,
+        task_id=_task_id(p, t), tenant_id=p.tenant_id, app_id=p.app_id, task_type=t.task_type,
         queue=t.queue, payload_json=t.payload_json, idempotency_key=t.idempotency_key,
         fingerprint=t.fingerprint, retry=t.retry, timeouts=t.timeouts, non_retryable=t.non_retryable)
+    if t.delay is not None:
+        msg.delay.CopyFrom(t.delay)
+    if t.run_at is not None:
+        msg.run_at.CopyFrom(t.run_at)
+    return msg
+
+
+def _shared(p: Principal, valid: list[validation.ValidTask]) -> tuple[history_pb2.NewTask, frozenset[str]]:
+    """What every task of a batch call has in common, sent once per CreateTasks
+    (CreateTasksRequest.shared), and the names of those fields. The policies of tasks
+    without overrides are one object (policy.resolve caches them): compared by identity first."""
+    first = valid[0]
+    shared = history_pb2.NewTask(tenant_id=p.tenant_id, app_id=p.app_id)
+    names = {"tenant_id", "app_id"}
+    if all(t.task_type == first.task_type for t in valid):
+        shared.task_type = first.task_type
+        names.add("task_type")
+    if all(t.queue == first.queue for t in valid):
+        shared.queue = first.queue
+        names.add("queue")
+    if all(t.retry is first.retry or t.retry == first.retry for t in valid):
+        shared.retry.CopyFrom(first.retry)
+        names.add("retry")
+    if all(t.timeouts is first.timeouts or t.timeouts == first.timeouts for t in valid):
+        shared.timeouts.CopyFrom(first.timeouts)
+        names.add("timeouts")
+    if all(t.non_retryable == first.non_retryable for t in valid):
+        shared.non_retryable.extend(first.non_retryable)
+        names.add("non_retryable")
+    return shared, frozenset(names)
+
+
+def _batch_task(t: validation.ValidTask, task_id: str, shared: frozenset[str]) -> history_pb2.NewTask:
+    """A batch item's NewTask without the fields its request sends once (`shared`)."""
+    msg = history_pb2.NewTask(task_id=task_id, payload_json=t.payload_json)
+    if t.idempotency_key:
+        msg.idempotency_key = t.idempotency_key
+        msg.fingerprint = t.fingerprint
+    if "task_type" not in shared:
+        msg.task_type = t.task_type
+    if "queue" not in shared:
+        msg.queue = t.queue
+    if "retry" not in shared:
+        msg.retry.CopyFrom(t.retry)
+    if "timeouts" not in shared:
+        msg.timeouts.CopyFrom(t.timeouts)
+    if "non_retryable" not in shared:
+        msg.non_retryable.extend(t.non_retryable)
     if t.delay is not None:
         msg.delay.CopyFrom(t.delay)
     if t.run_at is not None:
@@ -139,12 +190,14 @@ class TaskApi:
         valid = await self._validate(p, req.tasks, batch=True)
         by_shard: dict[int, list[int]] = {}
         slots = SlotGroups()  # ids minted here share a slot per 100 (as the SDK's)
-        new = [_new_task(p, t, slots) for t in valid]
+        shared, names = _shared(p, valid)
+        new = [_batch_task(t, _task_id(p, t, slots), names) for t in valid]
+        shard_for = self.shard_map.shard_for_task
         for i, msg in enumerate(new):
-            by_shard.setdefault(self.shard_map.shard_for_task(msg.task_id), []).append(i)
+            by_shard.setdefault(shard_for(msg.task_id), []).append(i)
         parts = [(s, chunk) for s in sorted(by_shard) for chunk in _chunks(new, by_shard[s])]
         outcomes = await asyncio.gather(
-            *(self.history.create_tasks(s, [new[i] for i in chunk], timeout) for s, chunk in parts),
+            *(self.history.create_tasks(s, [new[i] for i in chunk], timeout, shared) for s, chunk in parts),
             return_exceptions=True)
         ids: list[str] = [""] * len(new)
         conflicts: list[tuple[int, str]] = []

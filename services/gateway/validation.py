@@ -74,7 +74,9 @@ def _render(v: struct_pb2.Value) -> str:
     kind = v.WhichOneof("kind")
     if kind == "struct_value":
         parts = []
-        for k, x in sorted(v.struct_value.fields.items()):
+        fields = v.struct_value.fields
+        for k in sorted(fields):  # (the map's keys in C; .items() is the ItemsView ABC, per field in Python)
+            x = fields[k]
             try:
                 parts.append(_encode_str(k) + ":" + _render(x))
             except _NonFinite as e:
@@ -146,8 +148,10 @@ def _check_task_id(req: tasks_pb2.EnqueueTaskRequest, where: str) -> str:
 
 
 def _check_names(req: tasks_pb2.EnqueueTaskRequest, where: str) -> str:
-    queue = req.queue or DEFAULT_QUEUE
-    if not QUEUE_NAME.match(queue):
+    queue = req.queue
+    if not queue:
+        queue = DEFAULT_QUEUE
+    elif not QUEUE_NAME.match(queue):
         raise InvalidArgument(f"{where}queue must be 1..64 characters of [A-Za-z0-9_.-], got {queue[:80]!r}")
     key = req.idempotency_key
     if key and not _PRINTABLE.match(key):
@@ -216,28 +220,42 @@ def validate_task(req: tasks_pb2.EnqueueTaskRequest, handlers: dict[str, apps_pb
                   *, max_payload_bytes: int, now_s: float, index: int | None = None,
                   where: str | None = None) -> ValidTask:
     """Check one request and resolve its policy; raise InvalidArgument/TooLarge naming the field
-    (prefixed with where, e.g. "task_template.", else "tasks[i]." in a batch)."""
+    (prefixed with where, e.g. "task_template.", else "tasks[i]." in a batch).
+
+    Per task of a batch call, so each presence test is made once and a field's name is only
+    formatted for an error."""
     if where is None:
         where = "" if index is None else f"tasks[{index}]."
     queue = _check_names(req, where)
     task_id = _check_task_id(req, where)
-    _check_schedule(req, where, now_s)
-    if req.HasField("retry"):
+    has_delay, has_run_at = req.HasField("delay"), req.HasField("run_at")
+    if has_delay or has_run_at:
+        _check_schedule(req, where, now_s)
+    has_retry, has_timeouts = req.HasField("retry"), req.HasField("timeouts")
+    if has_retry:
         policy.check_retry(req.retry, f"{where}retry")
-    if req.HasField("timeouts"):
+    if has_timeouts:
         policy.check_timeouts(req.timeouts, f"{where}timeouts")
-    payload = payload_json(req.payload, f"{where}payload").encode() if req.HasField("payload") else b"null"
+    if req.HasField("payload"):
+        try:
+            payload = _render(req.payload).encode()
+        except _NonFinite:
+            payload_json(req.payload, f"{where}payload")  # raises, naming where
+            raise
+    else:
+        payload = b"null"
     if len(payload) > max_payload_bytes:
         raise TooLarge(f"{where}payload is {len(payload)} bytes as compact JSON; the limit is {max_payload_bytes} "
                        f"bytes: store large data elsewhere and pass a reference")
     handler = _handler_for(req.task_type, handlers, where)
-    retry, timeouts = policy.resolve(req.retry if req.HasField("retry") else None,
-                                     req.timeouts if req.HasField("timeouts") else None,
-                                     handler, where=f"{where}retry")
+    if has_retry or has_timeouts:
+        retry, timeouts = policy.resolve(req.retry if has_retry else None, req.timeouts if has_timeouts else None,
+                                         handler, where=f"{where}retry")
+    else:
+        retry, timeouts = policy.resolve(None, None, handler)  # (cached per handler)
     return ValidTask(
         task_type=req.task_type, queue=queue, payload_json=payload, idempotency_key=req.idempotency_key,
-        delay=req.delay if req.HasField("delay") else None,
-        run_at=req.run_at if req.HasField("run_at") else None,
+        delay=req.delay if has_delay else None, run_at=req.run_at if has_run_at else None,
         retry=retry, timeouts=timeouts, non_retryable=list(retry.non_retryable),
         # Only a key is ever compared with its request's fingerprint (history refuses a key reused
         # for a different request); an unkeyed task needs none.

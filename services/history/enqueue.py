@@ -21,9 +21,9 @@ from ratchet.services.history.errors import Contention, HistoryError, InvalidArg
 from ratchet.services.history.store import Key, NewRow, Store
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(slots=True)
 class NewTaskIn:
-    """A validated item of a CreateTasks request."""
+    """A validated item of a CreateTasks request (never modified once built)."""
 
     row: NewRow
     fingerprint: str

@@ -87,7 +87,8 @@ class HistoryServicer(history_pb2_grpc.HistoryServiceServicer):
     async def _create_tasks(self, request) -> history_pb2.CreateTasksResponse:
         shard = self.shards.get(request.shard_id)
         _batch(request.tasks, "tasks")
-        items = [enqueue.NewTaskIn(*convert.new_task(t, i)) for i, t in enumerate(request.tasks)]
+        sh = convert.shared(request)
+        items = [enqueue.NewTaskIn(*convert.new_task(t, i, sh)) for i, t in enumerate(request.tasks)]
         if not items:
             return history_pb2.CreateTasksResponse()
         if len(items) == 1:

@@ -14,11 +14,30 @@
 -- `delay` timer only as a wake-up; readiness is run_at <= clock_timestamp().
 WITH now AS (SELECT clock_timestamp() AS t),
 i AS (
-    SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::bytea[],
-                         $7::float8[], $8::timestamptz[], $9::text[], $10::int[], $11::jsonb[],
-                         $12::jsonb[], $13::jsonb[], $14::float8[], $15::float8[], $16::jsonb[], $17::text[],
-                         $18::timestamptz[])
-        AS i(task_id, tenant_id, app_id, task_type, queue, payload, delay_s, run_at, idempotency_key,
+    -- A column whose value every row shares comes as a one-element array (Store._new_row_args).
+    SELECT u.task_id,
+           CASE WHEN cardinality($2::text[]) = 1 THEN ($2::text[])[1] ELSE u.tenant_id END AS tenant_id,
+           CASE WHEN cardinality($3::text[]) = 1 THEN ($3::text[])[1] ELSE u.app_id END AS app_id,
+           CASE WHEN cardinality($4::text[]) = 1 THEN ($4::text[])[1] ELSE u.task_type END AS task_type,
+           CASE WHEN cardinality($5::text[]) = 1 THEN ($5::text[])[1] ELSE u.queue END AS queue,
+           u.payload,
+           CASE WHEN cardinality($7::float8[]) = 1 THEN ($7::float8[])[1] ELSE u.delay_s END AS delay_s,
+           CASE WHEN cardinality($8::timestamptz[]) = 1 THEN ($8::timestamptz[])[1] ELSE u.run_at END AS run_at,
+           CASE WHEN cardinality($9::text[]) = 1 THEN ($9::text[])[1] ELSE u.idempotency_key END AS idempotency_key,
+           CASE WHEN cardinality($10::int[]) = 1 THEN ($10::int[])[1] ELSE u.max_attempts END AS max_attempts,
+           CASE WHEN cardinality($11::jsonb[]) = 1 THEN ($11::jsonb[])[1] ELSE u.retry_policy END AS retry_policy,
+           CASE WHEN cardinality($12::jsonb[]) = 1 THEN ($12::jsonb[])[1] ELSE u.timeouts END AS timeouts,
+           CASE WHEN cardinality($13::jsonb[]) = 1 THEN ($13::jsonb[])[1] ELSE u.non_retryable END AS non_retryable,
+           CASE WHEN cardinality($14::float8[]) = 1 THEN ($14::float8[])[1] ELSE u.schedule_to_start_s END AS schedule_to_start_s,
+           CASE WHEN cardinality($15::float8[]) = 1 THEN ($15::float8[])[1] ELSE u.schedule_to_close_s END AS schedule_to_close_s,
+           CASE WHEN cardinality($16::jsonb[]) = 1 THEN ($16::jsonb[])[1] ELSE u.retry_rules END AS retry_rules,
+           CASE WHEN cardinality($17::text[]) = 1 THEN ($17::text[])[1] ELSE u.schedule_id END AS schedule_id,
+           CASE WHEN cardinality($18::timestamptz[]) = 1 THEN ($18::timestamptz[])[1] ELSE u.scheduled_time END AS scheduled_time
+      FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::bytea[],
+                  $7::float8[], $8::timestamptz[], $9::text[], $10::int[], $11::jsonb[],
+                  $12::jsonb[], $13::jsonb[], $14::float8[], $15::float8[], $16::jsonb[], $17::text[],
+                  $18::timestamptz[])
+        AS u(task_id, tenant_id, app_id, task_type, queue, payload, delay_s, run_at, idempotency_key,
              max_attempts, retry_policy, timeouts, non_retryable, schedule_to_start_s, schedule_to_close_s,
              retry_rules, schedule_id, scheduled_time)
 ),
@@ -84,11 +103,31 @@ SELECT ins.task_id, ins.run_at <= ins.created_at AS due FROM ins
 -- ms -> 10-15 ms mean under 8 producers; docs/benchmarks/findings.md).
 WITH now AS (SELECT clock_timestamp() AS t),
 i AS (
-    SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::bytea[],
-                         $7::float8[], $8::timestamptz[], $9::text[], $10::int[], $11::jsonb[],
-                         $12::jsonb[], $13::jsonb[], $14::float8[], $15::float8[], $16::jsonb[], $17::text[],
-                         $18::timestamptz[], $19::text[])
-        AS i(task_id, tenant_id, app_id, task_type, queue, payload, delay_s, run_at, idempotency_key,
+    -- A column whose value every row shares comes as a one-element array (Store._new_row_args).
+    SELECT u.task_id,
+           CASE WHEN cardinality($2::text[]) = 1 THEN ($2::text[])[1] ELSE u.tenant_id END AS tenant_id,
+           CASE WHEN cardinality($3::text[]) = 1 THEN ($3::text[])[1] ELSE u.app_id END AS app_id,
+           CASE WHEN cardinality($4::text[]) = 1 THEN ($4::text[])[1] ELSE u.task_type END AS task_type,
+           CASE WHEN cardinality($5::text[]) = 1 THEN ($5::text[])[1] ELSE u.queue END AS queue,
+           u.payload,
+           CASE WHEN cardinality($7::float8[]) = 1 THEN ($7::float8[])[1] ELSE u.delay_s END AS delay_s,
+           CASE WHEN cardinality($8::timestamptz[]) = 1 THEN ($8::timestamptz[])[1] ELSE u.run_at END AS run_at,
+           CASE WHEN cardinality($9::text[]) = 1 THEN ($9::text[])[1] ELSE u.idempotency_key END AS idempotency_key,
+           CASE WHEN cardinality($10::int[]) = 1 THEN ($10::int[])[1] ELSE u.max_attempts END AS max_attempts,
+           CASE WHEN cardinality($11::jsonb[]) = 1 THEN ($11::jsonb[])[1] ELSE u.retry_policy END AS retry_policy,
+           CASE WHEN cardinality($12::jsonb[]) = 1 THEN ($12::jsonb[])[1] ELSE u.timeouts END AS timeouts,
+           CASE WHEN cardinality($13::jsonb[]) = 1 THEN ($13::jsonb[])[1] ELSE u.non_retryable END AS non_retryable,
+           CASE WHEN cardinality($14::float8[]) = 1 THEN ($14::float8[])[1] ELSE u.schedule_to_start_s END AS schedule_to_start_s,
+           CASE WHEN cardinality($15::float8[]) = 1 THEN ($15::float8[])[1] ELSE u.schedule_to_close_s END AS schedule_to_close_s,
+           CASE WHEN cardinality($16::jsonb[]) = 1 THEN ($16::jsonb[])[1] ELSE u.retry_rules END AS retry_rules,
+           CASE WHEN cardinality($17::text[]) = 1 THEN ($17::text[])[1] ELSE u.schedule_id END AS schedule_id,
+           CASE WHEN cardinality($18::timestamptz[]) = 1 THEN ($18::timestamptz[])[1] ELSE u.scheduled_time END AS scheduled_time,
+           CASE WHEN cardinality($19::text[]) = 1 THEN ($19::text[])[1] ELSE u.fingerprint END AS fingerprint
+      FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::bytea[],
+                  $7::float8[], $8::timestamptz[], $9::text[], $10::int[], $11::jsonb[],
+                  $12::jsonb[], $13::jsonb[], $14::float8[], $15::float8[], $16::jsonb[], $17::text[],
+                  $18::timestamptz[], $19::text[])
+        AS u(task_id, tenant_id, app_id, task_type, queue, payload, delay_s, run_at, idempotency_key,
              max_attempts, retry_policy, timeouts, non_retryable, schedule_to_start_s, schedule_to_close_s,
              retry_rules, schedule_id, scheduled_time, fingerprint)
 ),

@@ -43,12 +43,14 @@ class Scripted(history_pb2_grpc.HistoryServiceServicer):
         self.streams = 0
         self.unary_calls = 0
         self.seen: list[str] = []
+        self.requests: list[history_pb2.CreateTasksRequest] = []
         self.behave = None
         if not streaming:
             self.CreateTasksStream = None  # noqa: N815 - grpc method name
 
     async def _create(self, request) -> history_pb2.CreateTasksResponse:
         self.seen.extend(t.task_id for t in request.tasks)
+        self.requests.append(request)
         if self.behave is not None:
             await self.behave(request)
         return history_pb2.CreateTasksResponse(results=[history_pb2.CreateResult(task_id=t.task_id)
@@ -244,3 +246,35 @@ async def test_a_history_without_the_stream_gets_unary_calls(pair):
     opened = client.creates.opened
     await client.create_tasks(0, [task(9)], 5.0)
     assert client.creates.opened == opened and peer.servicer.unary_calls == 6
+
+
+@pytest.mark.parametrize("version,streaming", [(1, True), (2, True), (3, True), (3, False)],
+                         ids=["stream-v1", "stream-v2", "stream-v3", "unary"])
+async def test_shared_fields_go_once_only_to_a_history_that_reads_them(version, streaming):
+    """CreateTasksRequest.shared (session 8) reaches a history whose stream says version 3;
+    an older one (and the unary fallback, used only for a history without the stream) gets
+    the same fields on every task, so a rolling upgrade in any order creates the same tasks."""
+    peer = Peer(Scripted(streaming, version))
+    await peer.start()
+    channel = grpc.aio.insecure_channel(f"127.0.0.1:{peer.port}")
+    client = HistoryClient(channel, f"127.0.0.1:{peer.port}")
+    try:
+        shared = history_pb2.NewTask(tenant_id="tn", app_id="app", task_type="noop", non_retryable=["E"])
+        shared.retry.max_attempts = 4
+        bare = [history_pb2.NewTask(task_id=f"t-{i}", payload_json=b"1") for i in range(3)]
+        bare[2].queue = "q2"
+        results = await client.create_tasks(0, bare, 5.0, shared)
+        assert [r.task_id for r in results] == ["t-0", "t-1", "t-2"]
+        (req,) = peer.servicer.requests
+        if version >= 3 and streaming:
+            assert req.shared == shared and [t.tenant_id for t in req.tasks] == ["", "", ""]
+            assert list(req.tasks) == bare
+        else:
+            assert not req.HasField("shared")
+            for t, b in zip(req.tasks, bare):
+                assert (t.task_id, t.tenant_id, t.app_id, t.task_type, t.retry.max_attempts, list(t.non_retryable),
+                        t.queue) == (b.task_id, "tn", "app", "noop", 4, ["E"], b.queue)
+    finally:
+        await client.close()
+        await channel.close()
+        await peer.stop(0)

@@ -82,7 +82,8 @@ async def test_a_bad_key_is_refused_on_every_call(env):
 async def test_raw_stream_answers_by_call_id_with_the_unary_status(env):
     """The wire contract for other-language clients: headers first, one answer per call_id."""
     stream = env.tasks.EnqueueTaskStream(metadata=env.md(), timeout=20)
-    assert (STREAM_HEADER, "2") in tuple(await stream.initial_metadata())
+    # Version 2 and later read several calls per message (3 adds nothing on this stream).
+    assert int(dict(await stream.initial_metadata())[STREAM_HEADER]) >= 2
     # Two calls in one message, a third in another.
     await stream.write(tasks_pb2.EnqueueTaskStreamRequest(calls=[
         tasks_pb2.EnqueueTaskCall(call_id=7, request=tasks_pb2.EnqueueTaskRequest(task_type="send",

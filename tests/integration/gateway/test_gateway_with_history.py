@@ -197,6 +197,28 @@ async def test_batch_of_1000_lands_in_order_a_shard_per_hundred_and_calls_spread
     assert shards == set(SHARDS)
 
 
+async def test_a_batch_that_differs_per_item_keeps_each_items_own_fields(real):
+    """A batch call sends what its items share once (CreateTasksRequest.shared) and the rest
+    per item: types with different handler policies, a queue, an override, a delay and a key
+    each land on their own task through the real history."""
+    items = [{"task_type": "send", "payload": 0}, {"task_type": "resize", "payload": 1},
+             {"task_type": "send", "payload": 2, "queue": "q2"},
+             {"task_type": "send", "payload": 3, "retry": {"max_attempts": 9}},
+             {"task_type": "send", "payload": 4, "delay": "60s"},
+             {"task_type": "send", "payload": 5, "idempotency_key": f"mixed-{time.time_ns()}"}]
+    r = await real.http.post("/v1/tasks:batch", json={"tasks": items}, headers=real.auth())
+    assert r.status_code == 200, r.text
+    got = [(await real.http.get(f"/v1/tasks/{i}", headers=real.auth())).json()["task"]
+           for i in r.json()["task_ids"]]
+    assert [g["payload"] for g in got] == [0, 1, 2, 3, 4, 5]
+    assert [g["task_type"] for g in got] == ["send", "resize", "send", "send", "send", "send"]
+    assert [g["queue"] for g in got] == ["default", "default", "q2", "default", "default", "default"]
+    assert [g["max_attempts"] for g in got] == [5, 3, 5, 9, 5, 5]
+    runs = [dt.datetime.fromisoformat(g["run_at"].replace("Z", "+00:00")) for g in got]
+    made = [dt.datetime.fromisoformat(g["created_at"].replace("Z", "+00:00")) for g in got]
+    assert [(a - b).total_seconds() > 30 for a, b in zip(runs, made)] == [False] * 4 + [True, False]
+
+
 async def test_unknown_id_is_404(real):
     r = await real.http.get(f"/v1/tasks/{new_task_id()}", headers=real.auth())
     assert r.status_code == 404

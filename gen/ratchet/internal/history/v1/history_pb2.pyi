@@ -71,12 +71,14 @@ class NewTask(_message.Message):
     def __init__(self, task_id: _Optional[str] = ..., tenant_id: _Optional[str] = ..., app_id: _Optional[str] = ..., task_type: _Optional[str] = ..., queue: _Optional[str] = ..., payload_json: _Optional[bytes] = ..., delay: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., run_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., idempotency_key: _Optional[str] = ..., fingerprint: _Optional[str] = ..., retry: _Optional[_Union[_tasks_pb2.RetryPolicy, _Mapping]] = ..., timeouts: _Optional[_Union[_tasks_pb2.Timeouts, _Mapping]] = ..., non_retryable: _Optional[_Iterable[str]] = ..., schedule_id: _Optional[str] = ..., scheduled_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class CreateTasksRequest(_message.Message):
-    __slots__ = ("shard_id", "tasks")
+    __slots__ = ("shard_id", "tasks", "shared")
     SHARD_ID_FIELD_NUMBER: _ClassVar[int]
     TASKS_FIELD_NUMBER: _ClassVar[int]
+    SHARED_FIELD_NUMBER: _ClassVar[int]
     shard_id: int
     tasks: _containers.RepeatedCompositeFieldContainer[NewTask]
-    def __init__(self, shard_id: _Optional[int] = ..., tasks: _Optional[_Iterable[_Union[NewTask, _Mapping]]] = ...) -> None: ...
+    shared: NewTask
+    def __init__(self, shard_id: _Optional[int] = ..., tasks: _Optional[_Iterable[_Union[NewTask, _Mapping]]] = ..., shared: _Optional[_Union[NewTask, _Mapping]] = ...) -> None: ...
 
 class CreateResult(_message.Message):
     __slots__ = ("task_id", "deduplicated", "conflict")
