@@ -94,6 +94,12 @@ def slot_of(task_id: str) -> int:
     return (value.int >> 46) & 0xFFFF
 
 
+def slot_of_canonical(task_id: str) -> int:
+    """slot_of for an id already in canonical form (parse_task_id's or new_task_id's output),
+    without matching it again (per task of a batch call)."""
+    return (int(task_id[19:23] + task_id[24:], 16) >> 46) & 0xFFFF
+
+
 def parse_task_id(task_id: str) -> str | None:
     """The canonical form of a task id, or None when it is not one."""
     if type(task_id) is str and _CANONICAL.fullmatch(task_id):

@@ -53,7 +53,12 @@ class HistoryClient:
                            shared: history_pb2.NewTask | None = None) -> list[history_pb2.CreateResult]:
         """CreateTasks as a message on the enqueue stream (create_stream.py); `shared`: the
         fields every task leaves unset and takes from there (CreateTasksRequest.shared)."""
-        req = history_pb2.CreateTasksRequest(shard_id=shard_id, tasks=tasks, shared=shared)
+        return await self.create(history_pb2.CreateTasksRequest(shard_id=shard_id, tasks=tasks, shared=shared),
+                                 timeout)
+
+    async def create(self, req: history_pb2.CreateTasksRequest, timeout: float) -> list[history_pb2.CreateResult]:
+        """create_tasks for a request built by the caller (a batch call's, built in place)."""
+        shard_id, n = req.shard_id, len(req.tasks)
         try:
             resp = await self.creates.call(req, timeout)
         except grpc.aio.AioRpcError as e:  # the unary fallback's failure
@@ -64,8 +69,8 @@ class HistoryClient:
             raise self._status(grpc.StatusCode.DEADLINE_EXCEEDED, "", shard_id, timeout) from None
         if isinstance(resp, history_pb2.CallError):
             raise self._status(_CODES.get(resp.code, grpc.StatusCode.UNKNOWN), resp.message, shard_id, timeout)
-        if len(resp.results) != len(tasks):
-            raise errors.Internal(f"shard {shard_id} answered {len(resp.results)} results for {len(tasks)} tasks")
+        if len(resp.results) != n:
+            raise errors.Internal(f"shard {shard_id} answered {len(resp.results)} results for {n} tasks")
         return list(resp.results)
 
     async def _call(self, rpc: str, shard_id: int, req, timeout: float):

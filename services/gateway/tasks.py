@@ -21,7 +21,8 @@ from google.protobuf import timestamp_pb2
 from ratchet.api.tasks.v1 import tasks_pb2
 from ratchet.internal.gateway.v1 import control_pb2
 from ratchet.internal.history.v1 import history_pb2
-from ratchet.libs.shardmap import ShardMap, SlotGroups, new_task_id, parse_task_id, slot_for_key
+from ratchet.libs.shardmap import (ShardMap, SlotGroups, new_task_id, parse_task_id, slot_for_key,
+                                   slot_of_canonical)
 from ratchet.services.gateway import validation
 from ratchet.services.gateway.coalesce import CoalescedCreates
 from ratchet.services.gateway.auth import Principal
@@ -86,9 +87,11 @@ def _shared(p: Principal, valid: list[validation.ValidTask]) -> tuple[history_pb
     return shared, frozenset(names)
 
 
-def _batch_task(t: validation.ValidTask, task_id: str, shared: frozenset[str]) -> history_pb2.NewTask:
-    """A batch item's NewTask without the fields its request sends once (`shared`)."""
-    msg = history_pb2.NewTask(task_id=task_id, payload_json=t.payload_json)
+def _add_task(req: history_pb2.CreateTasksRequest, t: validation.ValidTask, task_id: str,
+              shared: frozenset[str]) -> None:
+    """A batch item's NewTask, added to its request in place, without the fields the request
+    sends once (`shared`)."""
+    msg = req.tasks.add(task_id=task_id, payload_json=t.payload_json)
     if t.idempotency_key:
         msg.idempotency_key = t.idempotency_key
         msg.fingerprint = t.fingerprint
@@ -106,15 +109,14 @@ def _batch_task(t: validation.ValidTask, task_id: str, shared: frozenset[str]) -
         msg.delay.CopyFrom(t.delay)
     if t.run_at is not None:
         msg.run_at.CopyFrom(t.run_at)
-    return msg
 
 
-def _chunks(new: list[history_pb2.NewTask], idx: list[int]) -> list[list[int]]:
+def _chunks(valid: list[validation.ValidTask], idx: list[int]) -> list[list[int]]:
     """The indexes of one shard's tasks cut into CreateTasks calls of at most CREATE_CHUNK_BYTES."""
     out: list[list[int]] = [[]]
     size = 0
     for i in idx:
-        n = len(new[i].payload_json) + _TASK_OVERHEAD_BYTES
+        n = len(valid[i].payload_json) + _TASK_OVERHEAD_BYTES
         if out[-1] and size + n > CREATE_CHUNK_BYTES:
             out.append([])
             size = 0
@@ -191,15 +193,20 @@ class TaskApi:
         by_shard: dict[int, list[int]] = {}
         slots = SlotGroups()  # ids minted here share a slot per 100 (as the SDK's)
         shared, names = _shared(p, valid)
-        new = [_batch_task(t, _task_id(p, t, slots), names) for t in valid]
-        shard_for = self.shard_map.shard_for_task
-        for i, msg in enumerate(new):
-            by_shard.setdefault(shard_for(msg.task_id), []).append(i)
-        parts = [(s, chunk) for s in sorted(by_shard) for chunk in _chunks(new, by_shard[s])]
-        outcomes = await asyncio.gather(
-            *(self.history.create_tasks(s, [new[i] for i in chunk], timeout, shared) for s, chunk in parts),
-            return_exceptions=True)
-        ids: list[str] = [""] * len(new)
+        minted = [_task_id(p, t, slots) for t in valid]  # (canonical: checked or minted here)
+        shard_for_slot = self.shard_map.shard_for_slot
+        for i, task_id in enumerate(minted):
+            by_shard.setdefault(shard_for_slot(slot_of_canonical(task_id)), []).append(i)
+        parts = [(s, chunk) for s in sorted(by_shard) for chunk in _chunks(valid, by_shard[s])]
+        reqs = []
+        for s, chunk in parts:
+            req = history_pb2.CreateTasksRequest(shard_id=s, shared=shared)
+            for i in chunk:
+                _add_task(req, valid[i], minted[i], names)
+            reqs.append(req)
+        outcomes = await asyncio.gather(*(self.history.create(req, timeout) for req in reqs),
+                                        return_exceptions=True)
+        ids: list[str] = [""] * len(valid)
         conflicts: list[tuple[int, str]] = []
         failures: list[BaseException] = []
         for (_, chunk), outcome in zip(parts, outcomes):
