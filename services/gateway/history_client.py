@@ -49,15 +49,13 @@ class HistoryClient:
                                            shard_id=str(shard_id))
         return errors.from_code(code, f"shard {shard_id}: {details}")
 
-    async def create_tasks(self, shard_id: int, tasks: list[history_pb2.NewTask], timeout: float,
-                           shared: history_pb2.NewTask | None = None) -> list[history_pb2.CreateResult]:
-        """CreateTasks as a message on the enqueue stream (create_stream.py); `shared`: the
-        fields every task leaves unset and takes from there (CreateTasksRequest.shared)."""
-        return await self.create(history_pb2.CreateTasksRequest(shard_id=shard_id, tasks=tasks, shared=shared),
-                                 timeout)
+    async def create_tasks(self, shard_id: int, tasks: list[history_pb2.NewTask],
+                           timeout: float) -> list[history_pb2.CreateResult]:
+        """CreateTasks as a message on the enqueue stream (create_stream.py)."""
+        return await self.create(history_pb2.CreateTasksRequest(shard_id=shard_id, tasks=tasks), timeout)
 
     async def create(self, req: history_pb2.CreateTasksRequest, timeout: float) -> list[history_pb2.CreateResult]:
-        """create_tasks for a request built by the caller (a batch call's, built in place)."""
+        """create_tasks for a request the caller built (a batch call's, in place, with `shared`)."""
         shard_id, n = req.shard_id, len(req.tasks)
         try:
             resp = await self.creates.call(req, timeout)

@@ -222,8 +222,7 @@ def validate_task(req: tasks_pb2.EnqueueTaskRequest, handlers: dict[str, apps_pb
     """Check one request and resolve its policy; raise InvalidArgument/TooLarge naming the field
     (prefixed with where, e.g. "task_template.", else "tasks[i]." in a batch).
 
-    Per task of a batch call, so each presence test is made once and a field's name is only
-    formatted for an error."""
+    Runs per task of a batch call: each presence test is made once."""
     if where is None:
         where = "" if index is None else f"tasks[{index}]."
     queue = _check_names(req, where)
@@ -236,23 +235,13 @@ def validate_task(req: tasks_pb2.EnqueueTaskRequest, handlers: dict[str, apps_pb
         policy.check_retry(req.retry, f"{where}retry")
     if has_timeouts:
         policy.check_timeouts(req.timeouts, f"{where}timeouts")
-    if req.HasField("payload"):
-        try:
-            payload = _render(req.payload).encode()
-        except _NonFinite:
-            payload_json(req.payload, f"{where}payload")  # raises, naming where
-            raise
-    else:
-        payload = b"null"
+    payload = payload_json(req.payload, f"{where}payload").encode() if req.HasField("payload") else b"null"
     if len(payload) > max_payload_bytes:
         raise TooLarge(f"{where}payload is {len(payload)} bytes as compact JSON; the limit is {max_payload_bytes} "
                        f"bytes: store large data elsewhere and pass a reference")
     handler = _handler_for(req.task_type, handlers, where)
-    if has_retry or has_timeouts:
-        retry, timeouts = policy.resolve(req.retry if has_retry else None, req.timeouts if has_timeouts else None,
-                                         handler, where=f"{where}retry")
-    else:
-        retry, timeouts = policy.resolve(None, None, handler)  # (cached per handler)
+    retry, timeouts = policy.resolve(req.retry if has_retry else None, req.timeouts if has_timeouts else None,
+                                     handler, where=f"{where}retry")
     return ValidTask(
         task_type=req.task_type, queue=queue, payload_json=payload, idempotency_key=req.idempotency_key,
         delay=req.delay if has_delay else None, run_at=req.run_at if has_run_at else None,

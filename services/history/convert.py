@@ -83,7 +83,6 @@ def _idempotency_key(key: str, where: str) -> str | None:
 
 # The NewTask fields a CreateTasksRequest may send once, in `shared`, for all of its tasks.
 SHARED_FIELDS = ("tenant_id", "app_id", "task_type", "queue", "retry", "timeouts", "non_retryable")
-_POLICY_FIELDS = ("retry", "timeouts")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -169,7 +168,7 @@ def new_task(p: history_pb2.NewTask, i: int, sh: Shared = NO_SHARED) -> tuple[Ne
     if key is not None and not p.fingerprint:
         raise InvalidArgument(f"{w}.fingerprint is required with an idempotency_key")
     pol = _task_policy(p, sh, w)
-    schedule_id = _name(p.schedule_id, f"{w}.schedule_id", required=False) or None if p.schedule_id else None
+    schedule_id = _name(p.schedule_id, f"{w}.schedule_id") if p.schedule_id else None
     scheduled_time = p.scheduled_time.ToDatetime(tzinfo=dt.timezone.utc) if p.HasField("scheduled_time") else None
     row = NewRow(
         task_id=task_id(p.task_id, f"{w}.task_id"),

@@ -263,7 +263,7 @@ async def test_shared_fields_go_once_only_to_a_history_that_reads_them(version, 
         shared.retry.max_attempts = 4
         bare = [history_pb2.NewTask(task_id=f"t-{i}", payload_json=b"1") for i in range(3)]
         bare[2].queue = "q2"
-        results = await client.create_tasks(0, bare, 5.0, shared)
+        results = await client.create(history_pb2.CreateTasksRequest(shard_id=0, tasks=bare, shared=shared), 5.0)
         assert [r.task_id for r in results] == ["t-0", "t-1", "t-2"]
         (req,) = peer.servicer.requests
         if version >= 3 and streaming:
