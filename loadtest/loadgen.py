@@ -1,7 +1,8 @@
 """Enqueue load over gRPC with asyncio, closed and open loop.
 
 The requests have the shape ratchet.Client sends (every enqueue carries a
-task id the SDK mints per call, so a resend is deduplicated). Single enqueues go through
+task id the SDK mints per call, so a resend is deduplicated, and its payload as
+JSON text, payload_json). Single enqueues go through
 the SDK's AsyncClient, i.e. as messages on its enqueue stream
 (TaskService.EnqueueTaskStream), as an async producer sends them; with
 `stream=False` they are unary EnqueueTask calls (what a REST or plain-gRPC
@@ -20,6 +21,7 @@ import uuid
 
 import grpc
 
+from ratchet._wire import to_json
 from ratchet.aio import AsyncClient
 from ratchet.api.tasks.v1 import tasks_pb2, tasks_pb2_grpc
 from ratchet.client import RatchetError
@@ -68,16 +70,14 @@ class Gateway:
         """keyed: deduplicated across resends as the SDK makes every enqueue (a task id it
         mints per call, ratchet.client.enqueue_request; the items of one batch call share a
         slot per 100, ratchet.client.batch_requests); else nothing to dedupe by."""
-        req = tasks_pb2.EnqueueTaskRequest(task_type=TASK_TYPE, task_id=new_task_id(slot) if keyed else "")
-        req.payload.struct_value.fields["n"].number_value = n
-        return req
+        return tasks_pb2.EnqueueTaskRequest(task_type=TASK_TYPE, task_id=new_task_id(slot) if keyed else "",
+                                            payload_json=to_json({"n": n}))
 
     @staticmethod
     def keyed_request(n: int) -> tasks_pb2.EnqueueTaskRequest:
         """An enqueue with a caller's idempotency key (24 h window, conflict detection)."""
-        req = tasks_pb2.EnqueueTaskRequest(task_type=TASK_TYPE, idempotency_key=f"bench-{uuid.uuid4()}")
-        req.payload.struct_value.fields["n"].number_value = n
-        return req
+        return tasks_pb2.EnqueueTaskRequest(task_type=TASK_TYPE, idempotency_key=f"bench-{uuid.uuid4()}",
+                                            payload_json=to_json({"n": n}))
 
     async def enqueue(self, req: tasks_pb2.EnqueueTaskRequest) -> str:
         return (await self.client.send_enqueue(req)).task_id

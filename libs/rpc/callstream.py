@@ -144,9 +144,10 @@ async def serve(requests: AsyncIterator[Any], handle: Callable[[Any], Awaitable[
 # caller opens it with: the version of the call-stream contract each side speaks. 1: one
 # call (one answer) per message; 2: a message may carry several (a server answers that way
 # only a caller that said 2); 3: the same framing, and a CreateTasksStream server reads
-# CreateTasksRequest.shared (a caller sends `shared` only to a server that said 3).
+# CreateTasksRequest.shared (a caller sends `shared` only to a server that said 3); 4: and
+# CreateTasksRequest.plain, answered with all_created (sent only to a server that said 4).
 STREAM_HEADER = "ratchet-call-stream"
-PROTOCOL = 3
+PROTOCOL = 4
 
 
 def _version(value) -> int:

@@ -41,7 +41,7 @@ from ratchet._transport import (Conflict, DeadlineExceeded, InvalidArgument, Not
                                 PermissionDenied, RatchetError, Unauthenticated, Unavailable, _Transport,
                                 error_from_rpc, invalid, new_idempotency_key, new_request_id)
 from ratchet._wire import (duration, from_value, retry_message, task_info, timeouts_message, timestamp,
-                           to_value)
+                           to_json, to_value)
 from ratchet.api.apps.v1 import apps_pb2, apps_pb2_grpc
 from ratchet.api.schedules.v1 import schedules_pb2_grpc
 from ratchet.api.tasks.v1 import breakers_pb2_grpc, tasks_pb2, tasks_pb2_grpc
@@ -205,7 +205,7 @@ def enqueue_request(task_type: str, payload: Any = None, *, queue: str | None = 
     else:
         req.task_id = new_task_id()
     if payload is not None:
-        req.payload.CopyFrom(to_value(payload))
+        req.payload_json = to_json(payload)
     if delay is not None:
         req.delay.CopyFrom(duration(delay, "delay"))
     if run_at is not None:

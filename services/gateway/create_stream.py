@@ -35,12 +35,27 @@ class CreateStream(CallStream):
                          unary, peer="history", method="CreateTasks", clock=clock, enabled=enabled)
 
 
-# The call-stream version from which history reads CreateTasksRequest.shared.
+# The call-stream versions from which history reads CreateTasksRequest.shared, and .plain.
 SHARED_SINCE = 3
+PLAIN_SINCE = 4
+
+
+def unplain(req: history_pb2.CreateTasksRequest) -> history_pb2.CreateTasksRequest:
+    """req with its plain columns as tasks (each an id and a payload; the rest stays in
+    `shared`), for a history older than them."""
+    if not req.HasField("plain"):
+        return req
+    out = history_pb2.CreateTasksRequest(shard_id=req.shard_id, shared=req.shared)
+    add = out.tasks.add
+    for task_id, payload in zip(req.plain.task_ids, req.plain.payloads_json):
+        add(task_id=task_id, payload_json=payload)
+    return out
 
 
 def unshared(req: history_pb2.CreateTasksRequest) -> history_pb2.CreateTasksRequest:
-    """req with its `shared` fields on every task instead, for a history older than them."""
+    """req with its `shared` fields on every task instead (and no plain columns), for a
+    history older than them."""
+    req = unplain(req)
     if not req.HasField("shared"):
         return req
     out = history_pb2.CreateTasksRequest(shard_id=req.shard_id, tasks=req.tasks)
@@ -52,6 +67,8 @@ def unshared(req: history_pb2.CreateTasksRequest) -> history_pb2.CreateTasksRequ
 def _wrap(calls: list[tuple[int, history_pb2.CreateTasksRequest, int]], version: int):
     if version < SHARED_SINCE:
         calls = [(c, unshared(r), t) for c, r, t in calls]
+    elif version < PLAIN_SINCE:
+        calls = [(c, unplain(r), t) for c, r, t in calls]
     if len(calls) == 1:
         call_id, req, timeout_ms = calls[0]
         return history_pb2.CreateTasksStreamRequest(call_id=call_id, request=req, timeout_ms=timeout_ms)

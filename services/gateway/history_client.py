@@ -54,9 +54,12 @@ class HistoryClient:
         """CreateTasks as a message on the enqueue stream (create_stream.py)."""
         return await self.create(history_pb2.CreateTasksRequest(shard_id=shard_id, tasks=tasks), timeout)
 
-    async def create(self, req: history_pb2.CreateTasksRequest, timeout: float) -> list[history_pb2.CreateResult]:
-        """create_tasks for a request the caller built (a batch call's, in place, with `shared`)."""
-        shard_id, n = req.shard_id, len(req.tasks)
+    async def create(self, req: history_pb2.CreateTasksRequest,
+                     timeout: float) -> list[history_pb2.CreateResult] | None:
+        """create_tasks for a request the caller built (a batch call's, in place, with `shared`,
+        or its plain tasks as columns). None: every plain task was created under its own id
+        (all_created)."""
+        shard_id, n = req.shard_id, len(req.tasks) or len(req.plain.task_ids)
         try:
             resp = await self.creates.call(req, timeout)
         except grpc.aio.AioRpcError as e:  # the unary fallback's failure
@@ -67,6 +70,8 @@ class HistoryClient:
             raise self._status(grpc.StatusCode.DEADLINE_EXCEEDED, "", shard_id, timeout) from None
         if isinstance(resp, history_pb2.CallError):
             raise self._status(_CODES.get(resp.code, grpc.StatusCode.UNKNOWN), resp.message, shard_id, timeout)
+        if resp.all_created and req.HasField("plain") and not resp.results:
+            return None
         if len(resp.results) != n:
             raise errors.Internal(f"shard {shard_id} answered {len(resp.results)} results for {n} tasks")
         return list(resp.results)

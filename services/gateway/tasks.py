@@ -12,6 +12,7 @@ whose key is the slot, so a double firing yields one task.
 from __future__ import annotations
 
 import asyncio
+import operator
 import re
 import time
 from typing import Callable
@@ -22,12 +23,12 @@ from ratchet.api.tasks.v1 import tasks_pb2
 from ratchet.internal.gateway.v1 import control_pb2
 from ratchet.internal.history.v1 import history_pb2
 from ratchet.libs.shardmap import (ShardMap, SlotGroups, new_task_id, parse_task_id, slot_for_key,
-                                   slot_of_canonical)
-from ratchet.services.gateway import validation
+                                   slot_of_canonical, slot_of_prefix)
+from ratchet.services.gateway import policy, validation
 from ratchet.services.gateway.coalesce import CoalescedCreates
 from ratchet.services.gateway.auth import Principal
 from ratchet.services.gateway.deployments import Deployments
-from ratchet.services.gateway.errors import AlreadyExists, GatewayError, InvalidArgument, NotFound
+from ratchet.services.gateway.errors import AlreadyExists, GatewayError, Internal, InvalidArgument, NotFound
 from ratchet.services.gateway.history_client import HistoryClient
 
 SCHEDULE_ID = re.compile(r"^[A-Za-z0-9_.:\-]{1,128}$")
@@ -39,6 +40,8 @@ CREATE_CHUNK_BYTES = 16 * 1024 * 1024
 # What each task adds to its payload in a CreateTasks message (ids, names, fingerprint, policy).
 _TASK_OVERHEAD_BYTES = 512
 _MIN_TS, _MAX_TS = -62135596800, 253402300799
+_SLOT_PREFIX = operator.itemgetter(slice(19, 25))  # (libs/shardmap.slot_prefix, in C per id)
+_UNREAD = object()
 
 
 def _task_id(p: Principal, t: validation.ValidTask, slots: SlotGroups | None = None) -> str:
@@ -111,12 +114,15 @@ def _add_task(req: history_pb2.CreateTasksRequest, t: validation.ValidTask, task
         msg.run_at.CopyFrom(t.run_at)
 
 
-def _chunks(valid: list[validation.ValidTask], idx: list[int]) -> list[list[int]]:
-    """The indexes of one shard's tasks cut into CreateTasks calls of at most CREATE_CHUNK_BYTES."""
+def _size_chunks(sizes: list[int], idx: list[int]) -> list[list[int]]:
+    """The indexes of one shard's tasks (payloads of these sizes) cut into CreateTasks calls of
+    at most CREATE_CHUNK_BYTES."""
+    if sum(sizes[i] for i in idx) + len(idx) * _TASK_OVERHEAD_BYTES <= CREATE_CHUNK_BYTES:
+        return [idx]
     out: list[list[int]] = [[]]
     size = 0
     for i in idx:
-        n = len(valid[i].payload_json) + _TASK_OVERHEAD_BYTES
+        n = sizes[i] + _TASK_OVERHEAD_BYTES
         if out[-1] and size + n > CREATE_CHUNK_BYTES:
             out.append([])
             size = 0
@@ -168,8 +174,9 @@ class TaskApi:
         self.max_payload_bytes = max_payload_bytes
         self.wall = wall
 
-    async def _validate(self, p: Principal, reqs, batch: bool) -> list[validation.ValidTask]:
-        handlers = await self.deployments.handlers_for(p.app_id)
+    async def _validate(self, p: Principal, reqs, batch: bool, handlers=_UNREAD) -> list[validation.ValidTask]:
+        if handlers is _UNREAD:
+            handlers = await self.deployments.handlers_for(p.app_id)
         now = self.wall()
         valid = [validation.validate_task(r, handlers, max_payload_bytes=self.max_payload_bytes, now_s=now,
                                           index=i if batch else None) for i, r in enumerate(reqs)]
@@ -189,7 +196,11 @@ class TaskApi:
                             timeout: float) -> tasks_pb2.EnqueueTasksResponse:
         """All items validated first; then one CreateTasks per shard, concurrently."""
         validation.check_batch_size(len(req.tasks))
-        valid = await self._validate(p, req.tasks, batch=True)
+        handlers = await self.deployments.handlers_for(p.app_id)
+        plain = validation.plain_batch(req, handlers, max_payload_bytes=self.max_payload_bytes)
+        if plain is not None:
+            return await self._enqueue_plain(p, plain, timeout)
+        valid = await self._validate(p, req.tasks, batch=True, handlers=handlers)
         by_shard: dict[int, list[int]] = {}
         slots = SlotGroups()  # ids minted here share a slot per 100 (as the SDK's)
         shared, names = _shared(p, valid)
@@ -197,7 +208,8 @@ class TaskApi:
         shard_for_slot = self.shard_map.shard_for_slot
         for i, task_id in enumerate(minted):
             by_shard.setdefault(shard_for_slot(slot_of_canonical(task_id)), []).append(i)
-        parts = [(s, chunk) for s in sorted(by_shard) for chunk in _chunks(valid, by_shard[s])]
+        sizes = [len(t.payload_json) for t in valid]
+        parts = [(s, chunk) for s in sorted(by_shard) for chunk in _size_chunks(sizes, by_shard[s])]
         reqs = []
         for s, chunk in parts:
             req = history_pb2.CreateTasksRequest(shard_id=s, shared=shared)
@@ -213,6 +225,8 @@ class TaskApi:
             if isinstance(outcome, BaseException):
                 failures.append(outcome)
                 continue
+            if outcome is None:  # (never for `tasks`: all_created answers plain requests only)
+                raise Internal("history answered all_created to a request of tasks")
             for i, res in zip(chunk, outcome):
                 ids[i] = res.task_id
                 if res.conflict:
@@ -227,6 +241,43 @@ class TaskApi:
         for f in failures:
             raise f if isinstance(f, GatewayError) else GatewayError(f"shard call failed: {f}")
         return tasks_pb2.EnqueueTasksResponse(task_ids=ids)
+
+    async def _enqueue_plain(self, p: Principal, plain: validation.PlainBatch,
+                             timeout: float) -> tasks_pb2.EnqueueTasksResponse:
+        """enqueue_batch of plain tasks: CreateTasksRequest.plain per shard (columns, no NewTask
+        per task); the ids come back as sent unless history answers per task."""
+        retry, timeouts = policy.resolve(None, None, plain.handler, where="retry")
+        shared = history_pb2.NewTask(tenant_id=p.tenant_id, app_id=p.app_id, task_type=plain.task_type,
+                                     queue=plain.queue, retry=retry, timeouts=timeouts,
+                                     non_retryable=retry.non_retryable)
+        ids, payloads = plain.task_ids, plain.payloads
+        parts = [(s, chunk) for s, idx in self._plain_shards(ids) for chunk in _size_chunks(plain.sizes, idx)]
+        reqs = []
+        for s, chunk in parts:
+            cols = (history_pb2.PlainTasks(task_ids=ids, payloads_json=payloads) if len(chunk) == len(ids) else
+                    history_pb2.PlainTasks(task_ids=[ids[i] for i in chunk], payloads_json=[payloads[i] for i in chunk]))
+            reqs.append(history_pb2.CreateTasksRequest(shard_id=s, shared=shared, plain=cols))
+        outcomes = await asyncio.gather(*(self.history.create(req, timeout) for req in reqs), return_exceptions=True)
+        out = ids
+        for (_, chunk), outcome in zip(parts, outcomes):
+            if isinstance(outcome, BaseException):
+                raise outcome if isinstance(outcome, GatewayError) else GatewayError(f"shard call failed: {outcome}")
+            if outcome is not None:  # answered per task (a resent id): the ids it names
+                out = list(out) if out is ids else out
+                for i, res in zip(chunk, outcome):
+                    out[i] = res.task_id
+        return tasks_pb2.EnqueueTasksResponse(task_ids=out)
+
+    def _plain_shards(self, ids: list[str]) -> list[tuple[int, list[int]]]:
+        """(shard, indexes of its ids) in shard order. A slot is read once per distinct slot prefix:
+        the SDK mints a call's ids in runs of 100 sharing one."""
+        shard_of = {pre: self.shard_map.shard_for_slot(slot_of_prefix(pre)) for pre in set(map(_SLOT_PREFIX, ids))}
+        if len(set(shard_of.values())) == 1:
+            return [(next(iter(shard_of.values())), list(range(len(ids))))]
+        by_shard: dict[int, list[int]] = {}
+        for i, pre in enumerate(map(_SLOT_PREFIX, ids)):
+            by_shard.setdefault(shard_of[pre], []).append(i)
+        return sorted(by_shard.items())
 
     async def enqueue_scheduled(self, req: control_pb2.EnqueueScheduledRequest,
                                 timeout: float) -> control_pb2.EnqueueScheduledResponse:

@@ -16,7 +16,7 @@ from google.protobuf import duration_pb2, json_format, struct_pb2, timestamp_pb2
 
 from ratchet.api.apps.v1 import apps_pb2
 from ratchet.api.tasks.v1 import tasks_pb2
-from ratchet.libs.shardmap import parse_task_id
+from ratchet.libs.shardmap import all_canonical, parse_task_id
 from ratchet.services.gateway import policy
 from ratchet.services.gateway.errors import InvalidArgument, TooLarge
 
@@ -104,6 +104,51 @@ def _render(v: struct_pb2.Value) -> str:
     return "null"
 
 
+class _Constant(ValueError):
+    """NaN, Infinity or -Infinity in JSON text: Python's scanner takes them, JSON has none."""
+
+
+def _no_constant(name: str):
+    raise _Constant(f"{name} is not JSON (no NaN or Infinity)")
+
+
+_scan_json = json.JSONDecoder(parse_constant=_no_constant).scan_once  # (C: json.loads without its wrappers)
+_strict_loads = json.JSONDecoder(parse_constant=_no_constant).decode
+
+
+def json_text_ok(text: str) -> bool:
+    """Whether text is one JSON value, alone (the common case: 1/3 of json.loads' cost)."""
+    try:
+        return _scan_json(text, 0)[1] == len(text)
+    except (StopIteration, ValueError):
+        return False
+
+
+def check_json_text(text: str, where: str) -> None:
+    """INVALID_ARGUMENT naming `where` unless text is one JSON value (whitespace around it allowed)."""
+    if json_text_ok(text):
+        return
+    try:
+        _strict_loads(text)
+    except ValueError as e:
+        raise InvalidArgument(f"{where} must be one JSON value: {e}") from None
+
+
+def _json_as_printed(x):
+    """Plain data parsed from JSON text as _value_as_printed renders the same value held in a
+    Value (numbers are doubles there), so a fingerprint reads payload and payload_json alike."""
+    if isinstance(x, dict):
+        return {k: _json_as_printed(v) for k, v in x.items()}
+    if isinstance(x, list):
+        return [_json_as_printed(v) for v in x]
+    if isinstance(x, int) and not isinstance(x, bool):
+        try:
+            return float(x)
+        except OverflowError:  # beyond a double: no Value holds it; the digits stay
+            return x
+    return x
+
+
 def canonical_json(data) -> bytes:
     """Compact JSON with sorted keys: the stored payload and the fingerprint's input."""
     return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
@@ -173,7 +218,7 @@ def _handler_for(task_type: str, handlers: dict[str, apps_pb2.Handler] | None, w
 
 
 # The fields the fast fingerprint renders itself; any other field set takes the general path.
-_FAST_FIELDS = frozenset({"task_type", "payload", "queue", "idempotency_key"})
+_FAST_FIELDS = frozenset({"task_type", "payload", "payload_json", "queue", "idempotency_key"})
 
 
 def _value_as_printed(v: struct_pb2.Value):
@@ -202,6 +247,8 @@ def fingerprint(req: tasks_pb2.EnqueueTaskRequest, queue: str) -> str:
             data["task_type"] = req.task_type
         if "payload" in names:
             data["payload"] = _value_as_printed(req.payload)
+        elif "payload_json" in names:
+            data["payload"] = _json_as_printed(json.loads(req.payload_json))
         return "sha256:" + hashlib.sha256(canonical_json(data)).hexdigest()
     return fingerprint_general(req, queue)
 
@@ -212,7 +259,10 @@ def fingerprint_general(req: tasks_pb2.EnqueueTaskRequest, queue: str) -> str:
     canon.CopyFrom(req)
     canon.queue = queue
     canon.ClearField("idempotency_key")
+    canon.ClearField("payload_json")
     data = json_format.MessageToDict(canon, preserving_proto_field_name=True)
+    if req.payload_json:  # (read as `payload` is: one fingerprint for both forms)
+        data["payload"] = _json_as_printed(json.loads(req.payload_json))
     return "sha256:" + hashlib.sha256(canonical_json(data)).hexdigest()
 
 
@@ -235,7 +285,14 @@ def validate_task(req: tasks_pb2.EnqueueTaskRequest, handlers: dict[str, apps_pb
         policy.check_retry(req.retry, f"{where}retry")
     if has_timeouts:
         policy.check_timeouts(req.timeouts, f"{where}timeouts")
-    payload = payload_json(req.payload, f"{where}payload").encode() if req.HasField("payload") else b"null"
+    if req.payload_json:
+        if req.HasField("payload"):
+            raise InvalidArgument(f"{where}payload and {where}payload_json are exclusive: send the payload in one of "
+                                  f"them")
+        check_json_text(req.payload_json, f"{where}payload_json")
+        payload = req.payload_json.encode()
+    else:
+        payload = payload_json(req.payload, f"{where}payload").encode() if req.HasField("payload") else b"null"
     if len(payload) > max_payload_bytes:
         raise TooLarge(f"{where}payload is {len(payload)} bytes as compact JSON; the limit is {max_payload_bytes} "
                        f"bytes: store large data elsewhere and pass a reference")
@@ -249,6 +306,84 @@ def validate_task(req: tasks_pb2.EnqueueTaskRequest, handlers: dict[str, apps_pb
         # Only a key is ever compared with its request's fingerprint (history refuses a key reused
         # for a different request); an unkeyed task needs none.
         fingerprint=fingerprint(req, queue) if req.idempotency_key else "", task_id=task_id)
+
+
+@dataclasses.dataclass(slots=True)
+class PlainBatch:
+    """A batch call of plain tasks, checked as columns: one task type and one queue, each item
+    with its own id and its payload as JSON text, nothing else (the SDK's enqueue_batch)."""
+
+    task_type: str
+    queue: str  # resolved ("default" when unset)
+    handler: apps_pb2.Handler
+    task_ids: list[str]  # canonical, unique
+    payloads: list[bytes]  # JSON text, b"null" where none was sent
+    sizes: list[int]  # len of each payload as sent (0: none)
+
+
+def _varint_len(n: int) -> int:
+    size = 1
+    while n >= 0x80:
+        n >>= 7
+        size += 1
+    return size
+
+
+def _field_len(n: int) -> int:
+    """Bytes a length-delimited field with a one-byte tag and n bytes of content takes (0: unset)."""
+    return 1 + _varint_len(n) + n if n else 0
+
+
+def _plain_size(type_len: int, queue_len: int, sizes: list[int]) -> int:
+    """EnqueueTasksRequest.ByteSize() of tasks that set only task_type, queue (these lengths),
+    task_id (36 characters) and payload_json (sizes); any other field set adds to it."""
+    const = _field_len(type_len) + _field_len(queue_len) + 38
+    n, largest = len(sizes), max(sizes)
+    if largest < 0x80 and const + largest + 2 < 0x80:  # every length is one byte: sums in C
+        return n * (2 + const) + sum(sizes) + 2 * (n - sizes.count(0))
+    total = 0
+    for k in sizes:
+        inner = const + _field_len(k)
+        total += 1 + _varint_len(inner) + inner
+    return total
+
+
+def plain_batch(req: tasks_pb2.EnqueueTasksRequest, handlers: dict[str, apps_pb2.Handler] | None, *,
+                max_payload_bytes: int) -> PlainBatch | None:
+    """The batch as columns when every item is plain and valid, else None: the per-task path
+    (validate_task), which also finds and names every error. A few C calls and list builds per
+    call instead of ~20 Python steps per task: one type and queue compared by list.count, ids
+    by one regex, "nothing else set" by the request's serialized size."""
+    tasks = req.tasks
+    n = len(tasks)
+    if handlers is None or n < 2:
+        return None
+    first = tasks[0]
+    task_type, queue = first.task_type, first.queue
+    handler = handlers.get(task_type)
+    if handler is None or (queue and not QUEUE_NAME.match(queue)):
+        return None
+    if [t.task_type for t in tasks].count(task_type) != n:
+        return None
+    if queue and [t.queue for t in tasks].count(queue) != n:  # (an empty one differs in size)
+        return None
+    ids = [t.task_id for t in tasks]
+    if not all_canonical(ids) or len(set(ids)) != n:
+        return None
+    texts = [t.payload_json for t in tasks]
+    payloads = [x.encode() for x in texts]
+    sizes = list(map(len, payloads))
+    if max(sizes) > max_payload_bytes:
+        return None
+    if req.ByteSize() != _plain_size(len(task_type.encode()), len(queue.encode()), sizes):
+        return None  # some item sets another field (or one unknown to this gateway)
+    for x in texts:
+        if x and not json_text_ok(x):
+            return None
+    if 0 in sizes:
+        payloads = [p or b"null" for p in payloads]
+    return PlainBatch(task_type=task_type, queue=queue or DEFAULT_QUEUE, handler=handler, task_ids=ids,
+                      payloads=payloads, sizes=sizes)
 
 
 def check_unique_keys(tasks: list[ValidTask]) -> None:

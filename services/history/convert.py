@@ -12,9 +12,10 @@ from google.protobuf import duration_pb2, json_format, struct_pb2, timestamp_pb2
 from ratchet.api.tasks.v1 import tasks_pb2
 from ratchet.internal.history.v1 import history_pb2
 from ratchet.libs import taskstate
-from ratchet.libs.shardmap import parse_task_id
+from ratchet.libs.shardmap import all_canonical, parse_task_id
 from ratchet.libs.taskstate import TaskState
 from ratchet.services.history import policy
+from ratchet.services.history.enqueue import NewTaskIn
 from ratchet.services.history.errors import InvalidArgument, PayloadTooLarge
 from ratchet.services.history.model import CompletionIn, ErrorInfo, TaskFilter
 from ratchet.services.history.store import NewRow
@@ -182,6 +183,68 @@ def new_task(p: history_pb2.NewTask, i: int, sh: Shared = NO_SHARED) -> tuple[Ne
         non_retryable=pol.non_retryable, retry_rules=pol.rules_json,
         schedule_id=schedule_id, scheduled_time=scheduled_time)
     return row, p.fingerprint, pol.schedule_to_start_s, pol.schedule_to_close_s
+
+
+@dataclasses.dataclass(slots=True)
+class PlainIn:
+    """A request's plain tasks (CreateTasksRequest.plain), validated: columns and what they share."""
+
+    task_ids: list[str]  # canonical, unique
+    payloads: list[bytes]  # JSON text
+    tenant_id: str
+    app_id: str
+    task_type: str
+    queue: str
+    policy: _Policy
+
+    def items(self) -> list:
+        """The tasks one by one, as new_task makes them (the transactional path's input)."""
+        pol = self.policy
+        return [NewTaskIn(NewRow(task_id=tid, tenant_id=self.tenant_id, app_id=self.app_id, task_type=self.task_type,
+                                 queue=self.queue, payload=payload, delay_s=None, run_at=None, idempotency_key=None,
+                                 max_attempts=pol.max_attempts, retry_policy=pol.retry_json,
+                                 timeouts=pol.timeouts_json, non_retryable=pol.non_retryable,
+                                 retry_rules=pol.rules_json),
+                          "", pol.schedule_to_start_s, pol.schedule_to_close_s)
+                for tid, payload in zip(self.task_ids, self.payloads)]
+
+
+def _json_ok(raw: bytes) -> bool:
+    try:
+        text = raw.decode()
+        return _scan_json(text, 0)[1] == len(text)
+    except (UnicodeDecodeError, StopIteration, ValueError):
+        return False
+
+
+def plain(req: history_pb2.CreateTasksRequest) -> PlainIn:
+    """The request's plain tasks, checked (INVALID_ARGUMENT naming `plain.<field>[i]`): per
+    request, not per task, except the JSON scan of each payload."""
+    if req.tasks:
+        raise InvalidArgument("plain and tasks are exclusive: send the request's tasks in one of them")
+    sh = shared(req)
+    for name in ("tenant_id", "app_id", "task_type"):
+        if not getattr(sh, name):
+            raise InvalidArgument(f"shared.{name} is required with plain tasks")
+    ids, payloads = list(req.plain.task_ids), list(req.plain.payloads_json)
+    n = len(ids)
+    if not 1 <= n <= MAX_BATCH:
+        raise InvalidArgument(f"plain.task_ids holds {n} ids; send 1..{MAX_BATCH}")
+    if len(payloads) != n:
+        raise InvalidArgument(f"plain holds {n} task_ids and {len(payloads)} payloads_json: send one of each per task")
+    if not all_canonical(ids):
+        ids = [task_id(v, f"plain.task_ids[{i}]") for i, v in enumerate(ids)]
+    if len(set(ids)) != n:
+        seen: dict[str, int] = {}
+        for i, v in enumerate(ids):
+            if v in seen:
+                raise InvalidArgument(f"plain.task_ids[{seen[v]}] and plain.task_ids[{i}] are the same task id")
+            seen[v] = i
+    if not all(map(_json_ok, payloads)) or max(map(len, payloads)) > MAX_PAYLOAD_BYTES:
+        for i, raw in enumerate(payloads):
+            _payload(raw, f"plain.payloads_json[{i}]")  # (raises for the first bad one)
+    return PlainIn(task_ids=ids, payloads=payloads, tenant_id=sh.tenant_id, app_id=sh.app_id,
+                   task_type=sh.task_type, queue=sh.queue or "default", policy=sh.policy)
 
 
 @dataclasses.dataclass(frozen=True)

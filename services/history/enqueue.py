@@ -225,6 +225,19 @@ async def create_group(conn: asyncpg.Connection, store: Store, items: Sequence[N
     return out, any(due for inserted, due, _ in got.values() if inserted)
 
 
+async def create_plain(conn: asyncpg.Connection, store: Store, plain) -> None:
+    """A request of plain tasks (convert.PlainIn) in one statement, all or nothing; Fallback
+    (nothing written) when an id exists: create_tasks then answers each task."""
+    pol = plain.policy
+    try:
+        await store.task_create_plain(conn, plain.task_ids, plain.payloads, plain.tenant_id, plain.app_id,
+                                      plain.task_type, plain.queue, pol.max_attempts, pol.retry_json,
+                                      pol.timeouts_json, pol.non_retryable, pol.rules_json,
+                                      pol.schedule_to_start_s, pol.schedule_to_close_s)
+    except asyncpg.UniqueViolationError:
+        raise Fallback() from None
+
+
 def _owner_of(lead: NewTaskIn, outcome, owners: dict) -> tuple[str, str] | None:
     """(task id, fingerprint) now holding the leader's key."""
     if isinstance(outcome, CreateOut) and not outcome.deduplicated and not outcome.conflict:

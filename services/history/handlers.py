@@ -86,6 +86,8 @@ class HistoryServicer(history_pb2_grpc.HistoryServiceServicer):
 
     async def _create_tasks(self, request) -> history_pb2.CreateTasksResponse:
         shard = self.shards.get(request.shard_id)
+        if request.HasField("plain"):
+            return await self._create_plain(shard, convert.plain(request))
         _batch(request.tasks, "tasks")
         sh = convert.shared(request)
         items = [enqueue.NewTaskIn(*convert.new_task(t, i, sh)) for i, t in enumerate(request.tasks)]
@@ -107,6 +109,24 @@ class HistoryServicer(history_pb2_grpc.HistoryServiceServicer):
         return history_pb2.CreateTasksResponse(results=[
             history_pb2.CreateResult(task_id=r.task_id, deduplicated=r.deduplicated, conflict=r.conflict)
             for r in results])
+
+    async def _create_plain(self, shard, plain: convert.PlainIn) -> history_pb2.CreateTasksResponse:
+        """A request of plain tasks: one statement over its columns, answered all_created; a
+        resent or taken id sends it through the transactional path, answered per task."""
+        async with shard.conn() as conn:
+            try:
+                await enqueue.create_plain(conn, self.store, plain)
+                response = history_pb2.CreateTasksResponse(all_created=True)
+                due = True
+            except enqueue.Fallback:
+                results, due = await enqueue.create_tasks(conn, self.store, plain.items(),
+                                                          self.cfg.idempotency_window_s)
+                response = history_pb2.CreateTasksResponse(results=[
+                    history_pb2.CreateResult(task_id=r.task_id, deduplicated=r.deduplicated) for r in results])
+        if due:
+            self.hub.publish(shard.id)
+        await gates.reach("history.enqueue.after_commit")  # fault tests: committed, not yet answered
+        return response
 
     @rpc
     async def GetTask(self, request, context):

@@ -141,6 +141,17 @@ class Store:
                                _shared(list(fingerprints)), window_s, strict)
         return {str(r["task_id"]): (r["inserted"], r["due"], r["claimed"]) for r in recs}
 
+    async def task_create_plain(self, conn, task_ids: list[str], payloads: list[bytes], tenant_id: str,
+                                app_id: str, task_type: str, queue: str, max_attempts: int, retry_policy: dict,
+                                timeouts: dict, non_retryable: list[str], retry_rules: dict | None,
+                                s2s: float | None, s2c: float | None) -> int:
+        """Insert plain tasks, due now, sharing every value but id and payload; all or none
+        (asyncpg.UniqueViolationError when an id exists). Returns how many: all of them."""
+        return await self._run(conn, "task_create_plain", task_ids, payloads, tenant_id, app_id, task_type, queue,
+                               max_attempts, json.dumps(retry_policy) if retry_policy else None,
+                               json.dumps(timeouts) if timeouts else None, non_retryable or None,
+                               json.dumps(retry_rules) if retry_rules else None, s2s, s2c, fetch="val")
+
     async def task_existing_batch(self, conn, ids: Sequence[str]) -> dict[str, tuple[str, str, str]]:
         """{task_id: (tenant_id, app_id, task_type)} for the ids that exist."""
         recs = await self._run(conn, "task_existing_batch", _uuids(ids))

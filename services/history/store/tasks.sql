@@ -184,6 +184,43 @@ SELECT i.task_id, ins.task_id IS NOT NULL AS inserted, COALESCE(ins.run_at <= in
   FROM i LEFT JOIN ins ON ins.task_id = i.task_id
  CROSS JOIN LATERAL (SELECT i.idempotency_key IS NOT NULL AND i.task_id IN (SELECT k.task_id FROM k) AS claimed) c
 
+-- name: task_create_plain
+-- transitions: (create)->ENQUEUED
+-- A request of plain tasks (CreateTasksRequest.plain): ids $1 and payloads
+-- $2 as the only columns, every other value given once ($3..$13: tenant,
+-- app, type, queue, then the policy as stored: max attempts, retry policy,
+-- timeouts, non-retryable classes, rules, schedule-to-start and
+-- schedule-to-close seconds). All due now, so a timer row only for the
+-- timeouts the policy sets. A plain insert, without task_create_batch's
+-- probe per id: an id that exists (a resent request whose answer was lost,
+-- or one taken by another) raises a unique violation, which writes nothing,
+-- and the caller runs the request on the transactional path that answers
+-- it per task. Returns how many rows it inserted.
+WITH now AS (SELECT clock_timestamp() AS t),
+ins AS (
+    INSERT INTO tasks (task_id, tenant_id, app_id, queue, task_type, state, version, attempt,
+                       max_attempts, lease_epoch, payload, retry_policy, timeouts, non_retryable,
+                       idempotency_key, run_at, created_at, updated_at, retry_rules, schedule_id,
+                       scheduled_time)
+    -- The default queue, policy and timeouts are stored as NULL (migration 0013).
+    SELECT u.task_id, $3::text, $4::text, NULLIF($6::text, 'default'), $5::text, 'ENQUEUED', 1, 0,
+           $7::int, 0, u.payload, NULLIF($8::jsonb, '{}'::jsonb), NULLIF($9::jsonb, '{}'::jsonb),
+           NULLIF($10::text[], '{}'), NULL, now.t, now.t, now.t, $11::jsonb, NULL, NULL
+      FROM unnest($1::uuid[], $2::bytea[]) AS u(task_id, payload) CROSS JOIN now
+    RETURNING task_id, run_at, created_at
+),
+tm AS (
+    INSERT INTO timer_queue (task_id, kind, fire_at, lease_epoch)
+    SELECT ins.task_id, v.kind, v.fire_at, 0
+      FROM ins
+     CROSS JOIN LATERAL (VALUES
+           ('schedule_to_start', ins.run_at + make_interval(secs => $12::float8)),
+           ('schedule_to_close', ins.created_at + make_interval(secs => $13::float8))
+         ) AS v(kind, fire_at)
+     WHERE v.fire_at IS NOT NULL
+)
+SELECT count(*) FROM ins
+
 -- name: task_existing_batch
 -- Which of these ids already exist, whose they are and their type (a retried
 -- create is one of the same tenant, app and type).

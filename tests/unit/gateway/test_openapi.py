@@ -48,7 +48,7 @@ def test_message_schemas_follow_proto_json():
     enq = schemas["ratchet.api.tasks.v1.EnqueueTaskRequest"]
     assert enq["additionalProperties"] is False
     assert set(enq["properties"]) == {"task_type", "payload", "queue", "delay", "run_at", "idempotency_key",
-                                      "retry", "timeouts", "task_id"}
+                                      "retry", "timeouts", "task_id", "payload_json"}
     assert enq["properties"]["delay"]["pattern"].endswith("s$")
     assert enq["properties"]["run_at"]["format"] == "date-time"
     assert schemas["ratchet.api.tasks.v1.TaskState"]["enum"][1] == "TASK_STATE_ENQUEUED"

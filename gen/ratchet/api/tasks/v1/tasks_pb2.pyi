@@ -123,7 +123,7 @@ class Timeouts(_message.Message):
     def __init__(self, schedule_to_start: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., start_to_close: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., schedule_to_close: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
 
 class EnqueueTaskRequest(_message.Message):
-    __slots__ = ("task_type", "payload", "queue", "delay", "run_at", "idempotency_key", "retry", "timeouts", "task_id")
+    __slots__ = ("task_type", "payload", "queue", "delay", "run_at", "idempotency_key", "retry", "timeouts", "task_id", "payload_json")
     TASK_TYPE_FIELD_NUMBER: _ClassVar[int]
     PAYLOAD_FIELD_NUMBER: _ClassVar[int]
     QUEUE_FIELD_NUMBER: _ClassVar[int]
@@ -133,6 +133,7 @@ class EnqueueTaskRequest(_message.Message):
     RETRY_FIELD_NUMBER: _ClassVar[int]
     TIMEOUTS_FIELD_NUMBER: _ClassVar[int]
     TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    PAYLOAD_JSON_FIELD_NUMBER: _ClassVar[int]
     task_type: str
     payload: _struct_pb2.Value
     queue: str
@@ -142,7 +143,8 @@ class EnqueueTaskRequest(_message.Message):
     retry: RetryPolicy
     timeouts: Timeouts
     task_id: str
-    def __init__(self, task_type: _Optional[str] = ..., payload: _Optional[_Union[_struct_pb2.Value, _Mapping]] = ..., queue: _Optional[str] = ..., delay: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., run_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., idempotency_key: _Optional[str] = ..., retry: _Optional[_Union[RetryPolicy, _Mapping]] = ..., timeouts: _Optional[_Union[Timeouts, _Mapping]] = ..., task_id: _Optional[str] = ...) -> None: ...
+    payload_json: str
+    def __init__(self, task_type: _Optional[str] = ..., payload: _Optional[_Union[_struct_pb2.Value, _Mapping]] = ..., queue: _Optional[str] = ..., delay: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., run_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., idempotency_key: _Optional[str] = ..., retry: _Optional[_Union[RetryPolicy, _Mapping]] = ..., timeouts: _Optional[_Union[Timeouts, _Mapping]] = ..., task_id: _Optional[str] = ..., payload_json: _Optional[str] = ...) -> None: ...
 
 class EnqueueTaskResponse(_message.Message):
     __slots__ = ("task_id", "deduplicated")

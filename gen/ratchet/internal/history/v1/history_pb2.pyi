@@ -71,14 +71,24 @@ class NewTask(_message.Message):
     def __init__(self, task_id: _Optional[str] = ..., tenant_id: _Optional[str] = ..., app_id: _Optional[str] = ..., task_type: _Optional[str] = ..., queue: _Optional[str] = ..., payload_json: _Optional[bytes] = ..., delay: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., run_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., idempotency_key: _Optional[str] = ..., fingerprint: _Optional[str] = ..., retry: _Optional[_Union[_tasks_pb2.RetryPolicy, _Mapping]] = ..., timeouts: _Optional[_Union[_tasks_pb2.Timeouts, _Mapping]] = ..., non_retryable: _Optional[_Iterable[str]] = ..., schedule_id: _Optional[str] = ..., scheduled_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class CreateTasksRequest(_message.Message):
-    __slots__ = ("shard_id", "tasks", "shared")
+    __slots__ = ("shard_id", "tasks", "shared", "plain")
     SHARD_ID_FIELD_NUMBER: _ClassVar[int]
     TASKS_FIELD_NUMBER: _ClassVar[int]
     SHARED_FIELD_NUMBER: _ClassVar[int]
+    PLAIN_FIELD_NUMBER: _ClassVar[int]
     shard_id: int
     tasks: _containers.RepeatedCompositeFieldContainer[NewTask]
     shared: NewTask
-    def __init__(self, shard_id: _Optional[int] = ..., tasks: _Optional[_Iterable[_Union[NewTask, _Mapping]]] = ..., shared: _Optional[_Union[NewTask, _Mapping]] = ...) -> None: ...
+    plain: PlainTasks
+    def __init__(self, shard_id: _Optional[int] = ..., tasks: _Optional[_Iterable[_Union[NewTask, _Mapping]]] = ..., shared: _Optional[_Union[NewTask, _Mapping]] = ..., plain: _Optional[_Union[PlainTasks, _Mapping]] = ...) -> None: ...
+
+class PlainTasks(_message.Message):
+    __slots__ = ("task_ids", "payloads_json")
+    TASK_IDS_FIELD_NUMBER: _ClassVar[int]
+    PAYLOADS_JSON_FIELD_NUMBER: _ClassVar[int]
+    task_ids: _containers.RepeatedScalarFieldContainer[str]
+    payloads_json: _containers.RepeatedScalarFieldContainer[bytes]
+    def __init__(self, task_ids: _Optional[_Iterable[str]] = ..., payloads_json: _Optional[_Iterable[bytes]] = ...) -> None: ...
 
 class CreateResult(_message.Message):
     __slots__ = ("task_id", "deduplicated", "conflict")
@@ -91,10 +101,12 @@ class CreateResult(_message.Message):
     def __init__(self, task_id: _Optional[str] = ..., deduplicated: _Optional[bool] = ..., conflict: _Optional[bool] = ...) -> None: ...
 
 class CreateTasksResponse(_message.Message):
-    __slots__ = ("results",)
+    __slots__ = ("results", "all_created")
     RESULTS_FIELD_NUMBER: _ClassVar[int]
+    ALL_CREATED_FIELD_NUMBER: _ClassVar[int]
     results: _containers.RepeatedCompositeFieldContainer[CreateResult]
-    def __init__(self, results: _Optional[_Iterable[_Union[CreateResult, _Mapping]]] = ...) -> None: ...
+    all_created: bool
+    def __init__(self, results: _Optional[_Iterable[_Union[CreateResult, _Mapping]]] = ..., all_created: _Optional[bool] = ...) -> None: ...
 
 class CreateTasksStreamRequest(_message.Message):
     __slots__ = ("call_id", "request", "timeout_ms", "calls")
