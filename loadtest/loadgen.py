@@ -24,9 +24,9 @@ import grpc
 from ratchet._wire import to_json
 from ratchet.aio import AsyncClient
 from ratchet.api.tasks.v1 import tasks_pb2, tasks_pb2_grpc
-from ratchet.client import RatchetError
+from ratchet.client import RatchetError, batch_requests
 from ratchet.libs.rpc.client import aio_channel
-from ratchet.libs.shardmap import SlotGroups, new_task_id
+from ratchet.libs.shardmap import new_task_id
 
 TASK_TYPE = "noop"
 
@@ -180,8 +180,9 @@ async def batches(gw: Gateway, batch: int, producers: int, total: int, *, keyed:
     async def producer() -> None:
         for i in calls:
             size = min(batch, total - i * batch)
-            slots = SlotGroups()  # as the SDK's enqueue_batch
-            reqs = [gw.request(i * batch + k, keyed, slots.next()) for k in range(size)]
+            # keyed: the SDK's enqueue_batch requests, made by its own code (ids minted per call)
+            reqs = (batch_requests([{"task_type": TASK_TYPE, "payload": {"n": i * batch + k}} for k in range(size)])
+                    if keyed else [gw.request(i * batch + k, False) for k in range(size)])
             t = time.perf_counter()
             res.calls += 1
             try:

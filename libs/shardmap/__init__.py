@@ -77,6 +77,31 @@ def new_task_id(slot: int | None = None, *, now_ms: int | None = None) -> str:
     return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 
 
+_HEX = "0123456789abcdef"
+
+
+def new_task_ids(n: int) -> list[str]:
+    """n new_task_id()s for one batch call, their slots as SlotGroups gives them (one random
+    slot per run of SLOT_GROUP): one random read and one clock read for all of them, and each
+    id cut from their hex digits (~1/4 of new_task_id's cost per id). Per id, the layout's
+    random bits are the 3 hex digits after the version, the low 2 bits of the digit that
+    starts the last group (its high 2 are the slot's low 2) and the 11 digits after it; the
+    fourth group is the variant and the slot's high 14 bits, the same for a run."""
+    digits = os.urandom(8 * n).hex()  # 16 digits per id (15 used)
+    ms = int(time.time() * 1000) & ((1 << 48) - 1)
+    head = "%08x-%04x-8" % (ms >> 16, ms & 0xFFFF)
+    out = []
+    mid, lead = "", {}
+    for k in range(n):
+        if k % SLOT_GROUP == 0:
+            slot = new_slot()
+            mid = "-%04x-" % (0x8000 | (slot >> 2))
+            lead = {c: _HEX[((slot & 3) << 2) | (i & 3)] for i, c in enumerate(_HEX)}
+        o = 16 * k
+        out.append(head + digits[o:o + 3] + mid + lead[digits[o + 3]] + digits[o + 4:o + 15])
+    return out
+
+
 # A task id in canonical form (lowercase, version 8, RFC 4122 variant): what every id this
 # platform mints and stores looks like. Matching it is ~20x cheaper than uuid.UUID + str, and
 # both run per task on the enqueue path (gateway and history); other spellings parse below.
@@ -91,6 +116,8 @@ def all_canonical(task_ids: list[str]) -> bool:
     one regex match over the joined ids instead of one per id (a batch call's). The length
     test keeps an id with a newline in it from passing as two: with each id followed by one
     newline, n matched ids of 36 characters are exactly 37 * n characters."""
+    if not task_ids:
+        return True
     joined = "\n".join(task_ids) + "\n"
     return len(joined) == 37 * len(task_ids) and _CANONICAL_RUN.fullmatch(joined) is not None
 

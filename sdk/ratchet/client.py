@@ -46,7 +46,7 @@ from ratchet.api.apps.v1 import apps_pb2, apps_pb2_grpc
 from ratchet.api.schedules.v1 import schedules_pb2_grpc
 from ratchet.api.tasks.v1 import breakers_pb2_grpc, tasks_pb2, tasks_pb2_grpc
 from ratchet.api.tenants.v1 import tenants_pb2, tenants_pb2_grpc
-from ratchet.libs.shardmap import SlotGroups, new_task_id
+from ratchet.libs.shardmap import new_task_id, new_task_ids
 from ratchet.models import (TERMINAL_STATES, AttemptInfo, BreakerInfo, BulkResult, OperationInfo, ScheduleInfo,
                             SchedulePage, TaskError, TaskInfo, TaskPage, TriggerResult)
 
@@ -197,13 +197,22 @@ def enqueue_request(task_type: str, payload: Any = None, *, queue: str | None = 
     """The EnqueueTaskRequest of one enqueue call (Client.enqueue's arguments). Without an
     idempotency key, the new task's id is minted here, so the caller's resends of the same
     request (its transport retries) return the original task; a key keeps its own semantics."""
+    req = _request(task_type, payload, queue=queue, delay=delay, run_at=run_at, idempotency_key=idempotency_key,
+                   retry=retry, timeouts=timeouts)
+    if not idempotency_key:
+        req.task_id = new_task_id()
+    return req
+
+
+def _request(task_type: str, payload: Any = None, *, queue: str | None = None, delay: Any = None,
+             run_at: Any = None, idempotency_key: str | None = None, retry: Any = None,
+             timeouts: Any = None) -> tasks_pb2.EnqueueTaskRequest:
+    """enqueue_request without the task id."""
     if delay is not None and run_at is not None:
         raise invalid("give delay or run_at, not both")
     req = tasks_pb2.EnqueueTaskRequest(task_type=task_type, queue=queue or "")
     if idempotency_key:
         req.idempotency_key = idempotency_key
-    else:
-        req.task_id = new_task_id()
     if payload is not None:
         req.payload_json = to_json(payload)
     if delay is not None:
@@ -222,17 +231,16 @@ def batch_requests(tasks: list[dict]) -> list[tasks_pb2.EnqueueTaskRequest]:
     The ids minted for the unkeyed items share one random slot per run of 100: a call of 100 is
     then one shard's work (one statement and one commit), a bigger one still spreads."""
     reqs = []
-    slots = SlotGroups()
     for i, item in enumerate(tasks):
         if not isinstance(item, dict) or "task_type" not in item:
             raise invalid(f"tasks[{i}] must be a dict with a task_type")
         try:
-            req = enqueue_request(**item)
-        except TypeError as e:
-            raise invalid(f"tasks[{i}]: {e}") from None
-        if req.task_id:
-            req.task_id = new_task_id(slots.next())
-        reqs.append(req)
+            reqs.append(_request(**item))
+        except TypeError as e:  # ("_request() got an unexpected keyword argument 'x'": not the caller's name)
+            raise invalid(f"tasks[{i}]: {str(e).split(') ', 1)[-1]}") from None
+    unkeyed = [r for r in reqs if not r.idempotency_key]
+    for req, task_id in zip(unkeyed, new_task_ids(len(unkeyed))):
+        req.task_id = task_id
     return reqs
 
 

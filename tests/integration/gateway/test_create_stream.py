@@ -53,6 +53,9 @@ class Scripted(history_pb2_grpc.HistoryServiceServicer):
         self.requests.append(request)
         if self.behave is not None:
             await self.behave(request)
+        if request.HasField("plain"):  # (as history >= version 4 answers them)
+            self.seen.extend(request.plain.task_ids)
+            return history_pb2.CreateTasksResponse(all_created=True)
         return history_pb2.CreateTasksResponse(results=[history_pb2.CreateResult(task_id=t.task_id)
                                                         for t in request.tasks])
 
@@ -274,6 +277,43 @@ async def test_shared_fields_go_once_only_to_a_history_that_reads_them(version, 
             for t, b in zip(req.tasks, bare):
                 assert (t.task_id, t.tenant_id, t.app_id, t.task_type, t.retry.max_attempts, list(t.non_retryable),
                         t.queue) == (b.task_id, "tn", "app", "noop", 4, ["E"], b.queue)
+    finally:
+        await client.close()
+        await channel.close()
+        await peer.stop(0)
+
+
+@pytest.mark.parametrize("version,streaming", [(1, True), (2, True), (3, True), (4, True), (4, False)],
+                         ids=["stream-v1", "stream-v2", "stream-v3", "stream-v4", "unary"])
+async def test_plain_columns_go_only_to_a_history_that_reads_them(version, streaming):
+    """CreateTasksRequest.plain (session 9) reaches a history whose stream says version 4, and
+    its all_created answer means every id as sent; an older history (and the unary fallback)
+    gets the same tasks one message each, with `shared` too only from version 3."""
+    peer = Peer(Scripted(streaming, version))
+    await peer.start()
+    channel = grpc.aio.insecure_channel(f"127.0.0.1:{peer.port}")
+    client = HistoryClient(channel, f"127.0.0.1:{peer.port}")
+    try:
+        shared = history_pb2.NewTask(tenant_id="tn", app_id="app", task_type="noop", queue="q")
+        shared.retry.max_attempts = 4
+        ids, payloads = [f"t-{i}" for i in range(3)], [b"1", b'{"a":2}', b"null"]
+        req = history_pb2.CreateTasksRequest(shard_id=0, shared=shared,
+                                             plain=history_pb2.PlainTasks(task_ids=ids, payloads_json=payloads))
+        results = await client.create(req, 5.0)
+        (got,) = peer.servicer.requests
+        if version >= 4 and streaming:
+            assert results is None  # all_created
+            assert got == req
+            return
+        assert [r.task_id for r in results] == ids
+        assert not got.HasField("plain")
+        assert [(t.task_id, t.payload_json) for t in got.tasks] == list(zip(ids, payloads))
+        if version == 3:
+            assert got.shared == shared and {t.tenant_id for t in got.tasks} == {""}
+        else:
+            assert not got.HasField("shared")
+            assert {(t.tenant_id, t.app_id, t.task_type, t.queue, t.retry.max_attempts) for t in got.tasks} == {
+                ("tn", "app", "noop", "q", 4)}
     finally:
         await client.close()
         await channel.close()

@@ -20,7 +20,7 @@ import pytest_asyncio
 from google.protobuf import json_format
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from ratchet.api.tasks.v1 import tasks_pb2
+from ratchet.api.tasks.v1 import tasks_pb2, tasks_pb2_grpc
 from ratchet.api.tenants.v1 import tenants_pb2, tenants_pb2_grpc
 from ratchet.internal.gateway.v1 import control_pb2, control_pb2_grpc
 from ratchet.libs.pg.cluster import free_port
@@ -217,6 +217,50 @@ async def test_a_batch_that_differs_per_item_keeps_each_items_own_fields(real):
     runs = [dt.datetime.fromisoformat(g["run_at"].replace("Z", "+00:00")) for g in got]
     made = [dt.datetime.fromisoformat(g["created_at"].replace("Z", "+00:00")) for g in got]
     assert [(a - b).total_seconds() > 30 for a, b in zip(runs, made)] == [False] * 4 + [True, False]
+
+
+async def test_an_sdk_batch_goes_as_columns_and_its_resend_returns_the_same_tasks(real):
+    """The SDK's enqueue_batch (payload_json, minted ids: CreateTasksRequest.plain through the
+    real history): payloads land as sent; sent again (a lost answer) the same ids come back,
+    each deduplicated by history's per-task path; half old, half new keeps the request order."""
+    from ratchet.client import batch_requests
+    reqs = batch_requests([{"task_type": "send", "payload": {"i": i, "big": 2 ** 60 + i}} for i in range(150)])
+    assert all(r.payload_json and not r.HasField("payload") for r in reqs)
+    stub = tasks_pb2_grpc.TaskServiceStub(real.channel)
+    first = await stub.EnqueueTasks(tasks_pb2.EnqueueTasksRequest(tasks=reqs), metadata=real.md(real.api_key),
+                                    timeout=30)
+    ids = list(first.task_ids)
+    assert ids == [r.task_id for r in reqs]
+    for i in (0, 99, 100, 149):
+        got = (await real.http.get(f"/v1/tasks/{ids[i]}", headers=real.auth())).json()["task"]
+        assert got["payload"] == {"i": i, "big": float(2 ** 60 + i)} and got["state"] == "TASK_STATE_ENQUEUED"
+        assert got["queue"] == "default" and got["max_attempts"] == 5
+    again = await stub.EnqueueTasks(tasks_pb2.EnqueueTasksRequest(tasks=reqs), metadata=real.md(real.api_key),
+                                    timeout=30)
+    assert list(again.task_ids) == ids
+    fresh = batch_requests([{"task_type": "send", "payload": "new"}] * 2)
+    mixed = [reqs[0], fresh[0], reqs[1], fresh[1]]
+    r = await stub.EnqueueTasks(tasks_pb2.EnqueueTasksRequest(tasks=mixed), metadata=real.md(real.api_key),
+                                timeout=30)
+    assert list(r.task_ids) == [t.task_id for t in mixed]
+    assert (await real.http.get(f"/v1/tasks/{fresh[1].task_id}", headers=real.auth())).json()["task"]["payload"] \
+        == "new"
+
+
+async def test_payload_json_over_rest_and_its_errors(real):
+    ok = await real.http.post("/v1/tasks:batch", headers=real.auth(), json={"tasks": [
+        {"task_type": "send", "payload_json": '{"a": [1, 2]}'}, {"task_type": "send", "payload_json": "7"}]})
+    assert ok.status_code == 200, ok.text
+    got = (await real.http.get(f"/v1/tasks/{ok.json()['task_ids'][0]}", headers=real.auth())).json()["task"]
+    assert got["payload"] == {"a": [1, 2]}
+    for body, needle in (({"task_type": "send", "payload_json": "{nope"}, "tasks[1].payload_json must be one JSON"),
+                         ({"task_type": "send", "payload_json": "NaN"}, "NaN is not JSON"),
+                         ({"task_type": "send", "payload_json": "1", "payload": 1}, "are exclusive")):
+        tid = new_task_id()
+        r = await real.http.post("/v1/tasks:batch", headers=real.auth(), json={"tasks": [
+            {"task_type": "send", "task_id": tid, "payload_json": "1"}, {**body, "task_id": new_task_id()}]})
+        assert r.status_code == 400 and needle in r.json()["error"]["message"], r.text
+        assert (await real.http.get(f"/v1/tasks/{tid}", headers=real.auth())).status_code == 404
 
 
 async def test_unknown_id_is_404(real):

@@ -1,0 +1,145 @@
+"""CreateTasksRequest.plain (session 9): a batch call's plain tasks as two columns, inserted by
+one statement and answered all_created; anything it cannot decide goes the per-task way."""
+
+from __future__ import annotations
+
+import grpc
+import pytest
+
+from ratchet.internal.history.v1 import history_pb2 as h
+from ratchet.libs.shardmap import new_task_id
+from ratchet.services.history.policy import duration
+
+from .helpers import RPC_TIMEOUT, unique
+from .test_history_shared import _rows
+
+
+def _shared(tenant: str) -> h.NewTask:
+    shared = h.NewTask(tenant_id=tenant, app_id="app", task_type="work", queue="q1")
+    shared.retry.max_attempts = 4
+    shared.retry.base.CopyFrom(duration(2))
+    shared.timeouts.schedule_to_start.CopyFrom(duration(600))
+    shared.timeouts.schedule_to_close.CopyFrom(duration(3600))
+    shared.non_retryable.append("ValueError")
+    return shared
+
+
+async def _plain(hist, shared: h.NewTask, ids: list[str], payloads: list[bytes], **kw) -> h.CreateTasksResponse:
+    req = h.CreateTasksRequest(shard_id=1, shared=shared, plain=h.PlainTasks(task_ids=ids, payloads_json=payloads),
+                               **kw)
+    return await hist.stub.CreateTasks(req, timeout=RPC_TIMEOUT)
+
+
+async def _written(hist, ids: list[str]) -> int:
+    return len(await hist.sql(1, "SELECT 1 FROM tasks WHERE task_id = ANY($1::uuid[])", ids))
+
+
+async def test_plain_columns_make_the_rows_tasks_with_the_same_fields_make(hist):
+    alone, plain = unique("t"), unique("t")
+    payloads = [b'{"i":%d}' % i for i in range(3)] + [b"null", '"\u00e9t\u00e9"'.encode()]
+    spelled = [h.NewTask(task_id=new_task_id(), payload_json=p) for p in payloads]
+    r = await hist.stub.CreateTasks(h.CreateTasksRequest(shard_id=1, tasks=spelled, shared=_shared(alone)),
+                                    timeout=RPC_TIMEOUT)
+    assert len(r.results) == 5 and not r.all_created
+    ids = [new_task_id() for _ in payloads]
+    r = await _plain(hist, _shared(plain), ids, payloads)
+    assert r.all_created and list(r.results) == []
+    want = await _rows(hist, alone, [t.task_id for t in spelled])
+    got = await _rows(hist, plain, ids)
+    assert got == want
+    assert [g["payload"] for g in got] == payloads
+    assert {(g["queue"], g["max_attempts"], tuple(g["non_retryable"])) for g in got} == {("q1", 4, ("ValueError",))}
+    for i in (0, 4):  # the policy's two timeouts become the same timers
+        assert set(await hist.timers(ids[i])) == set(await hist.timers(spelled[i].task_id)) == {
+            "schedule_to_start", "schedule_to_close"}
+    assert await hist.state(ids[0], plain) == "ENQUEUED"
+
+
+async def test_the_default_policy_and_queue_are_stored_as_null_and_set_no_timers(hist):
+    tenant = unique("t")
+    ids = [new_task_id(), new_task_id()]
+    r = await _plain(hist, h.NewTask(tenant_id=tenant, app_id="app", task_type="work"), ids, [b"1", b"2"])
+    assert r.all_created
+    rows = await _rows(hist, tenant, ids)
+    assert {(x["queue"], x["retry_policy"], x["timeouts"], x["non_retryable"], x["retry_rules"]) for x in rows} == {
+        (None, None, None, None, None)}
+    assert await hist.timers(ids[0]) == {}
+
+
+async def test_a_resent_plain_request_is_answered_per_task_and_writes_nothing_twice(hist):
+    """The lost-answer retry: every id exists, so the statement's unique violation sends the
+    request down the transactional path, which answers each task deduplicated."""
+    tenant = unique("t")
+    ids = [new_task_id() for _ in range(4)]
+    assert (await _plain(hist, _shared(tenant), ids, [b"1"] * 4)).all_created
+    again = await _plain(hist, _shared(tenant), ids, [b"1"] * 4)
+    assert not again.all_created
+    assert [(x.task_id, x.deduplicated) for x in again.results] == [(i, True) for i in ids]
+    # Half old, half new: the new ones are created, the old ones deduplicated, in request order.
+    mixed = [ids[0], new_task_id(), ids[1], new_task_id()]
+    r = await _plain(hist, _shared(tenant), mixed, [b"2"] * 4)
+    assert [(x.task_id, x.deduplicated) for x in r.results] == [(mixed[0], True), (mixed[1], False),
+                                                               (mixed[2], True), (mixed[3], False)]
+    assert await _written(hist, ids + mixed) == 6
+
+
+async def test_an_id_another_tenant_holds_is_refused_and_nothing_is_written(hist):
+    taken = new_task_id()
+    assert (await _plain(hist, _shared(unique("t")), [taken], [b"1"])).all_created
+    fresh = new_task_id()
+    with pytest.raises(grpc.aio.AioRpcError) as e:
+        await _plain(hist, _shared(unique("t")), [fresh, taken], [b"1", b"2"])
+    assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert f"task_id {taken} is already taken" in e.value.details()
+    assert await _written(hist, [fresh]) == 0
+
+
+@pytest.mark.parametrize("case, message", [
+    ("both", "plain and tasks are exclusive"),
+    ("counts", "plain holds 2 task_ids and 1 payloads_json"),
+    ("no_type", "shared.task_type is required with plain tasks"),
+    ("no_tenant", "shared.tenant_id is required with plain tasks"),
+    ("bad_id", "plain.task_ids[1] must be a Ratchet task id"),
+    ("same_id", "plain.task_ids[0] and plain.task_ids[1] are the same task id"),
+    ("bad_json", "plain.payloads_json[1] must be JSON"),
+    ("empty_json", "plain.payloads_json[0] is required"),
+    ("too_big", "plain.payloads_json[1] is 262145 bytes"),
+    ("empty", "plain.task_ids holds 0 ids; send 1..1000"),
+])
+async def test_bad_plain_requests_name_what_to_fix_and_write_nothing(hist, case, message):
+    shared = h.NewTask(tenant_id=unique("t"), app_id="app", task_type="work")
+    ids, payloads, kw = [new_task_id(), new_task_id()], [b"1", b"2"], {}
+    if case == "both":
+        kw["tasks"] = [h.NewTask(task_id=new_task_id(), payload_json=b"1")]
+    elif case == "counts":
+        payloads = [b"1"]
+    elif case == "no_type":
+        shared.ClearField("task_type")
+    elif case == "no_tenant":
+        shared.ClearField("tenant_id")
+    elif case == "bad_id":
+        ids[1] = "not-an-id"
+    elif case == "same_id":
+        ids[1] = ids[0]
+    elif case == "bad_json":
+        payloads[1] = b"{1"
+    elif case == "empty_json":
+        payloads[0] = b""
+    elif case == "too_big":
+        payloads[1] = b'"' + b"x" * (256 * 1024 - 1) + b'"'
+    elif case == "empty":
+        ids, payloads = [], []
+    with pytest.raises(grpc.aio.AioRpcError) as e:
+        await _plain(hist, shared, ids, payloads, **kw)
+    assert e.value.code() in (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.RESOURCE_EXHAUSTED)
+    assert message in e.value.details(), e.value.details()
+    assert await _written(hist, [i for i in ids if i != "not-an-id"]) == 0
+
+
+async def test_upper_case_ids_are_stored_canonical(hist):
+    tenant = unique("t")
+    ids = [new_task_id(), new_task_id()]
+    r = await _plain(hist, h.NewTask(tenant_id=tenant, app_id="app", task_type="work"), [ids[0].upper(), ids[1]],
+                     [b"1", b"2"])
+    assert r.all_created
+    assert await _written(hist, ids) == 2
