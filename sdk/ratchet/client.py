@@ -235,9 +235,16 @@ def batch_requests(tasks: list[dict]) -> list[tasks_pb2.EnqueueTaskRequest]:
         if not isinstance(item, dict) or "task_type" not in item:
             raise invalid(f"tasks[{i}] must be a dict with a task_type")
         try:
+            if len(item) <= 2 and ("payload" in item or len(item) == 1):  # (a type and a payload: the usual item)
+                payload = item.get("payload")
+                reqs.append(tasks_pb2.EnqueueTaskRequest(
+                    task_type=item["task_type"], payload_json=to_json(payload) if payload is not None else ""))
+                continue
             reqs.append(_request(**item))
         except TypeError as e:  # ("_request() got an unexpected keyword argument 'x'": not the caller's name)
             raise invalid(f"tasks[{i}]: {str(e).split(') ', 1)[-1]}") from None
+        except InvalidArgument as e:
+            raise invalid(f"tasks[{i}].{e}") from None
     unkeyed = [r for r in reqs if not r.idempotency_key]
     for req, task_id in zip(unkeyed, new_task_ids(len(unkeyed))):
         req.task_id = task_id

@@ -146,8 +146,11 @@ class Store:
                                 timeouts: dict, non_retryable: list[str], retry_rules: dict | None,
                                 s2s: float | None, s2c: float | None) -> int:
         """Insert plain tasks, due now, sharing every value but id and payload; all or none
-        (asyncpg.UniqueViolationError when an id exists). Returns how many: all of them."""
-        return await self._run(conn, "task_create_plain", task_ids, payloads, tenant_id, app_id, task_type, queue,
+        (asyncpg.UniqueViolationError when an id exists). Returns how many: all of them. The
+        ids must be canonical and each payload one JSON value alone (convert.plain checks)."""
+        # (one text and one bytea value, not two arrays: see the statement)
+        return await self._run(conn, "task_create_plain", ",".join(task_ids), b"[" + b",".join(payloads) + b"]",
+                               tenant_id, app_id, task_type, queue,
                                max_attempts, json.dumps(retry_policy) if retry_policy else None,
                                json.dumps(timeouts) if timeouts else None, non_retryable or None,
                                json.dumps(retry_rules) if retry_rules else None, s2s, s2c, fetch="val")

@@ -36,11 +36,12 @@ async def _written(hist, ids: list[str]) -> int:
 
 async def test_plain_columns_make_the_rows_tasks_with_the_same_fields_make(hist):
     alone, plain = unique("t"), unique("t")
-    payloads = [b'{"i":%d}' % i for i in range(3)] + [b"null", '"\u00e9t\u00e9"'.encode()]
+    payloads = [b'{"i":%d}' % i for i in range(3)] + [b"null", '"\u00e9t\u00e9"'.encode(),
+                                                      b'{ "b" : [1, 2.50] , "a":"\\u00e9\\n" }']
     spelled = [h.NewTask(task_id=new_task_id(), payload_json=p) for p in payloads]
     r = await hist.stub.CreateTasks(h.CreateTasksRequest(shard_id=1, tasks=spelled, shared=_shared(alone)),
                                     timeout=RPC_TIMEOUT)
-    assert len(r.results) == 5 and not r.all_created
+    assert len(r.results) == 6 and not r.all_created
     ids = [new_task_id() for _ in payloads]
     r = await _plain(hist, _shared(plain), ids, payloads)
     assert r.all_created and list(r.results) == []
