@@ -257,7 +257,14 @@ class TaskApi:
             cols = (history_pb2.PlainTasks(task_ids=ids, payloads_json=payloads) if len(chunk) == len(ids) else
                     history_pb2.PlainTasks(task_ids=[ids[i] for i in chunk], payloads_json=[payloads[i] for i in chunk]))
             reqs.append(history_pb2.CreateTasksRequest(shard_id=s, shared=shared, plain=cols))
-        outcomes = await asyncio.gather(*(self.history.create(req, timeout) for req in reqs), return_exceptions=True)
+        if len(reqs) == 1:  # (the usual call: one shard; no task to gather)
+            try:
+                outcomes = [await self.history.create(reqs[0], timeout)]
+            except Exception as e:  # noqa: BLE001 - as gather's return_exceptions
+                outcomes = [e]
+        else:
+            outcomes = await asyncio.gather(*(self.history.create(req, timeout) for req in reqs),
+                                            return_exceptions=True)
         out = ids
         for (_, chunk), outcome in zip(parts, outcomes):
             if isinstance(outcome, BaseException):
