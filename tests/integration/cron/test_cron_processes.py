@@ -93,5 +93,14 @@ async def test_two_processes_fire_each_slot_once_and_survive_a_sigkill(mesh, cro
                 (f"slot {_iso(first_missing)} lost silently", late, logs[-3000:])
         assert all(n in (1, 2) for n in mesh.sends_of(s.schedule_id).values())
         rows = await slots(db, s.schedule_id)
-        fired = {r["slot"].timestamp(): r["task_id"] for r in rows if r["state"] == "FIRED"}
-        assert all(fired.get(t.scheduled_time) == t.task_id for t in tasks)
+        by_slot = {r["slot"].timestamp(): r for r in rows}
+        for t in tasks:
+            row = by_slot[t.scheduled_time]
+            # A slot the gateway made a task for is FIRED with that task, or was still being sent
+            # when the test stopped the survivor (SENDING: the next process resends it, deduplicated
+            # by its key). Seen once in CI on a loaded machine (session 9): terminate between the
+            # answer and the FIRED write.
+            if row["state"] == "FIRED":
+                assert row["task_id"] == t.task_id
+            else:
+                assert row["state"] == "SENDING", (row["state"], t)
