@@ -139,6 +139,37 @@ async def test_a_large_batch_goes_to_its_shard_in_calls_of_bounded_size_in_reque
         assert f'"i":{i},'.encode() in env.history.tasks[task_id].payload_json
 
 
+async def test_a_plain_batch_goes_per_shard_in_bounded_calls_and_answers_in_request_order(env, monkeypatch):
+    """A plain batch (ids and payload_json only: the columns path, session 9) with ids on every
+    shard and payloads big enough to cut one shard's part: one call per chunk, every task as
+    sent, the ids back in request order (this fake has no stream: it gets the columns as
+    tasks, create_stream.unplain)."""
+    monkeypatch.setattr(gw_tasks, "CREATE_CHUNK_BYTES", 40_000)
+    shard_map = ShardMap.even(SHARDS)
+    slots = {}
+    for slot in range(0, 65536, 97):
+        slots.setdefault(shard_map.shard_for_slot(slot), slot)
+    order = sorted(slots) * 6  # six tasks per shard, interleaved
+    items = [{"task_type": "send", "task_id": new_task_id(slots[s]), "payload_json": '{"i": %d, "pad": "%s"}'
+              % (i, "x" * 9_000)} for i, s in enumerate(order)]
+    before = len(env.history.calls)
+    r = await env.http.post("/v1/tasks:batch", json={"tasks": items}, headers=env.auth())
+    assert r.status_code == 200, r.text
+    assert r.json()["task_ids"] == [it["task_id"] for it in items]
+    calls = [c for n, c in env.history.calls[before:] if n == "CreateTasks"]
+    per_shard = {}
+    for c in calls:
+        per_shard.setdefault(c.shard_id, []).append([t.task_id for t in c.tasks])
+    assert sorted(per_shard) == sorted(SHARDS)
+    for s, chunks in per_shard.items():
+        assert [len(c) for c in chunks] == [4, 2]  # (40 kB: four 9 kB payloads and their overhead)
+        assert [i for c in chunks for i in c] == [it["task_id"] for it, o in zip(items, order) if o == s]
+    for it in items:
+        stored = env.history.tasks[it["task_id"]]
+        assert stored.payload_json == it["payload_json"].encode() and stored.task_type == "send"
+        assert stored.retry.max_attempts == 5 and stored.queue == "default"
+
+
 async def test_batch_with_ids_and_keys_of_every_shard_is_one_call_per_shard_in_request_order(env):
     shard_map = ShardMap.even(SHARDS)
     slots = {}
