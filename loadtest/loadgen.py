@@ -24,7 +24,7 @@ import grpc
 from ratchet._wire import to_json
 from ratchet.aio import AsyncClient
 from ratchet.api.tasks.v1 import tasks_pb2, tasks_pb2_grpc
-from ratchet.client import RatchetError, batch_requests
+from ratchet.client import RatchetError, batch_request
 from ratchet.libs.rpc.client import aio_channel
 from ratchet.libs.shardmap import new_task_id
 
@@ -82,9 +82,11 @@ class Gateway:
     async def enqueue(self, req: tasks_pb2.EnqueueTaskRequest) -> str:
         return (await self.client.send_enqueue(req)).task_id
 
-    async def enqueue_batch(self, reqs: list[tasks_pb2.EnqueueTaskRequest], timeout: float = 30.0) -> list[str]:
-        resp = await self.stub().EnqueueTasks(tasks_pb2.EnqueueTasksRequest(tasks=reqs), timeout=timeout,
-                                              metadata=self.metadata)
+    async def enqueue_batch(self, req: tasks_pb2.EnqueueTasksRequest | list[tasks_pb2.EnqueueTaskRequest],
+                            timeout: float = 30.0) -> list[str]:
+        if isinstance(req, list):
+            req = tasks_pb2.EnqueueTasksRequest(tasks=req)
+        resp = await self.stub().EnqueueTasks(req, timeout=timeout, metadata=self.metadata)
         return list(resp.task_ids)
 
     async def get(self, task_id: str, timeout: float = 10.0) -> tasks_pb2.Task:
@@ -181,12 +183,13 @@ async def batches(gw: Gateway, batch: int, producers: int, total: int, *, keyed:
         for i in calls:
             size = min(batch, total - i * batch)
             # keyed: the SDK's enqueue_batch requests, made by its own code (ids minted per call)
-            reqs = (batch_requests([{"task_type": TASK_TYPE, "payload": {"n": i * batch + k}} for k in range(size)])
-                    if keyed else [gw.request(i * batch + k, False) for k in range(size)])
+            req = (batch_request([{"task_type": TASK_TYPE, "payload": {"n": i * batch + k}} for k in range(size)])
+                   if keyed else tasks_pb2.EnqueueTasksRequest(tasks=[gw.request(i * batch + k, False)
+                                                                       for k in range(size)]))
             t = time.perf_counter()
             res.calls += 1
             try:
-                ids = await gw.enqueue_batch(reqs)
+                ids = await gw.enqueue_batch(req)
                 res.latency_ms.append((time.perf_counter() - t) * 1000)
                 res.acked += len(ids)
                 res.task_ids.extend(ids)

@@ -31,7 +31,7 @@ from ratchet._transport import TRANSIENT, DeadlineExceeded, RatchetError, Unavai
     error_from_status, status_code
 from ratchet._wire import task_info
 from ratchet.api.tasks.v1 import tasks_pb2, tasks_pb2_grpc
-from ratchet.client import Poll, batch_requests, enqueue_request
+from ratchet.client import Poll, batch_request, enqueue_request
 from ratchet.libs.rpc.callstream import CallStream, StreamBroken
 from ratchet.libs.rpc.client import aio_channel
 from ratchet.models import TaskInfo
@@ -99,7 +99,7 @@ class AsyncClient:
 
     async def enqueue_batch(self, tasks: list[dict]) -> list[str]:
         """Enqueue up to 1,000 tasks (dicts with enqueue's arguments); ids in order."""
-        req = tasks_pb2.EnqueueTasksRequest(tasks=batch_requests(tasks))
+        req = batch_request(tasks)
         resp = await self._retrying(lambda: self._unary(self._tasks.EnqueueTasks, req))
         return list(resp.task_ids)
 

@@ -132,7 +132,7 @@ class Client(TaskSearchCalls, ScheduleCalls):
 
     def enqueue_batch(self, tasks: list[dict]) -> list[str]:
         """Enqueue up to 1,000 tasks (dicts with enqueue's arguments); ids in order."""
-        resp = self._t.call(self._tasks.EnqueueTasks, tasks_pb2.EnqueueTasksRequest(tasks=batch_requests(tasks)))
+        resp = self._t.call(self._tasks.EnqueueTasks, batch_request(tasks))
         return list(resp.task_ids)
 
     def get(self, task_id: str) -> TaskInfo:
@@ -226,29 +226,38 @@ def _request(task_type: str, payload: Any = None, *, queue: str | None = None, d
     return req
 
 
-def batch_requests(tasks: list[dict]) -> list[tasks_pb2.EnqueueTaskRequest]:
-    """enqueue_batch's items (dicts of enqueue's arguments) as requests; InvalidArgument names the bad one.
-    The ids minted for the unkeyed items share one random slot per run of 100: a call of 100 is
-    then one shard's work (one statement and one commit), a bigger one still spreads."""
-    reqs = []
+def batch_request(tasks: list[dict]) -> tasks_pb2.EnqueueTasksRequest:
+    """enqueue_batch's request: its items (dicts of enqueue's arguments) built in place;
+    InvalidArgument names the bad one. The ids minted for the unkeyed items share one random
+    slot per run of 100 (libs/shardmap.new_task_ids): a call of 100 is then one shard's work
+    (one statement and one commit), a bigger one still spreads."""
     for i, item in enumerate(tasks):
         if not isinstance(item, dict) or "task_type" not in item:
             raise invalid(f"tasks[{i}] must be a dict with a task_type")
+    next_id = iter(new_task_ids(sum(1 for item in tasks if not item.get("idempotency_key")))).__next__
+    out = tasks_pb2.EnqueueTasksRequest()
+    add = out.tasks.add
+    for i, item in enumerate(tasks):
         try:
             if len(item) <= 2 and ("payload" in item or len(item) == 1):  # (a type and a payload: the usual item)
                 payload = item.get("payload")
-                reqs.append(tasks_pb2.EnqueueTaskRequest(
-                    task_type=item["task_type"], payload_json=to_json(payload) if payload is not None else ""))
+                add(task_type=item["task_type"], payload_json=to_json(payload) if payload is not None else "",
+                    task_id=next_id())
                 continue
-            reqs.append(_request(**item))
+            req = _request(**item)
         except TypeError as e:  # ("_request() got an unexpected keyword argument 'x'": not the caller's name)
             raise invalid(f"tasks[{i}]: {str(e).split(') ', 1)[-1]}") from None
         except InvalidArgument as e:
             raise invalid(f"tasks[{i}].{e}") from None
-    unkeyed = [r for r in reqs if not r.idempotency_key]
-    for req, task_id in zip(unkeyed, new_task_ids(len(unkeyed))):
-        req.task_id = task_id
-    return reqs
+        if not req.idempotency_key:
+            req.task_id = next_id()
+        out.tasks.append(req)
+    return out
+
+
+def batch_requests(tasks: list[dict]) -> list[tasks_pb2.EnqueueTaskRequest]:
+    """batch_request's items, as a list."""
+    return list(batch_request(tasks).tasks)
 
 
 class AdminClient:
