@@ -69,7 +69,7 @@ class Gateway:
     def request(n: int, keyed: bool = True, slot: int | None = None) -> tasks_pb2.EnqueueTaskRequest:
         """keyed: deduplicated across resends as the SDK makes every enqueue (a task id it
         mints per call, ratchet.client.enqueue_request; the items of one batch call share a
-        slot per 100, ratchet.client.batch_requests); else nothing to dedupe by."""
+        slot per 100, ratchet.client.batch_request); else nothing to dedupe by."""
         return tasks_pb2.EnqueueTaskRequest(task_type=TASK_TYPE, task_id=new_task_id(slot) if keyed else "",
                                             payload_json=to_json({"n": n}))
 
