@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import operator
 import os
 import re
 import time
@@ -122,10 +123,9 @@ def all_canonical(task_ids: list[str]) -> bool:
     return len(joined) == 37 * len(task_ids) and _CANONICAL_RUN.fullmatch(joined) is not None
 
 
-def slot_prefix(task_id: str) -> str:
-    """The characters of a canonical id its slot is read from (slot_of_canonical's): ids with
-    the same prefix share a slot."""
-    return task_id[19:25]
+# The characters of a canonical id its slot is read from (slot_of_canonical's): ids with the
+# same prefix share a slot. An itemgetter, so map(slot_prefix, ids) runs in C per id.
+slot_prefix = operator.itemgetter(slice(19, 25))
 
 
 def slot_of_prefix(prefix: str) -> int:

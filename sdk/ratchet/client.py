@@ -255,11 +255,6 @@ def batch_request(tasks: list[dict]) -> tasks_pb2.EnqueueTasksRequest:
     return out
 
 
-def batch_requests(tasks: list[dict]) -> list[tasks_pb2.EnqueueTaskRequest]:
-    """batch_request's items, as a list."""
-    return list(batch_request(tasks).tasks)
-
-
 class AdminClient:
     """Platform administration with the admin key (tenants)."""
 

@@ -12,7 +12,6 @@ whose key is the slot, so a double firing yields one task.
 from __future__ import annotations
 
 import asyncio
-import operator
 import re
 import time
 from typing import Callable
@@ -23,7 +22,7 @@ from ratchet.api.tasks.v1 import tasks_pb2
 from ratchet.internal.gateway.v1 import control_pb2
 from ratchet.internal.history.v1 import history_pb2
 from ratchet.libs.shardmap import (ShardMap, SlotGroups, new_task_id, parse_task_id, slot_for_key,
-                                   slot_of_canonical, slot_of_prefix)
+                                   slot_of_canonical, slot_of_prefix, slot_prefix)
 from ratchet.services.gateway import policy, validation
 from ratchet.services.gateway.coalesce import CoalescedCreates
 from ratchet.services.gateway.auth import Principal
@@ -40,8 +39,6 @@ CREATE_CHUNK_BYTES = 16 * 1024 * 1024
 # What each task adds to its payload in a CreateTasks message (ids, names, fingerprint, policy).
 _TASK_OVERHEAD_BYTES = 512
 _MIN_TS, _MAX_TS = -62135596800, 253402300799
-_SLOT_PREFIX = operator.itemgetter(slice(19, 25))  # (libs/shardmap.slot_prefix, in C per id)
-_UNREAD = object()
 
 
 def _task_id(p: Principal, t: validation.ValidTask, slots: SlotGroups | None = None) -> str:
@@ -174,9 +171,7 @@ class TaskApi:
         self.max_payload_bytes = max_payload_bytes
         self.wall = wall
 
-    async def _validate(self, p: Principal, reqs, batch: bool, handlers=_UNREAD) -> list[validation.ValidTask]:
-        if handlers is _UNREAD:
-            handlers = await self.deployments.handlers_for(p.app_id)
+    def _validate(self, handlers, reqs, batch: bool) -> list[validation.ValidTask]:
         now = self.wall()
         valid = [validation.validate_task(r, handlers, max_payload_bytes=self.max_payload_bytes, now_s=now,
                                           index=i if batch else None) for i, r in enumerate(reqs)]
@@ -185,7 +180,7 @@ class TaskApi:
 
     async def enqueue(self, p: Principal, req: tasks_pb2.EnqueueTaskRequest,
                       timeout: float) -> tasks_pb2.EnqueueTaskResponse:
-        (t,) = await self._validate(p, [req], batch=False)
+        (t,) = self._validate(await self.deployments.handlers_for(p.app_id), [req], batch=False)
         new = _new_task(p, t)
         res = await self.creates.create(self.shard_map.shard_for_task(new.task_id), new, timeout)
         if res.conflict:
@@ -200,7 +195,7 @@ class TaskApi:
         plain = validation.plain_batch(req, handlers, max_payload_bytes=self.max_payload_bytes)
         if plain is not None:
             return await self._enqueue_plain(p, plain, timeout)
-        valid = await self._validate(p, req.tasks, batch=True, handlers=handlers)
+        valid = self._validate(handlers, req.tasks, batch=True)
         by_shard: dict[int, list[int]] = {}
         slots = SlotGroups()  # ids minted here share a slot per 100 (as the SDK's)
         shared, names = _shared(p, valid)
@@ -278,11 +273,11 @@ class TaskApi:
     def _plain_shards(self, ids: list[str]) -> list[tuple[int, list[int]]]:
         """(shard, indexes of its ids) in shard order. A slot is read once per distinct slot prefix:
         the SDK mints a call's ids in runs of 100 sharing one."""
-        shard_of = {pre: self.shard_map.shard_for_slot(slot_of_prefix(pre)) for pre in set(map(_SLOT_PREFIX, ids))}
+        shard_of = {pre: self.shard_map.shard_for_slot(slot_of_prefix(pre)) for pre in set(map(slot_prefix, ids))}
         if len(set(shard_of.values())) == 1:
             return [(next(iter(shard_of.values())), list(range(len(ids))))]
         by_shard: dict[int, list[int]] = {}
-        for i, pre in enumerate(map(_SLOT_PREFIX, ids)):
+        for i, pre in enumerate(map(slot_prefix, ids)):
             by_shard.setdefault(shard_of[pre], []).append(i)
         return sorted(by_shard.items())
 

@@ -223,8 +223,9 @@ async def test_an_sdk_batch_goes_as_columns_and_its_resend_returns_the_same_task
     """The SDK's enqueue_batch (payload_json, minted ids: CreateTasksRequest.plain through the
     real history): payloads land as sent; sent again (a lost answer) the same ids come back,
     each deduplicated by history's per-task path; half old, half new keeps the request order."""
-    from ratchet.client import batch_requests
-    reqs = batch_requests([{"task_type": "send", "payload": {"i": i, "big": 2 ** 60 + i}} for i in range(150)])
+    from ratchet.client import batch_request
+    reqs = list(batch_request([{"task_type": "send", "payload": {"i": i, "big": 2 ** 60 + i}}
+                                for i in range(150)]).tasks)
     assert all(r.payload_json and not r.HasField("payload") for r in reqs)
     stub = tasks_pb2_grpc.TaskServiceStub(real.channel)
     first = await stub.EnqueueTasks(tasks_pb2.EnqueueTasksRequest(tasks=reqs), metadata=real.md(real.api_key),
@@ -238,7 +239,7 @@ async def test_an_sdk_batch_goes_as_columns_and_its_resend_returns_the_same_task
     again = await stub.EnqueueTasks(tasks_pb2.EnqueueTasksRequest(tasks=reqs), metadata=real.md(real.api_key),
                                     timeout=30)
     assert list(again.task_ids) == ids
-    fresh = batch_requests([{"task_type": "send", "payload": "new"}] * 2)
+    fresh = list(batch_request([{"task_type": "send", "payload": "new"}] * 2).tasks)
     mixed = [reqs[0], fresh[0], reqs[1], fresh[1]]
     r = await stub.EnqueueTasks(tasks_pb2.EnqueueTasksRequest(tasks=mixed), metadata=real.md(real.api_key),
                                 timeout=30)

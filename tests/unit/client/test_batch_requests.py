@@ -6,8 +6,12 @@ import json
 
 import pytest
 
-from ratchet.client import InvalidArgument, batch_requests, enqueue_request
+from ratchet.client import InvalidArgument, batch_request, enqueue_request
 from ratchet.libs.shardmap import all_canonical, slot_of
+
+
+def _items(tasks: list[dict]) -> list:
+    return list(batch_request(tasks).tasks)
 
 
 def _fields(req) -> dict:
@@ -23,13 +27,13 @@ def _fields(req) -> dict:
     {"task_type": "send", "payload": [1], "idempotency_key": "k-1"},
 ])
 def test_each_item_is_the_request_enqueue_sends(item):
-    (got,) = batch_requests([item])
+    (got,) = _items([item])
     assert _fields(got) == _fields(enqueue_request(**item))
     assert bool(got.task_id) == ("idempotency_key" not in item)
 
 
 def test_payloads_go_as_compact_json_text():
-    (req,) = batch_requests([{"task_type": "send", "payload": {"b": [1, 2.5], "a": "\u00e9", "n": 2 ** 70}}])
+    (req,) = _items([{"task_type": "send", "payload": {"b": [1, 2.5], "a": "\u00e9", "n": 2 ** 70}}])
     assert req.payload_json == '{"b":[1,2.5],"a":"\u00e9","n":1180591620717411303424}'
     assert not req.HasField("payload")
     assert json.loads(req.payload_json)["n"] == 2 ** 70  # (every digit: a Value would round it)
@@ -38,7 +42,7 @@ def test_payloads_go_as_compact_json_text():
 def test_ids_are_canonical_unique_and_share_a_slot_per_hundred_unkeyed_items():
     items = [{"task_type": "send", "payload": i} for i in range(250)]
     items[10] = {"task_type": "send", "idempotency_key": "k"}
-    reqs = batch_requests(items)
+    reqs = _items(items)
     ids = [r.task_id for r in reqs if r.task_id]
     assert len(ids) == 249 and len(set(ids)) == 249 and all_canonical(ids)
     assert [len({slot_of(i) for i in ids[k:k + 100]}) for k in (0, 100, 200)] == [1, 1, 1]
@@ -54,5 +58,5 @@ def test_ids_are_canonical_unique_and_share_a_slot_per_hundred_unkeyed_items():
 ])
 def test_a_bad_item_is_named(bad, needle):
     with pytest.raises(InvalidArgument) as e:
-        batch_requests([{"task_type": "send"}, bad])
+        _items([{"task_type": "send"}, bad])
     assert needle in str(e.value)
