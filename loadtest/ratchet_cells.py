@@ -27,7 +27,7 @@ import asyncpg
 from ratchet.api.tasks.v1 import tasks_pb2
 from ratchet.libs.pg.queries import load_queries
 
-from loadtest import cpu, dbstats, loadgen
+from loadtest import cpu, dbstats, loadgen, sizes
 from loadtest.platform_run import PlatformUnderTest
 from loadtest.results import Cell
 
@@ -36,11 +36,6 @@ CONTROL_DB = "ratchet_control"
 # Pooled platform connections stay open, so their last second of statistics
 # can take up to 10 s to reach pg_stat_database (see dbstats).
 PLATFORM_SETTLE_S = 10.5
-# Idle schedule-to-start samples. p99 by nearest rank is the largest sample below
-# 100 samples (60 made one slow sample in an hour the bar's verdict); 200 puts it at
-# the third largest, ~25 s of the quick run.
-S2S_SAMPLES_QUICK = 200
-S2S_SAMPLES_FULL = 500
 TERMINAL = {tasks_pb2.TASK_STATE_SUCCEEDED, tasks_pb2.TASK_STATE_FAILED, tasks_pb2.TASK_STATE_CANCELED,
             tasks_pb2.TASK_STATE_EXPIRED}
 
@@ -254,7 +249,7 @@ async def run_cells(b: Bench) -> None:
     run, quick = b.run, b.run.quick
     run.say(f"warm-up task succeeded in {await warmup(b):.2f}s")
     await guarded(b, "idle", {}, lambda: cell_idle(b, 5.0 if quick else 15.0))
-    await guarded(b, "schedule_to_start_idle", {}, lambda: cell_schedule_to_start(b, S2S_SAMPLES_QUICK if quick else S2S_SAMPLES_FULL))
+    await guarded(b, "schedule_to_start_idle", {}, lambda: cell_schedule_to_start(b, sizes.S2S_SAMPLES_QUICK if quick else sizes.S2S_SAMPLES_FULL))
     await b.pt.stop_hostagent()
     rates = []
     for p in ((8, 32) if quick else (1, 8, 32)):
@@ -267,7 +262,7 @@ async def run_cells(b: Bench) -> None:
         for frac in ((0.5, 0.75) if quick else (0.25, 0.5, 0.75)):  # quick: both bars' loads
             await guarded(b, "enqueue_ack_open_loop", {"fraction": frac},
                           lambda frac=frac: cell_open_loop(b, capacity, frac, run.seconds + 3))
-    total = 3_000 if quick else 20_000
+    total = sizes.BATCH_TOTAL_QUICK if quick else sizes.BATCH_TOTAL_FULL
     await guarded(b, "enqueue_batch", {"batch": 100}, lambda: cell_enqueue_batch(b, 100, 4, total))
     await guarded(b, "enqueue_batch", {"batch": 1000}, lambda: cell_enqueue_batch(b, 1000, 2, total))
     min_backlog = run.args.drain_tasks or 10_000

@@ -9,6 +9,7 @@ import traceback
 
 import asyncpg
 
+from loadtest import sizes
 from loadtest.peers import cells
 from loadtest.peers.cells import PeerBench
 from loadtest.results import Cell
@@ -35,16 +36,15 @@ class Plan:
 
 def plan(quick: bool, seconds: float, drain_tasks: int | None) -> Plan:
     """Quick: capacity (32 producers), batch, a 20 s drain window and idle latency: about a minute a
-    peer (DBOS's 1 s poll makes its 100 idle samples ~100 s). Idle samples: 100 or more, so p99 by
-    nearest rank is not simply the slowest sample."""
+    peer (DBOS's 1 s poll makes its 100 idle samples ~100 s)."""
     if quick:
         return Plan(producers=(32,), enqueue_s=min(seconds, 5.0), open_loop_fractions=(),
-                    batch_total=3_000, drain_backlog=drain_tasks or 10_000, drain_limit_s=20.0,
-                    preload_limit_s=20.0, s2s_samples=100, load_s=0.0, timer_tasks=0, timer_window_s=0.0,
+                    batch_total=sizes.BATCH_TOTAL_QUICK, drain_backlog=drain_tasks or 10_000, drain_limit_s=20.0,
+                    preload_limit_s=20.0, s2s_samples=sizes.PEER_S2S_SAMPLES_QUICK, load_s=0.0, timer_tasks=0, timer_window_s=0.0,
                     recovery_tasks=0, recovery_limit_s=0.0)
     return Plan(producers=(1, 8, 32), enqueue_s=seconds, open_loop_fractions=(0.25, 0.5, 0.75),
-                batch_total=20_000, drain_backlog=drain_tasks or 10_000, drain_limit_s=60.0,
-                preload_limit_s=90.0, s2s_samples=200, load_s=15.0, timer_tasks=10_000, timer_window_s=60.0,
+                batch_total=sizes.BATCH_TOTAL_FULL, drain_backlog=drain_tasks or 10_000, drain_limit_s=60.0,
+                preload_limit_s=90.0, s2s_samples=sizes.PEER_S2S_SAMPLES_FULL, load_s=15.0, timer_tasks=10_000, timer_window_s=60.0,
                 recovery_tasks=16, recovery_limit_s=75.0)
 
 
