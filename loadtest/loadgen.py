@@ -50,15 +50,15 @@ class LoadResult:
 
 
 class Gateway:
-    """The gateway's TaskService with the app's API key: single enqueues through the SDK's
-    AsyncClient (its enqueue stream, or unary calls with stream=False, no retries: every
-    failure is counted), the rest through aio stubs."""
+    """The gateway's TaskService with the app's API key: single and batch enqueues through
+    the SDK's AsyncClient (its enqueue stream, or unary calls with stream=False, no retries:
+    every failure is counted), the rest through aio stubs."""
 
     def __init__(self, target: str, api_key: str, channels: int = 2, *, stream: bool = True):
         self.channels = [aio_channel(target) for _ in range(channels)]
         self.stubs = [tasks_pb2_grpc.TaskServiceStub(c) for c in self.channels]
         self.metadata = (("authorization", f"Bearer {api_key}"),)
-        self.client = AsyncClient(target, api_key, max_retries=0, stream=stream)
+        self.client = AsyncClient(target, api_key, timeout=30.0, max_retries=0, stream=stream)
         self._next = 0
 
     def stub(self) -> tasks_pb2_grpc.TaskServiceStub:
@@ -82,12 +82,12 @@ class Gateway:
     async def enqueue(self, req: tasks_pb2.EnqueueTaskRequest) -> str:
         return (await self.client.send_enqueue(req)).task_id
 
-    async def enqueue_batch(self, req: tasks_pb2.EnqueueTasksRequest | list[tasks_pb2.EnqueueTaskRequest],
-                            timeout: float = 30.0) -> list[str]:
+    async def enqueue_batch(self, req: tasks_pb2.EnqueueTasksRequest | list[tasks_pb2.EnqueueTaskRequest]
+                            ) -> list[str]:
         if isinstance(req, list):
             req = tasks_pb2.EnqueueTasksRequest(tasks=req)
-        resp = await self.stub().EnqueueTasks(req, timeout=timeout, metadata=self.metadata)
-        return list(resp.task_ids)
+        # The SDK's path: a batch call on its enqueue stream (unary EnqueueTasks with stream=False).
+        return list((await self.client.send_enqueue_batch(req)).task_ids)
 
     async def get(self, task_id: str, timeout: float = 10.0) -> tasks_pb2.Task:
         resp = await self.stub().GetTask(tasks_pb2.GetTaskRequest(task_id=task_id), timeout=timeout,

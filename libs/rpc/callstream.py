@@ -145,9 +145,10 @@ async def serve(requests: AsyncIterator[Any], handle: Callable[[Any], Awaitable[
 # call (one answer) per message; 2: a message may carry several (a server answers that way
 # only a caller that said 2); 3: the same framing, and a CreateTasksStream server reads
 # CreateTasksRequest.shared (a caller sends `shared` only to a server that said 3); 4: and
-# CreateTasksRequest.plain, answered with all_created (sent only to a server that said 4).
+# CreateTasksRequest.plain, answered with all_created (sent only to a server that said 4);
+# 5: and an EnqueueTaskStream server reads EnqueueTaskCall.batch (EnqueueTasks calls).
 STREAM_HEADER = "ratchet-call-stream"
-PROTOCOL = 4
+PROTOCOL = 5
 
 
 def _version(value) -> int:
@@ -181,6 +182,10 @@ class StreamBroken(Exception):
             else f"{code.name}: {details}"
 
 
+class _TooNew(Exception):
+    """The open stream's server is older than the call needs: it goes as a unary call."""
+
+
 class CallStream:
     """One call stream to a server, shared by every caller; a call is a message, or a
     part of one.
@@ -196,16 +201,22 @@ class CallStream:
     while the previous write was in progress as one message (natural batching: no
     added wait when idle, fewer and larger writes under load, where a grpc.aio write
     costs far more than the bytes it carries).
+
+    needs(request), when given, is the call-stream version a request needs on the
+    stream; a request the open stream's server is too old for goes as a unary call
+    instead (the others stay on the stream).
     """
 
     def __init__(self, open: Callable[[tuple], Any], wrap: Callable[[list[tuple[int, Any, int]], int], Any],
                  answers: Callable[[Any], Iterable[tuple[int, Any]]],
                  unary: Callable[[Any, float], Awaitable[Any]], *, peer: str, method: str,
-                 clock: Callable[[], float] = time.monotonic, enabled: bool = True):
+                 clock: Callable[[], float] = time.monotonic, enabled: bool = True,
+                 needs: Callable[[Any], int] | None = None):
         self._open_rpc = open
         self._wrap = wrap
         self._answers = answers
         self._unary = unary
+        self._needs = needs
         self.peer, self.method = peer, method
         self._clock = clock
         self._ids = itertools.count(1)
@@ -236,6 +247,8 @@ class CallStream:
                 return await self._unary(req, left)
             try:
                 return await self._call_once(req, left)
+            except _TooNew:
+                return await self._unary(req, deadline - self._clock())
             except StreamBroken as e:
                 if e.code == grpc.StatusCode.UNIMPLEMENTED:
                     return await self._fall_back(req, deadline - self._clock())
@@ -300,6 +313,9 @@ class CallStream:
                 if batch and (not framed or len(batch) >= MAX_FRAME_CALLS or size >= MAX_FRAME_BYTES):
                     break
                 del self._outbox[call_id]
+                if self._needs is not None and self._needs(req) > version:
+                    self._fail((call_id,), _TooNew())  # its caller sends it as a unary call
+                    continue
                 batch.append((call_id, req, max(1, int((deadline - now) * 1000))))
                 if framed:
                     size += req.ByteSize()

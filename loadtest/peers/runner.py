@@ -105,6 +105,9 @@ async def _cells(b: PeerBench, p: Plan, first: bool, big_drain: int) -> None:
     if peer.supports_batch:
         batch_rate = await b.guarded("enqueue_batch", b.params(batch=100),
                                      lambda: cells.enqueue_batch(b, 100, 4, p.batch_total)) or 0.0
+        if first:  # as Ratchet's round-1 cells: calls of 1,000 from 2 producers
+            await b.guarded("enqueue_batch", b.params(batch=1000),
+                            lambda: cells.enqueue_batch(b, 1000, 2, p.batch_total))
     drain_rate = await b.guarded("drain", b.params(), lambda: cells.drain(
         b, p.drain_backlog, p.drain_limit_s, p.preload_limit_s))
     if first and big_drain:

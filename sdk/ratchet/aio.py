@@ -4,13 +4,14 @@
         task_id = await client.enqueue("greet", {"name": "Ada"}, delay="30s")
         info = await client.wait(task_id, timeout=60)
 
-Enqueues travel as messages on one long-lived stream to the gateway
-(`TaskService.EnqueueTaskStream`, libs/rpc/callstream): each call is answered
-with exactly what `EnqueueTask` would have answered; calls made while the
-previous message was being written share the next one, so many coroutines
-enqueue at once on one connection for a fraction of a unary call's cost each.
-Against a gateway without the stream (an older version) the client falls
-back to unary calls by itself.
+Enqueues and batch enqueues travel as messages on one long-lived stream to
+the gateway (`TaskService.EnqueueTaskStream`, libs/rpc/callstream): each call
+is answered with exactly what `EnqueueTask` (or `EnqueueTasks`) would have
+answered; calls made while the previous message was being written share the
+next one, so many coroutines enqueue at once on one connection for a fraction
+of a unary call's cost each. Against a gateway without the stream (an older
+version) the client falls back to unary calls by itself, and sends batches as
+unary calls to a gateway whose stream predates them (call-stream version 5).
 
 As with `Client`, every enqueue carries the caller's idempotency key or a task
 id minted here, resent unchanged on the client's own retries of ambiguous
@@ -61,7 +62,8 @@ class AsyncClient:
         self._stub: tasks_pb2_grpc.TaskServiceStub | None = None
         self._stream = CallStream(
             lambda metadata: self._tasks.EnqueueTaskStream(metadata=self._metadata + metadata),
-            _wrap, _answers, self._enqueue_unary, peer="gateway", method="EnqueueTask", enabled=stream)
+            _wrap, _answers, self._enqueue_unary, peer="gateway", method="EnqueueTask", enabled=stream,
+            needs=_needs)
         self.sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
 
     async def __aenter__(self) -> "AsyncClient":
@@ -99,9 +101,12 @@ class AsyncClient:
 
     async def enqueue_batch(self, tasks: list[dict]) -> list[str]:
         """Enqueue up to 1,000 tasks (dicts with enqueue's arguments); ids in order."""
-        req = batch_request(tasks)
-        resp = await self._retrying(lambda: self._unary(self._tasks.EnqueueTasks, req))
-        return list(resp.task_ids)
+        return list((await self.send_enqueue_batch(batch_request(tasks))).task_ids)
+
+    async def send_enqueue_batch(self, req: tasks_pb2.EnqueueTasksRequest) -> tasks_pb2.EnqueueTasksResponse:
+        """Send a prepared EnqueueTasksRequest (every task with an idempotency_key or a task_id,
+        as batch_request makes them: it is resent unchanged on retries)."""
+        return await self._retrying(lambda: self._enqueue_once(req))
 
     async def get(self, task_id: str) -> TaskInfo:
         """The task's state, timings, result or error, checkpoint, and every attempt."""
@@ -129,23 +134,25 @@ class AsyncClient:
             await self.sleep(poll.pause(info))
 
     # -- transport -----------------------------------------------------------------
-    async def _enqueue_once(self, req: tasks_pb2.EnqueueTaskRequest) -> tasks_pb2.EnqueueTaskResponse:
+    async def _enqueue_once(self, req):
+        """One EnqueueTask (or EnqueueTasks) call on the stream: its response, or its error raised."""
         try:
             out = await self._stream.call(req, self.timeout)
         except StreamBroken as e:
             raise Unavailable(f"the enqueue stream to the gateway ended before the answer ({e.details}); "
-                              f"the task may or may not have been committed", "UNAVAILABLE") from None
+                              f"{_what(req)} may or may not have been committed", "UNAVAILABLE") from None
         except asyncio.TimeoutError:
-            raise DeadlineExceeded(f"no answer from the gateway within {self.timeout:g}s; the task may or "
-                                   f"may not have been committed", "DEADLINE_EXCEEDED") from None
+            raise DeadlineExceeded(f"no answer from the gateway within {self.timeout:g}s; {_what(req)} may "
+                                   f"or may not have been committed", "DEADLINE_EXCEEDED") from None
         except grpc.aio.AioRpcError as e:  # the unary fallback's failure
             raise error_from_rpc(e) from None
         if isinstance(out, tasks_pb2.CallError):
             raise error_from_status(status_code(out.code), out.message, out.fields.get("original_task_id"))
         return out
 
-    async def _enqueue_unary(self, req: tasks_pb2.EnqueueTaskRequest, timeout: float):
-        return await self._tasks.EnqueueTask(req, timeout=timeout, metadata=self._metadata)
+    async def _enqueue_unary(self, req, timeout: float):
+        method = self._tasks.EnqueueTasks if type(req) is tasks_pb2.EnqueueTasksRequest else self._tasks.EnqueueTask
+        return await method(req, timeout=timeout, metadata=self._metadata)
 
     async def _unary(self, method, req):
         try:
@@ -168,12 +175,28 @@ class AsyncClient:
         raise AssertionError("unreachable")
 
 
-def _wrap(calls: list[tuple[int, tasks_pb2.EnqueueTaskRequest, int]],
-          version: int) -> tasks_pb2.EnqueueTaskStreamRequest:
-    return tasks_pb2.EnqueueTaskStreamRequest(calls=[
-        tasks_pb2.EnqueueTaskCall(call_id=c, request=r, timeout_ms=t) for c, r, t in calls])
+# The call-stream version whose gateway reads EnqueueTaskCall.batch.
+BATCH_CALLS_SINCE = 5
+
+
+def _needs(req) -> int:
+    return BATCH_CALLS_SINCE if type(req) is tasks_pb2.EnqueueTasksRequest else 1
+
+
+def _what(req) -> str:
+    return "the tasks" if type(req) is tasks_pb2.EnqueueTasksRequest else "the task"
+
+
+def _wrap(calls: list[tuple[int, Any, int]], version: int) -> tasks_pb2.EnqueueTaskStreamRequest:
+    out = tasks_pb2.EnqueueTaskStreamRequest()
+    for c, r, t in calls:
+        if type(r) is tasks_pb2.EnqueueTasksRequest:
+            out.calls.add(call_id=c, batch=r, timeout_ms=t)
+        else:
+            out.calls.add(call_id=c, request=r, timeout_ms=t)
+    return out
 
 
 def _answers(reply: tasks_pb2.EnqueueTaskStreamResponse):
     for a in reply.answers:
-        yield a.call_id, (a.response if a.WhichOneof("outcome") == "response" else a.error)
+        yield a.call_id, getattr(a, a.WhichOneof("outcome") or "response")

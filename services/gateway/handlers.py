@@ -47,8 +47,11 @@ class TaskHandlers:
 
     service = tasks_pb2.DESCRIPTOR.services_by_name["TaskService"]
     add_to_server = staticmethod(tasks_pb2_grpc.add_TaskServiceServicer_to_server)
-    # Streaming RPCs that carry calls of a unary one as messages (libs/rpc/callstream).
-    call_streams = {"EnqueueTaskStream": "EnqueueTask"}
+    # Streaming RPCs that carry calls of unary ones as messages (libs/rpc/callstream):
+    # stream method -> ((call field, unary method, answer field), ...). A call carries at
+    # most one of the fields; one with none is a call of the first method (an empty request).
+    call_streams = {"EnqueueTaskStream": (("request", "EnqueueTask", "response"),
+                                          ("batch", "EnqueueTasks", "batch_response"))}
 
     def __init__(self, auth: Authenticator, tasks: TaskApi, lister: TaskLister, bulk: BulkApi):
         self.auth, self.tasks, self.lister, self.bulk = auth, tasks, lister, bulk

@@ -62,25 +62,45 @@ def _error_of(exc: BaseException, method: str) -> errors.GatewayError:
                                    f"have taken effect: retry it with the same idempotency_key or task_id")
 
 
-def _call_stream(fn: handlers.Handler, m: _descriptor.MethodDescriptor, unary: str, rpc_timeout_s: float,
-                 stopping: asyncio.Event):
-    """A call stream (libs/rpc/callstream) whose calls are calls of the unary handler fn.
+def _call_stream(routes: list[tuple[str, handlers.Handler, str]], m: _descriptor.MethodDescriptor,
+                 rpc_timeout_s: float, stopping: asyncio.Event):
+    """A call stream (libs/rpc/callstream) whose calls are calls of unary handlers.
 
-    The request message carries `calls` ({call_id, request, timeout_ms}), the response
-    `answers` ({call_id, response | error}). The stream's metadata (the API key) goes with
-    every call; each call is bounded by its own timeout_ms and the gateway's rpc timeout,
-    as a unary call is."""
+    The request message carries `calls` ({call_id, <one request field>, timeout_ms}), the
+    response `answers` ({call_id, <the matching response field> | error}); routes lists
+    (request field, handler, response field), the first being a call that sets no field.
+    The stream's metadata (the API key) goes with every call; each call is bounded by its
+    own timeout_ms and the gateway's rpc timeout, as a unary call is."""
     response_cls = message_factory.GetMessageClass(m.output_type)
     answer_cls = message_factory.GetMessageClass(m.output_type.fields_by_name["answers"].message_type)
+    first, others = routes[0], routes[1:]
+    names = " and ".join(r[0] for r in routes)
+
+    def route(call) -> tuple[str, handlers.Handler, str]:
+        for r in others:
+            if call.HasField(r[0]):
+                if call.HasField(first[0]):
+                    raise errors.InvalidArgument(f"a call sets {first[0]} and {r[0]}: set one of {names}")
+                return r
+        return first
 
     def timeout_of(call) -> float:
         return min(rpc_timeout_s, call.timeout_ms / 1000) if call.timeout_ms else rpc_timeout_s
 
+    async def handle(call, metadata):
+        field, fn, _ = route(call)
+        limit = timeout_of(call)
+        try:
+            async with asyncio.timeout(limit):
+                return await handlers.invoke(fn, getattr(call, field), handlers.Call(metadata, limit))
+        except TimeoutError:
+            raise _error_of(TimeoutError(), fn.__name__) from None
+
     def answer(call, response, err: errors.GatewayError | None):
         if err is None:
-            return answer_cls(call_id=call.call_id, response=response)
+            return answer_cls(call_id=call.call_id, **{route(call)[2]: response})
         if err.http_status >= 500:
-            log.warning("%s -> %s: %s", unary, err.code.name, err.message)
+            log.warning("%s call -> %s: %s", m.name, err.code.name, err.message)
         return answer_cls(call_id=call.call_id, error={
             "code": err.code.value[0], "message": err.message,
             "fields": {k: str(v) for k, v in err.fields.items()}})
@@ -90,9 +110,8 @@ def _call_stream(fn: handlers.Handler, m: _descriptor.MethodDescriptor, unary: s
         # Headers first: a caller waits for them before it writes a call on the stream.
         await context.send_initial_metadata(((callstream.STREAM_HEADER, str(callstream.PROTOCOL)),))
         async for reply in callstream.serve(
-                request_iterator,
-                lambda call: handlers.invoke(fn, call.request, handlers.Call(metadata, timeout_of(call))),
-                answer, timeout_of, unary, stopping, _error_of, calls_of=lambda msg: msg.calls,
+                request_iterator, lambda call: handle(call, metadata),
+                answer, lambda call: None, m.name, stopping, _error_of, calls_of=lambda msg: msg.calls,
                 frame=lambda answers: response_cls(answers=answers)):
             yield reply
     return stream
@@ -101,17 +120,18 @@ def _call_stream(fn: handlers.Handler, m: _descriptor.MethodDescriptor, unary: s
 def servicer(h: object, rpc_timeout_s: float, stopping: asyncio.Event) -> object:
     """An object with one coroutine per RPC of h.service, for add_XxxServicer_to_server.
 
-    A streaming RPC must be a call stream of one of the service's unary RPCs, named in
-    h.call_streams (stream method -> unary method)."""
+    A streaming RPC must be a call stream of the service's unary RPCs, named in
+    h.call_streams (stream method -> (call field, unary method, answer field), ...)."""
     class Servicer:
         pass
     s = Servicer()
     for m in h.service.methods:
         if m.client_streaming or m.server_streaming:
-            unary = getattr(h, "call_streams", {}).get(m.name)
-            if unary is None:
+            routes = getattr(h, "call_streams", {}).get(m.name)
+            if routes is None:
                 raise RuntimeError(f"{type(h).__name__} has no call stream for {m.full_name}")
-            setattr(s, m.name, _call_stream(getattr(h, unary), m, unary, rpc_timeout_s, stopping))
+            setattr(s, m.name, _call_stream([(f, getattr(h, u), a) for f, u, a in routes], m,
+                                            rpc_timeout_s, stopping))
         else:
             setattr(s, m.name, _unary(handlers.method(h, m), rpc_timeout_s))
     return s

@@ -178,3 +178,75 @@ async def test_get_cancel_and_wait(env):
         assert await client.cancel(task_id) == "CANCELED"
         with pytest.raises(NotFound):
             await client.get(new_task_id())
+
+
+# -- EnqueueTasks calls on the stream (call-stream version 5) -------------------
+async def test_raw_stream_carries_batch_calls_beside_single_ones(env):
+    """A call with `batch` is an EnqueueTasks call, answered with batch_response or its error;
+    a call that sets both request and batch is refused and changes nothing."""
+    stream = env.tasks.EnqueueTaskStream(metadata=env.md(), timeout=20)
+    assert int(dict(await stream.initial_metadata())[STREAM_HEADER]) >= 5
+    batch = tasks_pb2.EnqueueTasksRequest(tasks=[
+        tasks_pb2.EnqueueTaskRequest(task_type="send", idempotency_key=f"raw-batch-{i}") for i in range(3)])
+    bad = tasks_pb2.EnqueueTasksRequest(tasks=[tasks_pb2.EnqueueTaskRequest(task_type="send"),
+                                               tasks_pb2.EnqueueTaskRequest(task_type="no_such_type")])
+    before = len(env.history.calls)
+    await stream.write(tasks_pb2.EnqueueTaskStreamRequest(calls=[
+        tasks_pb2.EnqueueTaskCall(call_id=1, batch=batch),
+        tasks_pb2.EnqueueTaskCall(call_id=2, request=tasks_pb2.EnqueueTaskRequest(task_type="send",
+                                                                                 idempotency_key="raw-single")),
+        tasks_pb2.EnqueueTaskCall(call_id=3, batch=bad),
+        tasks_pb2.EnqueueTaskCall(call_id=4, batch=batch, request=tasks_pb2.EnqueueTaskRequest(task_type="send"))]))
+    await stream.done_writing()
+    answers = {}
+    async for reply in stream:
+        for a in reply.answers:
+            answers[a.call_id] = a
+    assert set(answers) == {1, 2, 3, 4}
+    assert answers[1].WhichOneof("outcome") == "batch_response"
+    ids = list(answers[1].batch_response.task_ids)
+    assert len(set(ids)) == 3
+    for i, task_id in enumerate(ids):  # in request order, each with its own key
+        (call,) = _created(env, f"raw-batch-{i}")
+        assert [t.task_id for t in call.tasks if t.idempotency_key == f"raw-batch-{i}"] == [task_id]
+    assert answers[2].WhichOneof("outcome") == "response" and answers[2].response.task_id
+    assert answers[3].error.code == grpc.StatusCode.INVALID_ARGUMENT.value[0]
+    assert "no_such_type" in answers[3].error.message
+    both = answers[4].error
+    assert both.code == grpc.StatusCode.INVALID_ARGUMENT.value[0] and "set one of request and batch" in both.message
+    # Only the good batch and the single call reached history (the batch may be split by shard).
+    sent = [t for n, c in env.history.calls[before:] if n == "CreateTasks" for t in c.tasks]
+    assert sorted(t.idempotency_key for t in sent) == sorted([f"raw-batch-{i}" for i in range(3)] + ["raw-single"])
+    assert await stream.code() == grpc.StatusCode.OK
+
+
+async def test_sdk_batches_go_on_the_stream_and_are_deduplicated_on_resend(env):
+    async with AsyncClient(_endpoint(env), env.api_key) as client:
+        tasks = [{"task_type": "send", "payload": {"i": i}} for i in range(5)]
+        ids, one = await asyncio.gather(client.enqueue_batch(tasks), client.enqueue("send"))
+        assert len(set(ids)) == 5 and one not in ids
+        assert client._stream.opened == 1 and client._stream.stream_calls == 2
+        # A prepared request resent (what the client's own retries do) names the same tasks.
+        from ratchet.client import batch_request
+        req = batch_request(tasks)
+        first = await client.send_enqueue_batch(req)
+        again = await client.send_enqueue_batch(req)
+        assert list(again.task_ids) == list(first.task_ids)
+        with pytest.raises(InvalidArgument) as e:
+            await client.enqueue_batch([{"task_type": "no_such_type"}])
+        assert e.value.http_status == 400 and client._stream.stream_calls == 5
+
+
+async def test_sdk_sends_batches_unary_to_a_gateway_whose_stream_predates_them(env, monkeypatch):
+    """A gateway that says call-stream version 4 would take a batch call for an empty
+    EnqueueTask: the SDK keeps single enqueues on the stream and sends batches unary."""
+    from ratchet.libs.rpc import callstream
+    monkeypatch.setattr(callstream, "PROTOCOL", 4)  # the in-process gateway's header says 4
+    async with AsyncClient(_endpoint(env), env.api_key) as client:
+        await client.enqueue("send")
+        assert client._stream._version == 4 and client._stream.stream_calls == 1
+        ids = await client.enqueue_batch([{"task_type": "send"}, {"task_type": "send"}])
+        assert len(set(ids)) == 2 and all(ids)
+        assert client._stream.stream_calls == 1  # the batch went as a unary EnqueueTasks
+        with pytest.raises(InvalidArgument):
+            await client.enqueue_batch([{"task_type": "no_such_type"}])

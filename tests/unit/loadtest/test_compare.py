@@ -81,7 +81,10 @@ def test_issue5_bar_compares_with_postgres_peers_only():
     bars = {b["bar"]: b for b in compare.issue5_bar(cells)}
     # Celery (not durable) drains faster but does not count against the Postgres bar.
     assert bars["drain ahead of every Postgres-backed peer"]["verdict"] == "PASS"
-    assert bars["enqueue capacity ahead of every Postgres-backed peer"]["verdict"] == "FAIL"
+    assert bars["enqueue capacity, single calls ahead of every Postgres-backed peer"]["verdict"] == "FAIL"
+    # Batch calls are rows of their own, each against the peers' cells of the same size.
+    assert bars["enqueue capacity, batch calls of 100 ahead of every Postgres-backed peer"]["verdict"] \
+        == "NOT MEASURED"
     assert bars["drain >= 1.0 x PHYS_job (unbatched reference)"]["verdict"] == "PASS"
     assert bars["idle schedule-to-start p50"]["verdict"] == "PASS"
     assert bars["idle schedule-to-start p99"]["verdict"] == "PASS"
@@ -96,6 +99,23 @@ def test_issue5_bar_compares_with_postgres_peers_only():
     enq[0].params["producers"], enq[0].wal_bytes_per_task = 32, 400.0
     bars = {b["bar"]: b for b in compare.issue5_bar(cells)}
     assert bars[life]["verdict"] == "FAIL" and "3.00× (2,400 vs 800 B)" in bars[life]["measured"]
+
+
+def test_batch_bars_compare_calls_of_the_same_size():
+    cells = _run() + [
+        cell("ratchet", "enqueue_batch", 30_000, batch=100, producers=4),
+        cell("ratchet", "enqueue_batch", 90_000, batch=1000, producers=2),
+        cell("procrastinate", "enqueue_batch", 40_000, label="Postgres", batch=100, producers=4),
+        cell("procrastinate", "enqueue_batch", 60_000, label="Postgres", batch=1000, producers=2),
+        cell("celery", "enqueue_batch", 99_000, label="Redis, not durable", batch=1000, producers=2),
+    ]
+    bars = {b["bar"]: b for b in compare.issue5_bar(cells)}
+    hundred = bars["enqueue capacity, batch calls of 100 ahead of every Postgres-backed peer"]
+    assert hundred["verdict"] == "FAIL" and "(0.75×)" in hundred["measured"]
+    thousand = bars["enqueue capacity, batch calls of 1,000 ahead of every Postgres-backed peer"]
+    assert thousand["verdict"] == "PASS" and "(1.50×)" in thousand["measured"]
+    row = next(line for line in compare.comparison_table(cells) if line.startswith("| enqueue, batch calls of 1,000"))
+    assert "1.50× ▲" in row
 
 
 def test_bar_not_measured_without_cells():

@@ -161,14 +161,16 @@ class EnqueueTaskStreamRequest(_message.Message):
     def __init__(self, calls: _Optional[_Iterable[_Union[EnqueueTaskCall, _Mapping]]] = ...) -> None: ...
 
 class EnqueueTaskCall(_message.Message):
-    __slots__ = ("call_id", "request", "timeout_ms")
+    __slots__ = ("call_id", "request", "timeout_ms", "batch")
     CALL_ID_FIELD_NUMBER: _ClassVar[int]
     REQUEST_FIELD_NUMBER: _ClassVar[int]
     TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    BATCH_FIELD_NUMBER: _ClassVar[int]
     call_id: int
     request: EnqueueTaskRequest
     timeout_ms: int
-    def __init__(self, call_id: _Optional[int] = ..., request: _Optional[_Union[EnqueueTaskRequest, _Mapping]] = ..., timeout_ms: _Optional[int] = ...) -> None: ...
+    batch: EnqueueTasksRequest
+    def __init__(self, call_id: _Optional[int] = ..., request: _Optional[_Union[EnqueueTaskRequest, _Mapping]] = ..., timeout_ms: _Optional[int] = ..., batch: _Optional[_Union[EnqueueTasksRequest, _Mapping]] = ...) -> None: ...
 
 class EnqueueTaskStreamResponse(_message.Message):
     __slots__ = ("answers",)
@@ -177,14 +179,16 @@ class EnqueueTaskStreamResponse(_message.Message):
     def __init__(self, answers: _Optional[_Iterable[_Union[EnqueueTaskAnswer, _Mapping]]] = ...) -> None: ...
 
 class EnqueueTaskAnswer(_message.Message):
-    __slots__ = ("call_id", "response", "error")
+    __slots__ = ("call_id", "response", "error", "batch_response")
     CALL_ID_FIELD_NUMBER: _ClassVar[int]
     RESPONSE_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
+    BATCH_RESPONSE_FIELD_NUMBER: _ClassVar[int]
     call_id: int
     response: EnqueueTaskResponse
     error: CallError
-    def __init__(self, call_id: _Optional[int] = ..., response: _Optional[_Union[EnqueueTaskResponse, _Mapping]] = ..., error: _Optional[_Union[CallError, _Mapping]] = ...) -> None: ...
+    batch_response: EnqueueTasksResponse
+    def __init__(self, call_id: _Optional[int] = ..., response: _Optional[_Union[EnqueueTaskResponse, _Mapping]] = ..., error: _Optional[_Union[CallError, _Mapping]] = ..., batch_response: _Optional[_Union[EnqueueTasksResponse, _Mapping]] = ...) -> None: ...
 
 class CallError(_message.Message):
     __slots__ = ("code", "message", "fields")

@@ -112,12 +112,13 @@ class TaskServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def EnqueueTaskStream(self, request_iterator, context):
-        """EnqueueTask calls on one long-lived stream: the SDK's path for
-        producers that enqueue often (a message costs the gateway and the client
-        a fraction of a unary call, and one message may carry many calls). Each
-        call carries one EnqueueTaskRequest with a caller-chosen call_id and its
+        """EnqueueTask (and EnqueueTasks) calls on one long-lived stream: the SDK's
+        path for producers that enqueue often (a message costs the gateway and
+        the client a fraction of a unary call, and one message may carry many
+        calls). Each call carries one EnqueueTaskRequest (or, from call-stream
+        version 5, one EnqueueTasksRequest) with a caller-chosen call_id and its
         own timeout, and is answered once, in completion order, with exactly what
-        EnqueueTask would have answered: its response or its error. Answers ready
+        the unary RPC would have answered: its response or its error. Answers ready
         together come back in one message. The gateway sends the header
         `ratchet-call-stream` before any answer. A call the stream ended before
         answering may or may not have been committed: send it again with the
