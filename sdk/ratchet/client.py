@@ -132,8 +132,12 @@ class Client(TaskSearchCalls, ScheduleCalls):
 
     def enqueue_batch(self, tasks: list[dict]) -> list[str]:
         """Enqueue up to 1,000 tasks (dicts with enqueue's arguments); ids in order."""
-        resp = self._t.call(self._tasks.EnqueueTasks, batch_request(tasks))
-        return list(resp.task_ids)
+        return list(self.send_enqueue_batch(batch_request(tasks)).task_ids)
+
+    def send_enqueue_batch(self, req: tasks_pb2.EnqueueTasksRequest) -> tasks_pb2.EnqueueTasksResponse:
+        """Send a prepared EnqueueTasksRequest (every task with an idempotency_key or a task_id,
+        as batch_request makes them: it is resent unchanged on retries)."""
+        return self._t.call(self._tasks.EnqueueTasks, req)
 
     def get(self, task_id: str) -> TaskInfo:
         """The task's state, timings, result or error, checkpoint, and every attempt."""

@@ -2,8 +2,8 @@
 them, and record every operation as invoke / ok / fail / info.
 
 Mix: immediate, delayed, retried (flaky), failing, fatal, crashing, cancelled
-and idempotent (a keyed request sent again) enqueues, small batches, reads and
-cancels. Each logical request has an op id carried in its payload, which is
+and idempotent (a keyed request sent again) enqueues, small batches (keyed, or
+plain: no keys, one type, no options), reads and cancels. Each logical request has an op id carried in its payload, which is
 how the checker finds the task of an ambiguous enqueue. An error that proves
 nothing happened (invalid, not found, conflict) is `fail`; a timeout or an
 unavailable platform is `info` (ambiguous), and an ambiguous keyed enqueue is
@@ -17,6 +17,8 @@ import random
 import threading
 import time
 from typing import Any
+
+from ratchet.client import batch_request
 
 from .recorder import Recorder
 
@@ -92,6 +94,9 @@ class ClientProcess:
             self.retry_later.append(req)
 
     def enqueue_batch(self) -> None:
+        if self.rng.random() < 0.5:
+            self.enqueue_plain_batch()
+            return
         reqs = [self.new_request() for _ in range(self.rng.randint(2, 4))]
         items = [{"task_type": r["task_type"], "payload": r["payload"], "idempotency_key": r["key"],
                   **({"delay": r["delay"]} if r.get("delay") else {}),
@@ -106,6 +111,29 @@ class ClientProcess:
                     self.cancellable.append(tid)
         elif kind == "info":
             self.retry_later.extend(reqs)
+
+    def enqueue_plain_batch(self) -> None:
+        """A batch with no keys, one type and no options: the gateway's plain path (ids and JSON
+        payloads as columns, one statement in history). The SDK mints the task ids, and its own
+        retries resend them unchanged; an ambiguous outcome is left as it is (no key to resend
+        with), so the checker allows zero or one task for each of its ops."""
+        want, reqs = self.rng.randint(2, 8), []
+        for _ in range(50 * want):  # most kinds qualify: bounded, never short in practice
+            r = self.new_request()
+            if not any(k in r for k in ("delay", "retry", "timeouts")) and r["task_type"] == TASK_TYPE:
+                reqs.append({**r, "key": None})
+                if len(reqs) == want:
+                    break
+        req = batch_request([{"task_type": r["task_type"], "payload": r["payload"]} for r in reqs])
+        # The ids the SDK minted: resends carry them, so each op has at most this one task.
+        value = {"plain": True, "items": [{**_public(r), "minted_id": t.task_id} for r, t in zip(reqs, req.tasks)]}
+        kind, res = self.call("enqueue_batch", value,
+                              lambda: {"task_ids": list(self.client.send_enqueue_batch(req).task_ids)})
+        if kind == "ok":
+            for r, tid in zip(reqs, res["task_ids"]):
+                self.acked.append(tid)
+                if r["kind"] == "cancelled":
+                    self.cancellable.append(tid)
 
     def get(self, task_id: str, process: str | None = None) -> str | None:
         def read():

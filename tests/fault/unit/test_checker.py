@@ -9,6 +9,7 @@ import sys
 
 import pytest
 
+from ratchet.libs.shardmap import new_task_id
 from tests.fault.checker import Run, check
 from tests.fault.checker.__main__ import summary
 
@@ -233,6 +234,27 @@ def test_one_key_two_tasks():
     b.task(other, "op-e2", ["ok"], key="k-e")
     res = assert_fails(verdict_of(b), "idempotency", "different task ids")
     assert any("in the store" in c["problem"] for c in res["counterexamples"])
+
+
+def _plain_batch(b: Builder, ops: list[str], outcome: str = "info") -> list[str]:
+    """An unkeyed batch whose task ids the client minted (workload.enqueue_plain_batch)."""
+    minted = [new_task_id() for _ in ops]
+    items = [{"op": o, "task_type": "work", "mode": "ok", "expect": ["SUCCEEDED"], "key": None, "minted_id": m}
+             for o, m in zip(ops, minted)]
+    b.op("c2", "enqueue_batch", {"plain": True, "items": items}, outcome,
+         {"task_ids": minted} if outcome == "ok" else {"error": "x", "code": "UNAVAILABLE"})
+    return minted
+
+
+def test_ambiguous_plain_batch_holds_at_most_its_minted_tasks():
+    b, _ = clean()
+    minted = _plain_batch(b, ["op-p1", "op-p2"])
+    b.task(minted[0], "op-p1", ["ok"])  # one committed, one absent: both fine
+    b.get("c2", minted[0], *final_version(b, minted[0]))  # c2's last operation succeeds (liveness)
+    assert verdict_of(b)["valid"], summary(verdict_of(b))
+    b.task(minted[0][:-4] + "ffff", "op-p1", ["ok"])  # a second task for op-p1, under another id
+    res = assert_fails(verdict_of(b), "enqueue_outcomes", "task id minted by the client")
+    assert any("was sent as task" in c["problem"] for c in res["counterexamples"])
 
 
 def test_client_fails_after_heal():

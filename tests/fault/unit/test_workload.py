@@ -98,3 +98,35 @@ def test_report_rows_and_table():
     assert row(verdict)["status"] == "MISSED"
     table = markdown([r])
     assert table.splitlines()[2].startswith("| crafted | none |")
+
+
+class FakeBatchClient:
+    def __init__(self, outcomes):
+        self.outcomes, self.sent = list(outcomes), []
+
+    def send_enqueue_batch(self, req):
+        self.sent.append(req)
+        out = self.outcomes.pop(0)
+        if isinstance(out, Exception):
+            raise out
+        return types.SimpleNamespace(task_ids=[t.task_id for t in req.tasks])
+
+
+def test_plain_batches_record_the_ids_the_sdk_minted_and_are_not_resent(tmp_path):
+    rec = Recorder(tmp_path / "h.jsonl")
+    client = FakeBatchClient([None, Unavailable("down", "UNAVAILABLE")])  # ok, then ambiguous
+    proc = ClientProcess("c0", client, rec, random.Random(3), "/ledger", WorkloadConfig(), itertools.count(1))
+    proc.enqueue_plain_batch()
+    proc.enqueue_plain_batch()
+    rec.close()
+    ops, _ = pair_ops([json.loads(x) for x in (tmp_path / "h.jsonl").read_text().splitlines()])
+    assert [o.type for o in ops] == ["ok", "info"]
+    for op, req in zip(ops, client.sent):
+        # No keys, no options, one type: the gateway's plain path.
+        assert all(not t.idempotency_key and not t.HasField("delay") and t.task_type == "work" for t in req.tasks)
+        assert [i["minted_id"] for i in op.value["items"]] == [t.task_id for t in req.tasks]
+        assert all(i["key"] is None and i["op"] for i in op.value["items"])
+    assert ops[0].result["task_ids"] == [t.task_id for t in client.sent[0].tasks]
+    assert proc.acked[:len(client.sent[0].tasks)] == ops[0].result["task_ids"]
+    assert proc.retry_later == []  # no key to resend with: the SDK's own retries resent the ids
+

@@ -49,12 +49,17 @@ def enqueue_outcomes(run: Run, res: Result) -> None:
         tasks = by_op.get(op_id, [])
         kinds = {i.op.type for i in items}
         res.checked += 1
+        minted = {i.request.get("minted_id") for i in items} - {None}
         if len(tasks) > 1:
-            if any(i.key for i in items):
-                res.violation(f"request {op_id} (keyed) created {len(tasks)} tasks", tasks[0].task_id,
-                              tasks=[t.task_id for t in tasks])
+            if any(i.key for i in items) or minted:
+                res.violation(f"request {op_id} ({'keyed' if not minted else 'task id minted by the client'}) "
+                              f"created {len(tasks)} tasks", tasks[0].task_id, tasks=[t.task_id for t in tasks])
             else:  # unkeyed enqueues are at-least-once across a lost ack (design Q1)
                 res.count("duplicate_unkeyed_enqueues", len(tasks) - 1)
+        for task in tasks:
+            if minted and task.task_id not in minted:
+                res.violation(f"request {op_id} was sent as task {sorted(minted)[0]} but its task is "
+                              f"{task.task_id}", task.task_id)
         if "ok" in kinds:
             continue  # acked_terminal owns these
         if "info" in kinds:
