@@ -82,7 +82,8 @@ async def cell_drain(b: Bench, min_tasks: int, limit_s: float) -> float:
     c = b.cell("drain", {"backlog": backlog, "hostagent_capacity": capacity}, rate=s["rate"], unit="tasks/s",
                n=s["succeeded"], wall=s["span_s"], d=d, cpu_ms=cpu_ms,
                notes="rate = succeeded / (last finished_at - first started_at) from the shards")
-    c.extra.update({"wall_s_from_hostagent_start": round(wall, 2), "hostagent_serving_after_s": round(serving, 2),
+    c.extra.update({"requested_backlog": min_tasks,  # the backlog is what earlier cells left, at least this
+                    "wall_s_from_hostagent_start": round(wall, 2), "hostagent_serving_after_s": round(serving, 2),
                     "wall_rate": round(s["succeeded"] / wall, 1) if wall else None, "left_unfinished": left,
                     "not_succeeded": s["other"], "attempts": s["attempts"], "succeeded_per_shard": s["per_shard"],
                     "top_statements": top})
