@@ -46,6 +46,11 @@ MAX_IN_FLIGHT = 2048
 # caller packs into one (a single larger request still goes, alone).
 MAX_FRAME_CALLS = 256
 MAX_FRAME_BYTES = 1 << 20
+# A request larger than this goes as a unary call: over gRPC's message limit (64 MiB) it
+# would fail the whole stream (RESOURCE_EXHAUSTED ends the call), turning one caller's
+# oversized request into every caller's ambiguous UNAVAILABLE, and itself into a retry
+# loop; alone on a unary call it fails RESOURCE_EXHAUSTED, the error that says what to fix.
+MAX_STREAM_CALL_BYTES = 32 << 20
 
 
 async def serve(requests: AsyncIterator[Any], handle: Callable[[Any], Awaitable[Any]],
@@ -182,8 +187,9 @@ class StreamBroken(Exception):
             else f"{code.name}: {details}"
 
 
-class _TooNew(Exception):
-    """The open stream's server is older than the call needs: it goes as a unary call."""
+class _GoUnary(Exception):
+    """The call goes as a unary call: the open stream's server is older than it needs, or it
+    is too large for a stream message (MAX_STREAM_CALL_BYTES)."""
 
 
 class CallStream:
@@ -204,7 +210,7 @@ class CallStream:
 
     needs(request), when given, is the call-stream version a request needs on the
     stream; a request the open stream's server is too old for goes as a unary call
-    instead (the others stay on the stream).
+    instead (the others stay on the stream), as does one over MAX_STREAM_CALL_BYTES.
     """
 
     def __init__(self, open: Callable[[tuple], Any], wrap: Callable[[list[tuple[int, Any, int]], int], Any],
@@ -247,7 +253,7 @@ class CallStream:
                 return await self._unary(req, left)
             try:
                 return await self._call_once(req, left)
-            except _TooNew:
+            except _GoUnary:
                 return await self._unary(req, deadline - self._clock())
             except StreamBroken as e:
                 if e.code == grpc.StatusCode.UNIMPLEMENTED:
@@ -313,12 +319,12 @@ class CallStream:
                 if batch and (not framed or len(batch) >= MAX_FRAME_CALLS or size >= MAX_FRAME_BYTES):
                     break
                 del self._outbox[call_id]
-                if self._needs is not None and self._needs(req) > version:
-                    self._fail((call_id,), _TooNew())  # its caller sends it as a unary call
+                req_size = req.ByteSize()
+                if req_size > MAX_STREAM_CALL_BYTES or (self._needs is not None and self._needs(req) > version):
+                    self._fail((call_id,), _GoUnary())  # its caller sends it as a unary call
                     continue
                 batch.append((call_id, req, max(1, int((deadline - now) * 1000))))
-                if framed:
-                    size += req.ByteSize()
+                size += req_size
             if not batch:
                 continue  # every caller gave up while the stream was opening
             ids = [b[0] for b in batch]

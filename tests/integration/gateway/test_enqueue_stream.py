@@ -13,7 +13,7 @@ import pytest
 
 from ratchet.aio import AsyncClient
 from ratchet.api.tasks.v1 import tasks_pb2
-from ratchet.client import Conflict, DeadlineExceeded, InvalidArgument, Unauthenticated
+from ratchet.client import Conflict, DeadlineExceeded, InvalidArgument, PayloadTooLarge, Unauthenticated
 from ratchet.libs.pg.cluster import free_port
 from ratchet.libs.rpc.callstream import STREAM_HEADER
 
@@ -250,3 +250,30 @@ async def test_sdk_sends_batches_unary_to_a_gateway_whose_stream_predates_them(e
         assert client._stream.stream_calls == 1  # the batch went as a unary EnqueueTasks
         with pytest.raises(InvalidArgument):
             await client.enqueue_batch([{"task_type": "no_such_type"}])
+
+
+async def test_an_oversized_request_fails_alone_and_leaves_the_stream_up(env):
+    """Over gRPC's 64 MiB message limit a request would end the whole stream (every call on it
+    ambiguous, itself retried as UNAVAILABLE): it goes as a unary call and fails
+    RESOURCE_EXHAUSTED, the error that says what to fix, while the stream carries on."""
+    async with AsyncClient(_endpoint(env), env.api_key) as client:
+        await client.enqueue("send")
+        huge = [{"task_type": "send", "payload": {"x": "a" * 200_000}}] * 400  # ~80 MB
+        results = await asyncio.gather(client.enqueue_batch(huge), client.enqueue("send", idempotency_key="beside"),
+                                       return_exceptions=True)
+        assert isinstance(results[0], PayloadTooLarge) and results[0].code == "RESOURCE_EXHAUSTED"
+        assert isinstance(results[1], str)  # the call beside it was not touched
+        assert client._stream.opened == 1 and client._stream.stream_calls == 2
+
+
+async def test_a_request_over_the_stream_limit_goes_unary(env, monkeypatch):
+    from ratchet.libs.rpc import callstream
+    monkeypatch.setattr(callstream, "MAX_STREAM_CALL_BYTES", 100_000)
+    async with AsyncClient(_endpoint(env), env.api_key) as client:
+        ok = await client.enqueue("send", {"x": "a" * 150_000})  # under the payload limit: enqueued, unary
+        assert ok and client._stream.stream_calls == 0
+        with pytest.raises(PayloadTooLarge) as e:  # over it: the gateway's own answer, naming the limit
+            await client.enqueue("send", {"x": "a" * 300_000})
+        assert e.value.http_status == 413 and "262144" in e.value.message.replace(",", "")
+        await client.enqueue("send")
+        assert client._stream.stream_calls == 1 and client._stream.opened == 1
