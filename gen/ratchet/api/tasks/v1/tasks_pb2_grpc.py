@@ -123,8 +123,10 @@ class TaskServiceServicer:
         `ratchet-call-stream` before any answer. A call the stream ended before
         answering may or may not have been committed: send it again with the
         same idempotency_key (if the gateway ended the stream cleanly, with OK,
-        it never started the calls it did not answer). gRPC only; over REST use
-        POST /v1/tasks or /v1/tasks:batch.
+        it never started the calls it did not answer). A message over the 64 MiB
+        message limit ends the stream (RESOURCE_EXHAUSTED) with every call on it:
+        send a request that large as a unary call (the SDK does so above 32 MiB).
+        gRPC only; over REST use POST /v1/tasks or /v1/tasks:batch.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
