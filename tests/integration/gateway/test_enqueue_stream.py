@@ -129,6 +129,8 @@ async def test_unary_mode_gives_the_same_answers(env):
         with pytest.raises(Conflict) as e:
             await client.enqueue("send", {"x": 1}, idempotency_key="unary-mode")
         assert e.value.task_id == task_id
+        ids = await client.enqueue_batch([{"task_type": "send"}, {"task_type": "send", "idempotency_key": "unary-mode"}])
+        assert len(ids) == 2 and ids[1] == task_id  # a unary EnqueueTasks, same answers
         assert client._stream.stream_calls == 0
 
 
