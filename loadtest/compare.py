@@ -93,7 +93,8 @@ METRICS = (
     ("drain", "drain, tasks/s (median over rounds)", True),
     ("drain_big", "drain of a 100k backlog, tasks/s (120 s window)", True),
     ("enqueue_capacity", "enqueue capacity, single calls, tasks/s (best producer count)", True),
-    ("enqueue_unary", "enqueue capacity, Ratchet's unary EnqueueTask (REST-like clients), 32 producers", True),
+    ("enqueue_unary", "enqueue capacity, Ratchet's unary gRPC EnqueueTask (no SDK), 32 producers", True),
+    ("enqueue_rest", "enqueue capacity, Ratchet's REST POST /v1/tasks (no SDK), 32 producers", True),
     ("enqueue_batch", "enqueue, batch calls of 100, tasks/s", True),
     ("enqueue_batch_1000", "enqueue, batch calls of 1,000, tasks/s", True),
     ("s2s_idle_p50", "schedule-to-start idle p50, ms", False),
@@ -117,8 +118,9 @@ def metric(cells: list[Cell], system: str, key: str) -> float | None:
         return big[0] if big else None
     if key == "enqueue_capacity":
         return best_rate(cells, system, "enqueue_single", by="producers")[0]
-    if key == "enqueue_unary":
-        found = [c.rate for c in cells_of(cells, system, "enqueue_single_unary") if c.rate]
+    if key in ("enqueue_unary", "enqueue_rest"):
+        workload = "enqueue_single_unary" if key == "enqueue_unary" else "enqueue_single_rest"
+        found = [c.rate for c in cells_of(cells, system, workload) if c.rate]
         return found[0] if found else None
     if key == "enqueue_batch":
         return median_rate(cells, system, "enqueue_batch", batch=100)[0]

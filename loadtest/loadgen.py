@@ -201,6 +201,38 @@ async def batches(gw: Gateway, batch: int, producers: int, total: int, *, keyed:
     return res
 
 
+def rest_enqueue(base_url: str, api_key: str, *, connections: int = 32):
+    """(send(n), close()) for POST {base_url}/v1/tasks over one aiohttp session: each task with
+    its own idempotency key (a REST client has no id minting; unique across every loop run with
+    this sender), any non-200 raised as RuntimeError with the status and body. For
+    closed_loop_fn / open_loop_fn."""
+    import itertools
+
+    import aiohttp
+
+    session: aiohttp.ClientSession | None = None
+    url = base_url.rstrip("/") + "/v1/tasks"
+    headers = {"Authorization": f"Bearer {api_key}", "Content-Type": "application/json"}
+    prefix = f"rest-{uuid.uuid4().hex[:12]}-"
+    keys = itertools.count()
+
+    async def send(n: int) -> None:
+        nonlocal session
+        if session is None:
+            session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=connections),
+                                            timeout=aiohttp.ClientTimeout(total=30))
+        body = to_json({"task_type": TASK_TYPE, "payload": {"n": n}, "idempotency_key": f"{prefix}{next(keys)}"})
+        async with session.post(url, data=body, headers=headers) as r:
+            text = await r.text()
+            if r.status != 200:
+                raise RuntimeError(f"HTTP {r.status}: {text[:200]}")
+
+    async def close() -> None:
+        if session is not None:
+            await session.close()
+    return send, close
+
+
 # -- the same loops over any system's enqueue call (peers, issue 5) ------------
 # `send(n)` enqueues task number n and returns when the system acknowledged it;
 # any exception counts as an error under its class name.

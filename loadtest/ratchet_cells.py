@@ -7,6 +7,7 @@ Order (each cell leaves the state the next one needs):
   enqueue_single          closed loop, N concurrent producers, one task per call (SDK AsyncClient:
                           calls on its enqueue stream)
   enqueue_single_unary    the same over unary EnqueueTask, 32 producers
+  enqueue_single_rest     the same over REST POST /v1/tasks (idempotency keys), 32 producers
   enqueue_ack_open_loop   Poisson arrivals at 50 % and 75 % (full: also 25 %) of the best enqueue_single rate
   enqueue_batch           100 and 1,000 tasks per call
   drain                   host agent started on the whole backlog; first start -> last finish
@@ -209,8 +210,8 @@ async def cell_enqueue_single(b: Bench, producers: int, seconds: float) -> float
 
 
 async def cell_enqueue_single_unary(b: Bench, producers: int, seconds: float) -> None:
-    """Closed-loop capacity over unary EnqueueTask (what a REST or plain-gRPC client pays),
-    next to enqueue_single's SDK stream."""
+    """Closed-loop capacity over unary EnqueueTask (what a plain gRPC client pays, one call per
+    task), next to enqueue_single's SDK stream."""
     ep = b.pt.endpoints
     gw = loadgen.Gateway(ep["grpc"], ep["api_key"], stream=False)
     try:
@@ -219,6 +220,20 @@ async def cell_enqueue_single_unary(b: Bench, producers: int, seconds: float) ->
     finally:
         await gw.close()
     b.run.record(_load_cell(b, "enqueue_single_unary", {"producers": producers}, res, d, cpu_ms, wall))
+
+
+async def cell_enqueue_single_rest(b: Bench, producers: int, seconds: float) -> None:
+    """Closed-loop capacity over REST (POST /v1/tasks, JSON, an idempotency key per request as a
+    client without the SDK would send; aiohttp, keep-alive): what a client in another
+    language pays."""
+    ep = b.pt.endpoints
+    send, close = loadgen.rest_enqueue(ep["rest"], ep["api_key"], connections=producers)
+    try:
+        await loadgen.closed_loop_fn(send, 4, 1.0)  # connect outside the measurement
+        res, d, cpu_ms, wall = await b.measure(lambda: loadgen.closed_loop_fn(send, producers, seconds))
+    finally:
+        await close()
+    b.run.record(_load_cell(b, "enqueue_single_rest", {"producers": producers}, res, d, cpu_ms, wall))
 
 
 async def cell_open_loop(b: Bench, capacity: float, fraction: float, seconds: float) -> None:
@@ -258,6 +273,8 @@ async def run_cells(b: Bench) -> None:
     capacity = max(rates)
     await guarded(b, "enqueue_single_unary", {"producers": 32},
                   lambda: cell_enqueue_single_unary(b, 32, run.seconds))
+    await guarded(b, "enqueue_single_rest", {"producers": 32},
+                  lambda: cell_enqueue_single_rest(b, 32, run.seconds))
     if capacity > 0:
         for frac in ((0.5, 0.75) if quick else (0.25, 0.5, 0.75)):  # quick: both bars' loads
             await guarded(b, "enqueue_ack_open_loop", {"fraction": frac},

@@ -118,6 +118,18 @@ def test_batch_bars_compare_calls_of_the_same_size():
     assert "1.50× ▲" in row
 
 
+def test_no_sdk_rows_show_ratchets_unary_and_rest_capacity():
+    cells = _run() + [cell("ratchet", "enqueue_single_unary", 2400, producers=32),
+                      cell("ratchet", "enqueue_single_rest", 3400, producers=32)]
+    table = compare.comparison_table(cells)
+    rest = next(line for line in table if "REST POST /v1/tasks" in line)
+    unary = next(line for line in table if "unary gRPC EnqueueTask" in line)
+    assert "| 3,400 |" in rest and "| 2,400 |" in unary
+    # The bar compares the SDK's single calls only (enqueue_single).
+    bars = {b["bar"]: b for b in compare.issue5_bar(cells)}
+    assert "900 vs" in bars["enqueue capacity, single calls ahead of every Postgres-backed peer"]["measured"]
+
+
 def test_bar_not_measured_without_cells():
     assert {b["verdict"] for b in compare.issue5_bar([])} == {"NOT MEASURED"}
 
