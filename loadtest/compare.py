@@ -109,6 +109,10 @@ METRICS = (
 )
 
 
+# Ratchet's enqueue cells for clients without the SDK: metric key -> workload.
+_NO_SDK_CELLS = {"enqueue_unary": "enqueue_single_unary", "enqueue_rest": "enqueue_single_rest"}
+
+
 def metric(cells: list[Cell], system: str, key: str) -> float | None:
     """One figure of one system, as the comparison table shows it."""
     if key == "drain":
@@ -118,9 +122,8 @@ def metric(cells: list[Cell], system: str, key: str) -> float | None:
         return big[0] if big else None
     if key == "enqueue_capacity":
         return best_rate(cells, system, "enqueue_single", by="producers")[0]
-    if key in ("enqueue_unary", "enqueue_rest"):
-        workload = "enqueue_single_unary" if key == "enqueue_unary" else "enqueue_single_rest"
-        found = [c.rate for c in cells_of(cells, system, workload) if c.rate]
+    if key in _NO_SDK_CELLS:
+        found = [c.rate for c in cells_of(cells, system, _NO_SDK_CELLS[key]) if c.rate]
         return found[0] if found else None
     if key == "enqueue_batch":
         return median_rate(cells, system, "enqueue_batch", batch=100)[0]

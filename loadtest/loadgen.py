@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import dataclasses
+import itertools
 import random
 import time
 import uuid
@@ -206,8 +207,6 @@ def rest_enqueue(base_url: str, api_key: str, *, connections: int = 32):
     its own idempotency key (a REST client has no id minting; unique across every loop run with
     this sender), any non-200 raised as RuntimeError with the status and body. For
     closed_loop_fn / open_loop_fn."""
-    import itertools
-
     import aiohttp
 
     session: aiohttp.ClientSession | None = None

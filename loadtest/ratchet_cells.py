@@ -264,7 +264,8 @@ async def run_cells(b: Bench) -> None:
     run, quick = b.run, b.run.quick
     run.say(f"warm-up task succeeded in {await warmup(b):.2f}s")
     await guarded(b, "idle", {}, lambda: cell_idle(b, 5.0 if quick else 15.0))
-    await guarded(b, "schedule_to_start_idle", {}, lambda: cell_schedule_to_start(b, sizes.S2S_SAMPLES_QUICK if quick else sizes.S2S_SAMPLES_FULL))
+    samples = sizes.S2S_SAMPLES_QUICK if quick else sizes.S2S_SAMPLES_FULL
+    await guarded(b, "schedule_to_start_idle", {}, lambda: cell_schedule_to_start(b, samples))
     await b.pt.stop_hostagent()
     rates = []
     for p in ((8, 32) if quick else (1, 8, 32)):

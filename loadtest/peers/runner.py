@@ -40,12 +40,12 @@ def plan(quick: bool, seconds: float, drain_tasks: int | None) -> Plan:
     if quick:
         return Plan(producers=(32,), enqueue_s=min(seconds, 5.0), open_loop_fractions=(),
                     batch_total=sizes.BATCH_TOTAL_QUICK, drain_backlog=drain_tasks or 10_000, drain_limit_s=20.0,
-                    preload_limit_s=20.0, s2s_samples=sizes.PEER_S2S_SAMPLES_QUICK, load_s=0.0, timer_tasks=0, timer_window_s=0.0,
-                    recovery_tasks=0, recovery_limit_s=0.0)
+                    preload_limit_s=20.0, s2s_samples=sizes.PEER_S2S_SAMPLES_QUICK, load_s=0.0, timer_tasks=0,
+                    timer_window_s=0.0, recovery_tasks=0, recovery_limit_s=0.0)
     return Plan(producers=(1, 8, 32), enqueue_s=seconds, open_loop_fractions=(0.25, 0.5, 0.75),
                 batch_total=sizes.BATCH_TOTAL_FULL, drain_backlog=drain_tasks or 10_000, drain_limit_s=60.0,
-                preload_limit_s=90.0, s2s_samples=sizes.PEER_S2S_SAMPLES_FULL, load_s=15.0, timer_tasks=10_000, timer_window_s=60.0,
-                recovery_tasks=16, recovery_limit_s=75.0)
+                preload_limit_s=90.0, s2s_samples=sizes.PEER_S2S_SAMPLES_FULL, load_s=15.0, timer_tasks=10_000,
+                timer_window_s=60.0, recovery_tasks=16, recovery_limit_s=75.0)
 
 
 async def peer_turn(run, peer_cls, round_no: int, p: Plan, *, big_drain: int = 0) -> None:

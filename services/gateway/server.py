@@ -11,6 +11,7 @@ import grpc
 from aiohttp import web
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message_factory
+from google.protobuf.message import Message
 
 from ratchet.libs.pg import migrate
 from ratchet.libs.pg.pool import create_pool
@@ -58,7 +59,7 @@ def _error_of(exc: BaseException, method: str) -> errors.GatewayError:
     own per-call timeout."""
     if isinstance(exc, errors.GatewayError):
         return exc
-    return errors.DeadlineExceeded(f"{method} did not finish within the call's timeout; it may or may not "
+    return errors.DeadlineExceeded(f"the {method} call did not finish within its timeout; it may or may not "
                                    f"have taken effect: retry it with the same idempotency_key or task_id")
 
 
@@ -87,18 +88,15 @@ def _call_stream(routes: list[tuple[str, handlers.Handler, str]], m: _descriptor
     def timeout_of(call) -> float:
         return min(rpc_timeout_s, call.timeout_ms / 1000) if call.timeout_ms else rpc_timeout_s
 
-    async def handle(call, metadata):
-        field, fn, _ = route(call)
-        limit = timeout_of(call)
-        try:
-            async with asyncio.timeout(limit):
-                return await handlers.invoke(fn, getattr(call, field), handlers.Call(metadata, limit))
-        except TimeoutError:
-            raise _error_of(TimeoutError(), fn.__name__) from None
+    async def handle(call, metadata) -> tuple[str, Message]:
+        """(answer field, response) of the call."""
+        field, fn, out = route(call)
+        return out, await handlers.invoke(fn, getattr(call, field), handlers.Call(metadata, timeout_of(call)))
 
-    def answer(call, response, err: errors.GatewayError | None):
+    def answer(call, result: tuple[str, Message] | None, err: errors.GatewayError | None):
         if err is None:
-            return answer_cls(call_id=call.call_id, **{route(call)[2]: response})
+            out, response = result
+            return answer_cls(call_id=call.call_id, **{out: response})
         if err.http_status >= 500:
             log.warning("%s call -> %s: %s", m.name, err.code.name, err.message)
         return answer_cls(call_id=call.call_id, error={
@@ -111,7 +109,7 @@ def _call_stream(routes: list[tuple[str, handlers.Handler, str]], m: _descriptor
         await context.send_initial_metadata(((callstream.STREAM_HEADER, str(callstream.PROTOCOL)),))
         async for reply in callstream.serve(
                 request_iterator, lambda call: handle(call, metadata),
-                answer, lambda call: None, m.name, stopping, _error_of, calls_of=lambda msg: msg.calls,
+                answer, timeout_of, m.name, stopping, _error_of, calls_of=lambda msg: msg.calls,
                 frame=lambda answers: response_cls(answers=answers)):
             yield reply
     return stream

@@ -3,8 +3,9 @@ them, and record every operation as invoke / ok / fail / info.
 
 Mix: immediate, delayed, retried (flaky), failing, fatal, crashing, cancelled
 and idempotent (a keyed request sent again) enqueues, small batches (keyed, or
-plain: no keys, one type, no options), reads and cancels. Each logical request has an op id carried in its payload, which is
-how the checker finds the task of an ambiguous enqueue. An error that proves
+plain: no keys, one type, no options), reads and cancels. Each logical request
+has an op id carried in its payload, which is how the checker finds the task
+of an ambiguous enqueue. An error that proves
 nothing happened (invalid, not found, conflict) is `fail`; a timeout or an
 unavailable platform is `info` (ambiguous), and an ambiguous keyed enqueue is
 retried later with the same key and request.

@@ -13,7 +13,8 @@ import pytest
 
 from ratchet.aio import AsyncClient
 from ratchet.api.tasks.v1 import tasks_pb2
-from ratchet.client import Conflict, DeadlineExceeded, InvalidArgument, PayloadTooLarge, Unauthenticated
+from ratchet.client import Conflict, DeadlineExceeded, InvalidArgument, PayloadTooLarge, Unauthenticated, \
+    batch_request
 from ratchet.libs.pg.cluster import free_port
 from ratchet.libs.rpc.callstream import STREAM_HEADER
 
@@ -229,7 +230,6 @@ async def test_sdk_batches_go_on_the_stream_and_are_deduplicated_on_resend(env):
         assert len(set(ids)) == 5 and one not in ids
         assert client._stream.opened == 1 and client._stream.stream_calls == 2
         # A prepared request resent (what the client's own retries do) names the same tasks.
-        from ratchet.client import batch_request
         req = batch_request(tasks)
         first = await client.send_enqueue_batch(req)
         again = await client.send_enqueue_batch(req)
