@@ -175,10 +175,28 @@ async def open_loop(gw: Gateway, rate: float, seconds: float, *, seed: int = 1, 
     return res
 
 
-async def batches(gw: Gateway, batch: int, producers: int, total: int, *, keyed: bool = True) -> LoadResult:
-    """Enqueue `total` tasks in calls of `batch` from `producers` concurrent callers."""
+def _calls(batch: int, total: int, seconds: float | None):
+    """Call numbers for the batch loops, shared by their producers: every call of `total`
+    tasks, or, with `seconds`, those started within that long of the first (a time-bounded
+    cell: at 100k+ tasks/s a fixed count is a fraction of a second of calls, too short for
+    one run to settle a rate)."""
+    n = (total + batch - 1) // batch
+    if seconds is None:
+        yield from range(n)
+        return
+    end = time.monotonic() + seconds
+    for i in range(n):
+        if time.monotonic() >= end:
+            return
+        yield i
+
+
+async def batches(gw: Gateway, batch: int, producers: int, total: int, *, keyed: bool = True,
+                  seconds: float | None = None) -> LoadResult:
+    """Enqueue `total` tasks in calls of `batch` from `producers` concurrent callers; with
+    `seconds`, no call starts after that long (`total` is then a cap)."""
     res = LoadResult()
-    calls = iter(range((total + batch - 1) // batch))
+    calls = _calls(batch, total, seconds)
 
     async def producer() -> None:
         for i in calls:
@@ -296,10 +314,12 @@ async def open_loop_fn(send, rate: float, seconds: float, *, seed: int = 1, max_
     return res
 
 
-async def batches_fn(send_batch, batch: int, producers: int, total: int) -> LoadResult:
-    """`total` tasks in calls of `send_batch(first_n, size)` from `producers` concurrent callers."""
+async def batches_fn(send_batch, batch: int, producers: int, total: int, *,
+                     seconds: float | None = None) -> LoadResult:
+    """`total` tasks in calls of `send_batch(first_n, size)` from `producers` concurrent callers;
+    with `seconds`, no call starts after that long (`total` is then a cap)."""
     res = LoadResult()
-    calls = iter(range((total + batch - 1) // batch))
+    calls = _calls(batch, total, seconds)
 
     async def producer() -> None:
         for i in calls:

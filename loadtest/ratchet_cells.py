@@ -9,10 +9,12 @@ Order (each cell leaves the state the next one needs):
   enqueue_single_unary    the same over unary EnqueueTask, 32 producers
   enqueue_single_rest     the same over REST POST /v1/tasks (idempotency keys), 32 producers
   enqueue_ack_open_loop   Poisson arrivals at 50 % and 75 % (full: also 25 %) of the best enqueue_single rate
-  enqueue_batch           100 and 1,000 tasks per call
   drain                   host agent started on the whole backlog; first start -> last finish
   drain_profiled          a second backlog drained under py-spy (ratchet_profiles.py)
   enqueue_profiled        closed-loop enqueue under py-spy and pg_stat_statements
+  (full mode: ratchet_extra.round1_extras)
+  enqueue_batch           100 and 1,000 tasks per call, each for a time (sizes.BATCH_SECONDS_*),
+                          host agent stopped; last, as the 100k+ tasks they leave are nobody's backlog
 """
 
 from __future__ import annotations
@@ -248,13 +250,15 @@ async def cell_open_loop(b: Bench, capacity: float, fraction: float, seconds: fl
     b.run.record(c)
 
 
-async def cell_enqueue_batch(b: Bench, batch: int, producers: int, total: int) -> None:
+async def cell_enqueue_batch(b: Bench, batch: int, producers: int, seconds: float, cap: int) -> None:
     # One call per producer first, not measured, as for every peer (peers/cells.enqueue_batch):
-    # the quick cell is ~0.2 s, and a first call's connection and statement set-up is not a rate.
+    # a first call's connection and statement set-up is not a rate.
     await loadgen.batches(b.gw, batch, producers, batch * producers)
-    res, d, cpu_ms, wall = await b.measure(lambda: loadgen.batches(b.gw, batch, producers, total))
+    res, d, cpu_ms, wall = await b.measure(lambda: loadgen.batches(b.gw, batch, producers, cap, seconds=seconds))
     c = _load_cell(b, "enqueue_batch", {"batch": batch, "producers": producers}, res, d, cpu_ms, wall)
-    c.notes = (c.notes + "; " if c.notes else "") + "latency is per call; after one unmeasured call per producer"
+    c.extra.update({"seconds": seconds, "cap": cap})
+    c.notes = ((c.notes + "; " if c.notes else "") + f"calls started for {seconds:g} s (at most {cap} tasks); "
+               "latency is per call; after one unmeasured call per producer")
     b.run.record(c)
 
 
@@ -280,9 +284,6 @@ async def run_cells(b: Bench) -> None:
         for frac in ((0.5, 0.75) if quick else (0.25, 0.5, 0.75)):  # quick: both bars' loads
             await guarded(b, "enqueue_ack_open_loop", {"fraction": frac},
                           lambda frac=frac: cell_open_loop(b, capacity, frac, run.seconds + 3))
-    total = sizes.BATCH_TOTAL_QUICK if quick else sizes.BATCH_TOTAL_FULL
-    await guarded(b, "enqueue_batch", {"batch": 100}, lambda: cell_enqueue_batch(b, 100, 4, total))
-    await guarded(b, "enqueue_batch", {"batch": 1000}, lambda: cell_enqueue_batch(b, 1000, 2, total))
     min_backlog = run.args.drain_tasks or 10_000
     drain_rate = await guarded(b, "drain", {}, lambda: ratchet_drain.cell_drain(
         b, min_backlog, limit_s=40 if quick else 600))
@@ -294,6 +295,13 @@ async def run_cells(b: Bench) -> None:
     if not quick:
         from loadtest import ratchet_extra
         await ratchet_extra.round1_extras(b, min(drain_rate or 0.0, capacity or 0.0))
+    # Last: a time-bounded batch cell leaves 100k+ tasks behind, which no cell after it should
+    # drain or step over (the peers' turns do the same: peers/runner._cells).
+    await b.pt.stop_hostagent()  # (the drains may leave it running: no task runs beside the calls)
+    seconds, cap = (sizes.BATCH_SECONDS_QUICK, sizes.BATCH_CAP_QUICK) if quick else \
+        (sizes.BATCH_SECONDS_FULL, sizes.BATCH_CAP_FULL)
+    await guarded(b, "enqueue_batch", {"batch": 100}, lambda: cell_enqueue_batch(b, 100, 4, seconds, cap))
+    await guarded(b, "enqueue_batch", {"batch": 1000}, lambda: cell_enqueue_batch(b, 1000, 2, seconds, cap))
 
 
 async def run_all(run) -> None:

@@ -5,8 +5,9 @@ Order within one peer's turn (each cell leaves what the next needs):
   (worker stopped: what is enqueued from here on waits as the drain's backlog)
   enqueue_single           closed loop, 1/8/32 producers, the peer's single-enqueue call
   enqueue_ack_open_loop    Poisson arrivals at 25/50/75 % of the best single rate (round 1)
-  enqueue_batch            the peer's batch call, when it has one
   drain                    backlog topped up, worker started; first progress -> empty
+  enqueue_batch            the peer's batch call, when it has one, for a time (worker stopped)
+  (round 1: a fresh database for the cells below, as the drain and the batch cells leave tasks)
   schedule_to_start_load   probes among a stream at 50 % of the drain rate (round 1)
   timer_lateness           N tasks due over a window; handler start - due time (round 1)
   recovery                 sleeping tasks in flight, worker SIGKILLed, a new one started (round 1)
@@ -123,12 +124,15 @@ async def open_loop(b: PeerBench, capacity: float, fraction: float, seconds: flo
     b.record(c)
 
 
-async def enqueue_batch(b: PeerBench, batch: int, producers: int, total: int) -> float:
+async def enqueue_batch(b: PeerBench, batch: int, producers: int, seconds: float, cap: int) -> float:
     # One call per producer first, not measured, as for Ratchet (ratchet_cells.cell_enqueue_batch).
     await loadgen.batches_fn(b.peer.send_batch, batch, producers, batch * producers)
-    res, d, cpu_ms, _ = await b.measure(lambda: loadgen.batches_fn(b.peer.send_batch, batch, producers, total))
+    res, d, cpu_ms, _ = await b.measure(lambda: loadgen.batches_fn(b.peer.send_batch, batch, producers, cap,
+                                                                   seconds=seconds))
     c = _load_cell(b, "enqueue_batch", b.params(batch=batch, producers=producers), res, d, cpu_ms)
-    c.notes = (c.notes + "; " if c.notes else "") + "latency is per call; after one unmeasured call per producer"
+    c.extra.update({"seconds": seconds, "cap": cap})
+    c.notes = ((c.notes + "; " if c.notes else "") + f"calls started for {seconds:g} s (at most {cap} tasks); "
+               "latency is per call; after one unmeasured call per producer")
     b.record(c)
     return res.rate
 

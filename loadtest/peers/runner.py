@@ -22,7 +22,8 @@ class Plan:
     producers: tuple[int, ...]
     enqueue_s: float
     open_loop_fractions: tuple[float, ...]
-    batch_total: int
+    batch_seconds: float
+    batch_cap: int
     drain_backlog: int
     drain_limit_s: float
     preload_limit_s: float
@@ -39,11 +40,13 @@ def plan(quick: bool, seconds: float, drain_tasks: int | None) -> Plan:
     peer (DBOS's 1 s poll makes its 100 idle samples ~100 s)."""
     if quick:
         return Plan(producers=(32,), enqueue_s=min(seconds, 5.0), open_loop_fractions=(),
-                    batch_total=sizes.BATCH_TOTAL_QUICK, drain_backlog=drain_tasks or 10_000, drain_limit_s=20.0,
+                    batch_seconds=sizes.BATCH_SECONDS_QUICK,
+                    batch_cap=sizes.BATCH_CAP_QUICK, drain_backlog=drain_tasks or 10_000, drain_limit_s=20.0,
                     preload_limit_s=20.0, s2s_samples=sizes.PEER_S2S_SAMPLES_QUICK, load_s=0.0, timer_tasks=0,
                     timer_window_s=0.0, recovery_tasks=0, recovery_limit_s=0.0)
     return Plan(producers=(1, 8, 32), enqueue_s=seconds, open_loop_fractions=(0.25, 0.5, 0.75),
-                batch_total=sizes.BATCH_TOTAL_FULL, drain_backlog=drain_tasks or 10_000, drain_limit_s=60.0,
+                batch_seconds=sizes.BATCH_SECONDS_FULL,
+                batch_cap=sizes.BATCH_CAP_FULL, drain_backlog=drain_tasks or 10_000, drain_limit_s=60.0,
                 preload_limit_s=90.0, s2s_samples=sizes.PEER_S2S_SAMPLES_FULL, load_s=15.0, timer_tasks=10_000,
                 timer_window_s=60.0, recovery_tasks=16, recovery_limit_s=75.0)
 
@@ -101,17 +104,20 @@ async def _cells(b: PeerBench, p: Plan, first: bool, big_drain: int) -> None:
         for frac in p.open_loop_fractions:
             await b.guarded("enqueue_ack_open_loop", b.params(fraction=frac),
                             lambda frac=frac: cells.open_loop(b, capacity, frac, p.enqueue_s + 3))
-    batch_rate = 0.0
-    if peer.supports_batch:
-        batch_rate = await b.guarded("enqueue_batch", b.params(batch=100),
-                                     lambda: cells.enqueue_batch(b, 100, 4, p.batch_total)) or 0.0
-        if first:  # as Ratchet's round-1 cells: calls of 1,000 from 2 producers
-            await b.guarded("enqueue_batch", b.params(batch=1000),
-                            lambda: cells.enqueue_batch(b, 1000, 2, p.batch_total))
     drain_rate = await b.guarded("drain", b.params(), lambda: cells.drain(
         b, p.drain_backlog, p.drain_limit_s, p.preload_limit_s))
     if first and big_drain:
         await b.guarded("drain", b.params(), lambda: cells.drain(b, big_drain, 120.0, 180.0))
+    # After the drains, as in Ratchet's turn: the time-bounded batch cells leave 100k+ tasks,
+    # which would otherwise be the drain's backlog (bigger for a faster enqueuer).
+    batch_rate = 0.0
+    if peer.supports_batch:
+        peer.stop_worker()
+        batch_rate = await b.guarded("enqueue_batch", b.params(batch=100), lambda: cells.enqueue_batch(
+            b, 100, 4, p.batch_seconds, p.batch_cap)) or 0.0
+        if first:  # as Ratchet's round-1 cells: calls of 1,000 from 2 producers
+            await b.guarded("enqueue_batch", b.params(batch=1000), lambda: cells.enqueue_batch(
+                b, 1000, 2, p.batch_seconds, p.batch_cap))
     if not first:
         return
     # A drain window may leave a backlog; the latency cells need an empty queue: start afresh.
