@@ -31,6 +31,11 @@ class DispatcherConfig:
     host: str = field("127.0.0.1", doc="address the gRPC server binds")
     grpc_port: int = field(0, doc="gRPC port; 0 picks a free port (logged at start-up)")
     timer_interval_s: float = field(0.25, doc="seconds between FireTimers calls per shard when idle (default 0.25)")
+    fallback_tick_live_s: float = field(
+        1.0, doc="seconds between fallback wake-ups of parked polls while the ready-event stream from history "
+                 "is live (default 1; every 0.25 s while it is not). Set 0.25 when tasks reach these shards "
+                 "through history processes other than history_target: their enqueues send this dispatcher "
+                 "no event")
     lease_duration_s: float = field(30.0, doc="seconds a lease lasts before it must be extended (default 30)")
     poll_max_wait_s: float = field(20.0, doc="seconds a poll waits for work when the request sets no max_wait "
                                              "(default 20, at most 60)")
@@ -50,7 +55,8 @@ class DispatcherConfig:
         object.__setattr__(self, "host_token_sha256", _check_hashes(self.host_token_sha256))
         if not 0 <= self.grpc_port <= 65535:
             raise ConfigError(f"config field 'grpc_port' must be 0..65535, got {self.grpc_port}")
-        for name in ("timer_interval_s", "lease_duration_s", "poll_max_wait_s", "rpc_timeout_s"):
+        for name in ("timer_interval_s", "fallback_tick_live_s", "lease_duration_s", "poll_max_wait_s",
+                     "rpc_timeout_s"):
             if not getattr(self, name) > 0:
                 raise ConfigError(f"config field {name!r} must be > 0 seconds, got {getattr(self, name)!r}")
         if not (self.dsn or "").strip():

@@ -82,7 +82,8 @@ class DispatcherServer:
                                 self.clock, self.book)
         self.watch = WatchLoop(self.history, config.shard_ids, self._ready, self.clock)
         self.lot.on_demand = self.watch.demand  # ready events only while polls wait
-        self.tick = FallbackTick(config.shard_ids, self.lot.signal, self.clock)
+        self.tick = FallbackTick(config.shard_ids, self.lot.signal, self.clock,
+                                 live_tick_s=config.fallback_tick_live_s, live=lambda: self.watch.live)
         self.breaker_loop = BreakerLoop(self.breakers, self.clock)
         self._pool = None
         self._stopped = False

@@ -102,17 +102,22 @@ async def _claim_capped(conn, store: Store, caps: dict[TypeKey, int], max_tasks:
 async def lease_tasks(conn: asyncpg.Connection, store: Store, *, worker_id: str, max_tasks: int,
                       app_ids: Sequence[str], cursor: str, lease_s: float,
                       type_limits: Sequence[tuple[TypeKey, int]] = ()) -> LeaseOut:
-    """Lease up to max_tasks ready tasks in one transaction, honouring per-type limits."""
+    """Lease up to max_tasks ready tasks, honouring per-type limits.
+
+    The picks are reads without locks, each statement on its own snapshot (READ COMMITTED),
+    so they run before the transaction: the lease UPDATE re-checks every picked row, alone
+    in it. When nothing is ready (an idle shard, asked on every wake-up of a parked poll)
+    there is no transaction at all: no BEGIN and COMMIT round trips around an empty answer."""
     paused, caps = split_limits(type_limits)
     excluded = paused + list(caps)
+    capped = await _claim_capped(conn, store, caps, max_tasks, app_ids)
+    room = max_tasks - len(capped)
+    tenants = await ready_tenants(conn, store, cursor, app_ids, room, excluded) if room > 0 else []
+    claimed = await claim_fair(conn, store, tenants, room, app_ids, excluded, capped) if tenants else {}
+    ids = capped + [tid for t in tenants for tid in claimed[t]]
+    if not ids:
+        return LeaseOut([], cursor, False)
     async with conn.transaction():
-        capped = await _claim_capped(conn, store, caps, max_tasks, app_ids)
-        room = max_tasks - len(capped)
-        tenants = await ready_tenants(conn, store, cursor, app_ids, room, excluded) if room > 0 else []
-        claimed = await claim_fair(conn, store, tenants, room, app_ids, excluded, capped) if tenants else {}
-        ids = capped + [tid for t in tenants for tid in claimed[t]]
-        if not ids:
-            return LeaseOut([], cursor, False)
         rows = await store.task_lease_batch(conn, ids, worker_id, lease_s)
         await gates.reach("history.lease.before_commit")  # fault tests: leased, not committed
     order = {tid: i for i, tid in enumerate(ids)}

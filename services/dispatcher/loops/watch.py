@@ -56,6 +56,9 @@ class WatchLoop:
         self._idle_since = -float("inf")
         self._changed = asyncio.Event()
         self.wanted_sent: list[bool] = []  # what this loop told history, in order (tests)
+        # An event arrived on the open stream: history is reachable and publishing to us
+        # (the fallback tick slows down). Cleared when the stream ends, for any reason.
+        self.live = False
 
     def demand(self, waiting: bool) -> None:
         """The parking lot's signal: polls are waiting (True) or the last one left (False)."""
@@ -101,10 +104,14 @@ class WatchLoop:
             events = 0
             opened = self._clock.monotonic()
             try:
-                async for shard in self._events():
-                    events += 1
-                    if shard in owned:
-                        self._on_ready(shard)
+                try:
+                    async for shard in self._events():
+                        events += 1
+                        self.live = True
+                        if shard in owned:
+                            self._on_ready(shard)
+                finally:
+                    self.live = False
                 error = None
             except DispatcherError as err:
                 error = err

@@ -181,14 +181,16 @@ class Store:
 
     async def task_claim_ready(self, conn, quotas: dict[str, int], app_ids: Sequence[str],
                                exclude: Sequence[str], excluded: Sequence[TypeKey] = ()) -> list[tuple[str, str]]:
-        """Lock ready rows per tenant (not of the excluded types); returns [(task_id, tenant_id)]."""
+        """Pick ready rows per tenant (not of the excluded types), without locking them; returns
+        [(task_id, tenant_id)]."""
         recs = await self._run(conn, "task_claim_ready", list(quotas), list(quotas.values()), list(app_ids),
                                _uuids(exclude), *_triples(excluded))
         return [(str(r["task_id"]), r["tenant_id"]) for r in recs]
 
     async def task_claim_capped(self, conn, caps: dict[TypeKey, int], app_ids: Sequence[str],
                                 exclude: Sequence[str]) -> list[tuple[str, TypeKey]]:
-        """Lock up to caps[type] ready rows of each capped type; returns [(task_id, type key)]."""
+        """Pick up to caps[type] ready rows of each capped type, without locking them; returns
+        [(task_id, type key)]."""
         keys = list(caps)
         recs = await self._run(conn, "task_claim_capped", *_triples(keys), [caps[k] for k in keys], list(app_ids),
                                _uuids(exclude))

@@ -171,3 +171,15 @@ async def test_an_idle_parked_poll_gets_a_new_task_fast(real):
         assert [t.task_id for t in tasks] == [task_id]
     lags.sort()
     assert lags[2] < 0.1, f"schedule-to-start samples (s): {lags}"
+
+
+async def test_with_the_event_stream_live_the_fallback_tick_slows_to_a_second(real):
+    # A parked poll makes the stream wanted; history answers with every shard at once,
+    # so the stream is live and the tick (one LeaseTasks per shard per wake-up) slows down.
+    pending = asyncio.ensure_future(poll(real.dispatch, capacity=1, max_wait=1))
+    deadline = time.monotonic() + 5
+    while not real.server.watch.live and time.monotonic() < deadline:
+        await asyncio.sleep(0.02)
+    assert real.server.watch.live, "no ready event arrived on the WatchReadyOnDemand stream"
+    assert real.server.tick.interval() == 1.0
+    assert await asyncio.wait_for(pending, 5) == []

@@ -1,0 +1,68 @@
+"""What an idle shard costs: the dispatcher asks every shard for due timers and, for each
+parked poll it wakes, for ready work, about four times a second. Neither answer may open a
+transaction when there is nothing to do; with work, the writes still run in one."""
+
+from __future__ import annotations
+
+import asyncio
+
+from ratchet.services.history.policy import duration
+
+from .helpers import unique
+
+
+def _spy(monkeypatch, store, prefix: str) -> list[tuple[str, bool]]:
+    """(statement name, ran inside a transaction) of every store statement named `prefix`...
+    from now on (the server's background loops run their own)."""
+    seen: list[tuple[str, bool]] = []
+    run = store._run
+
+    async def spy(conn, name, *args, **kw):
+        if name.startswith(prefix):
+            seen.append((name, conn.is_in_transaction()))
+        return await run(conn, name, *args, **kw)
+    monkeypatch.setattr(store, "_run", spy)
+    return seen
+
+
+async def test_fire_timers_with_nothing_due_is_one_read_and_a_due_timer_still_fires(make_hist, monkeypatch):
+    hist = await make_hist()
+    seen = _spy(monkeypatch, hist.server.store, "timer_")
+
+    r = await hist.fire()  # an empty shard
+    assert r.fired == 0 and not r.ready and not r.HasField("next_in")
+    assert seen == [("timer_next_in", False)]
+
+    tenant = unique("t")
+    later = await hist.create_one(tenant, delay=duration(60))
+    soon = await hist.create_one(tenant, delay=duration(0.3))
+    seen.clear()
+    r = await hist.fire()  # nothing due yet: the answer says when
+    assert r.fired == 0 and 0 < r.next_in.ToNanoseconds() / 1e9 <= 0.3
+    assert seen == [("timer_next_in", False)]
+
+    await asyncio.sleep(0.4)
+    seen.clear()
+    r = await hist.fire()
+    assert r.fired == 1 and r.ready
+    assert 55 < r.next_in.ToNanoseconds() / 1e9 <= 60  # the 60 s delay is next
+    assert seen[0] == ("timer_next_in", False)
+    assert ("timer_claim_due", True) in seen and seen[-1] == ("timer_next_in", True)
+    assert await hist.state(soon, tenant) == "ENQUEUED" and set(await hist.timers(later)) == {"delay"}
+
+
+async def test_lease_with_nothing_ready_opens_no_transaction_and_with_work_leases_in_one(make_hist, monkeypatch):
+    hist = await make_hist()
+    tenant, app = unique("t"), unique("app")
+    seen = _spy(monkeypatch, hist.server.store, "task_")
+
+    r = await hist.lease(app, cursor="some-tenant")  # with a cursor: two reads (after it, then wrapped)
+    assert not r.tasks and not r.more and r.next_tenant_cursor == "some-tenant"
+    assert seen == [("task_ready_tenants", False), ("task_ready_tenants", False)]
+
+    task_id = await hist.create_one(tenant, app)
+    seen.clear()
+    r = await hist.lease(app)
+    assert [t.task_id for t in r.tasks] == [task_id] and r.next_tenant_cursor == tenant
+    assert seen == [("task_ready_tenants", False), ("task_claim_ready", False), ("task_lease_batch", True)]
+    assert await hist.state(task_id, tenant) == "LEASED"
