@@ -33,7 +33,11 @@ def compiled(cron: str, timezone: str) -> tuple[CronExpr, object]:
 
 
 async def claim_due(store: Store, limit: int, grace_s: float) -> list[str]:
-    """Record the slots of up to `limit` due schedules; returns the ids that got one."""
+    """Record the slots of up to `limit` due schedules; returns the ids that got one. A read
+    outside any transaction first: when nothing is due (most ticks) that is all."""
+    async with store.read() as r:
+        if not await r.schedule_any_due():
+            return []
     async with store.tx() as tx:
         now = await tx.clock_read()
         rows = await tx.schedule_claim_due(now, limit)

@@ -39,8 +39,8 @@ class DeliverLoop:
             while True:
                 self._wake.clear()
                 try:
-                    async with self._store.tx() as tx:
-                        due = await tx.slot_due_schedules(self._batch)
+                    async with self._store.read() as r:  # (a read: no transaction)
+                        due = await r.slot_due_schedules(self._batch)
                 except errors.Unavailable as e:
                     log.warning("finding open slots failed: %s", e)
                     due = []

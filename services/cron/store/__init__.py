@@ -113,7 +113,8 @@ def _uuid(value: str) -> uuid.UUID | None:
 
 
 class Tx:
-    """The named queries, on one connection inside one transaction."""
+    """The named queries, on one connection inside one transaction (Store.tx), or outside any,
+    each statement on its own (Store.read: reads only)."""
 
     def __init__(self, conn: asyncpg.Connection, timeout: float, hooks: dict[str, Hook]):
         self.conn = conn
@@ -174,6 +175,9 @@ class Tx:
         rows = await self._fetch("schedule_list", tenant_id, app_id, created,
                                  uuid.UUID(sid) if sid else None, limit)
         return [ScheduleRow.of(r) for r in rows]
+
+    async def schedule_any_due(self) -> bool:
+        return (await self._row("schedule_any_due"))["due"]
 
     async def schedule_claim_due(self, now: dt.datetime, limit: int) -> list[ScheduleRow]:
         return [ScheduleRow.of(r) for r in await self._fetch("schedule_claim_due", now, limit)]
@@ -267,9 +271,25 @@ class Store:
     @contextlib.asynccontextmanager
     async def tx(self) -> AsyncIterator[Tx]:
         """One transaction; database trouble leaves as errors.Unavailable (rolled back)."""
+        async with self._conn(transaction=True) as tx:
+            yield tx
+
+    @contextlib.asynccontextmanager
+    async def read(self) -> AsyncIterator[Tx]:
+        """One connection, no transaction: for the loops' reads of what is due (no BEGIN and
+        COMMIT round trips around a read that finds nothing, several times a second)."""
+        async with self._conn(transaction=False) as tx:
+            yield tx
+
+    @contextlib.asynccontextmanager
+    async def _conn(self, *, transaction: bool) -> AsyncIterator[Tx]:
         try:
-            async with self.pool.acquire(timeout=self.timeout) as conn, conn.transaction():
-                yield Tx(conn, self.timeout, self.hooks)
+            async with self.pool.acquire(timeout=self.timeout) as conn:
+                if not transaction:
+                    yield Tx(conn, self.timeout, self.hooks)
+                    return
+                async with conn.transaction():
+                    yield Tx(conn, self.timeout, self.hooks)
         except _UNAVAILABLE as e:
             raise errors.Unavailable(f"cron database unavailable: {type(e).__name__}: {e}; retry shortly") from e
         except (TimeoutError, asyncpg.exceptions.QueryCanceledError) as e:

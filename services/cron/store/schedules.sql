@@ -50,6 +50,17 @@ ORDER BY s.next_fire_time
 LIMIT $2
 FOR UPDATE OF s SKIP LOCKED;
 
+-- name: schedule_any_due
+-- Whether schedule_claim_due would find a schedule now (its predicate,
+-- without the locks): read outside any transaction every tick, so an idle
+-- cron process opens none.
+SELECT EXISTS (
+    SELECT 1 FROM schedules s
+    WHERE s.state = 'ACTIVE' AND s.next_fire_time <= clock_timestamp()
+      AND NOT EXISTS (SELECT 1 FROM schedule_slots sl
+                      WHERE sl.schedule_id = s.schedule_id AND sl.state IN ('PENDING', 'SENDING'))
+) AS due;
+
 -- name: schedule_advance
 -- Compare-and-set on the occurrence that was due. A NULL next (the
 -- expression has no further occurrence) pauses the schedule.

@@ -259,3 +259,18 @@ async def test_prune_deletes_finished_slots_past_retention(cron, mesh, db):
     assert deleted >= 2
     assert all(r["finished_at"] is None or r["finished_at"] > dt.datetime.now(UTC) - dt.timedelta(days=1)
                for r in await slots(db, s.schedule_id))
+
+
+async def test_an_idle_fire_loop_only_reads_and_claims_once_a_schedule_is_due(cron, mesh, db):
+    # Every tick (200 ms) asks whether anything is due, outside any transaction; the claim
+    # (a transaction with FOR UPDATE SKIP LOCKED) runs only when the answer is yes.
+    seen: list[str] = []
+
+    async def record(name: str) -> None:
+        seen.append(name)
+    c = await cron(hooks={"schedule_any_due": record, "schedule_claim_due": record})
+    await wait_for(lambda: seen.count("schedule_any_due") >= 3, what="three idle ticks")
+    assert "schedule_claim_due" not in seen, seen
+    s = await create(c.stub, "* * * * * *")
+    await wait_for(lambda: _at_least(fired(db, s.schedule_id), 1), what="a recorded firing")
+    assert "schedule_claim_due" in seen
