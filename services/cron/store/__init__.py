@@ -285,10 +285,10 @@ class Store:
     async def _conn(self, *, transaction: bool) -> AsyncIterator[Tx]:
         try:
             async with self.pool.acquire(timeout=self.timeout) as conn:
-                if not transaction:
-                    yield Tx(conn, self.timeout, self.hooks)
-                    return
-                async with conn.transaction():
+                if transaction:
+                    async with conn.transaction():
+                        yield Tx(conn, self.timeout, self.hooks)
+                else:
                     yield Tx(conn, self.timeout, self.hooks)
         except _UNAVAILABLE as e:
             raise errors.Unavailable(f"cron database unavailable: {type(e).__name__}: {e}; retry shortly") from e

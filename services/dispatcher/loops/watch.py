@@ -104,14 +104,11 @@ class WatchLoop:
             events = 0
             opened = self._clock.monotonic()
             try:
-                try:
-                    async for shard in self._events():
-                        events += 1
-                        self.live = True
-                        if shard in owned:
-                            self._on_ready(shard)
-                finally:
-                    self.live = False
+                async for shard in self._events():
+                    events += 1
+                    self.live = True
+                    if shard in owned:
+                        self._on_ready(shard)
                 error = None
             except DispatcherError as err:
                 error = err
@@ -120,6 +117,8 @@ class WatchLoop:
                     self.on_demand_supported = False
                     self.connects -= 1  # a probe of the RPC, not a stream that ran
                     continue
+            finally:
+                self.live = False  # the stream is over, however it ended
             healthy = events or self._clock.monotonic() - opened >= HEALTHY_STREAM_S
             failures = 0 if healthy else failures + 1
             if error is not None and failures:

@@ -4,11 +4,9 @@ transaction when there is nothing to do; with work, the writes still run in one.
 
 from __future__ import annotations
 
-import asyncio
-
 from ratchet.services.history.policy import duration
 
-from .helpers import unique
+from .helpers import eventually, unique
 
 
 def _spy(monkeypatch, store, prefix: str) -> list[tuple[str, bool]]:
@@ -41,7 +39,10 @@ async def test_fire_timers_with_nothing_due_is_one_read_and_a_due_timer_still_fi
     assert r.fired == 0 and 0 < r.next_in.ToNanoseconds() / 1e9 <= 0.3
     assert seen == [("timer_next_in", False)]
 
-    await asyncio.sleep(0.4)
+    async def soon_is_due() -> bool:  # (read on the test's own connection, not the server's store)
+        (row,) = await hist.sql(1, "SELECT min(fire_at) <= clock_timestamp() AS due FROM timer_queue")
+        return row["due"]
+    await eventually(soon_is_due)
     seen.clear()
     r = await hist.fire()
     assert r.fired == 1 and r.ready

@@ -7,10 +7,11 @@ import asyncio
 import pytest
 
 from ratchet.internal.history.v1 import history_pb2 as hpb
-from ratchet.libs.clock import FakeClock
 from ratchet.services.dispatcher.completions import CompletionBatcher
 from ratchet.services.dispatcher.errors import HistoryRejected, ShardUnavailable
 from ratchet.services.dispatcher.loops.timers import MIN_SLEEP_S, TimerLoop
+
+from dispatch_clock import RecordingClock
 
 
 class TimerClient:
@@ -24,18 +25,6 @@ class TimerClient:
         if isinstance(reply, Exception):
             raise reply
         return reply
-
-
-class RecordingClock(FakeClock):
-    def __init__(self):
-        super().__init__()
-        self.sleeps = []
-
-    async def sleep(self, seconds):
-        self.sleeps.append(seconds)
-        if len(self.sleeps) > 20:
-            raise asyncio.CancelledError
-        await asyncio.sleep(0)
 
 
 def _next_in(ms):

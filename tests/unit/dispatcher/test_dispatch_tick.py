@@ -7,27 +7,17 @@ import asyncio
 
 import pytest
 
-from ratchet.libs.clock import FakeClock, SystemClock
+from ratchet.libs.clock import SystemClock
 from ratchet.services.dispatcher.errors import ShardUnavailable
 from ratchet.services.dispatcher.loops.tick import FallbackTick
 from ratchet.services.dispatcher.loops.watch import WatchLoop
 
-
-class RecordingClock(FakeClock):
-    def __init__(self):
-        super().__init__()
-        self.sleeps = []
-
-    async def sleep(self, seconds):
-        self.sleeps.append(seconds)
-        if len(self.sleeps) > 5:
-            raise asyncio.CancelledError
-        await asyncio.sleep(0)
+from dispatch_clock import RecordingClock
 
 
 async def test_the_tick_slows_down_while_the_stream_is_live_and_never_beats_its_base_pace():
     live = [False]
-    clock, ticks = RecordingClock(), []
+    clock, ticks = RecordingClock(limit=5), []
     tick = FallbackTick([1, 0], ticks.append, clock, tick_s=0.25, live_tick_s=1.0, live=lambda: live[0])
     assert tick.interval() == 0.25
     live[0] = True
