@@ -32,7 +32,7 @@ BENCH_SETTINGS = {
 
 # The settings that move commit and claim throughput, printed with every run.
 REPORTED_SETTINGS = (
-    "server_version", "synchronous_commit", "fsync", "full_page_writes", "wal_sync_method",
+    "server_version", "synchronous_commit", "fsync", "full_page_writes", "wal_compression", "wal_sync_method",
     "wal_level", "commit_delay", "commit_siblings", "wal_writer_delay", "wal_buffers",
     "shared_buffers", "max_connections", "max_wal_size", "checkpoint_timeout",
     "autovacuum", "autovacuum_naptime", "work_mem", "data_checksums", "jit", "shared_preload_libraries",

@@ -67,6 +67,9 @@ def render(*, title: str, machine: dict[str, str], pg_settings: dict[str, str], 
     lines += ["", "## Postgres (the bench's own cluster, effective settings)", "", "| setting | value |",
               "|---|---|"]
     lines += [f"| {k} | {v} |" for k, v in pg_settings.items()]
+    lines += ["", "Session settings on top of these: Ratchet's history connections set `wal_compression = lz4` "
+              "on its shard databases (its default, HistoryConfig.wal_compression: full-page images "
+              "compressed); the reference and the peers run with the server's setting above."]
     if verdicts:
         lines += ["", "## Issue-2 bar", "", "| bar | measured | threshold | verdict |", "|---|---|---|---|"]
         lines += [f"| {v['bar']} | {v['measured']} | {v['threshold']} | **{v['verdict']}** |" for v in verdicts]

@@ -61,6 +61,10 @@ class Guards:
         return cls(**value)
 
 
+# wal_compression values history may set ('' keeps the server's; "on" is pglz's old name).
+WAL_COMPRESSION = ("lz4", "zstd", "pglz", "off", "")
+
+
 @dataclasses.dataclass(frozen=True)
 class HistoryConfig:
     """Everything the history service needs to run."""
@@ -78,6 +82,13 @@ class HistoryConfig:
         1, doc="Group-committed enqueue transactions per shard at once (groupcommit.py): 1 makes the "
                "largest groups, more trade commits for less waiting; 1..8.")
     statement_timeout_ms: int = field(10_000, doc="Server-side bound on every statement, in milliseconds.")
+    wal_compression: str = field(
+        "lz4", doc="wal_compression of history's sessions on the shards: the full-page images their "
+                   "writes log after each checkpoint, compressed (lz4: ~190 B less WAL per drained task "
+                   "right after a checkpoint, docs/benchmarks/findings.md, session 12). A superuser-only "
+                   "setting: the shard role needs superuser or `GRANT SET ON PARAMETER wal_compression` "
+                   "(Postgres 15); without it history warns once per shard and keeps the server's "
+                   "setting. One of lz4, zstd, pglz, off; '' leaves the server's.")
     bulk_batch_size: int = field(100, doc="Tasks a bulk operation processes per transaction.")
     bulk_interval_s: float = field(
         1.0, doc="Seconds the bulk loop waits between checks for running operations when idle "
@@ -106,6 +117,9 @@ class HistoryConfig:
         if not 1 <= self.enqueue_groups_in_flight <= 8:
             raise ConfigError(f"config field 'enqueue_groups_in_flight' must be 1..8, got "
                               f"{self.enqueue_groups_in_flight}")
+        if self.wal_compression not in WAL_COMPRESSION:
+            raise ConfigError(f"config field 'wal_compression' must be one of "
+                              f"{', '.join(repr(v) for v in WAL_COMPRESSION)}, got {self.wal_compression!r}")
         if self.pool_max_size < 1:
             raise ConfigError(f"config field 'pool_max_size' must be at least 1, got {self.pool_max_size}")
         if not 0 <= self.grpc_port <= 65535:

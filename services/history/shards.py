@@ -14,7 +14,7 @@ from typing import AsyncIterator
 import asyncpg
 
 from ratchet.libs.pg import migrate
-from ratchet.libs.pg.pool import create_pool
+from ratchet.libs.pg.pool import create_pool, settable
 from ratchet.services.history.config import HistoryConfig
 from ratchet.services.history.errors import HistoryError, ShardUnavailable, UnknownShard, translate_db_error
 
@@ -53,16 +53,30 @@ class Shard:
                 return True
             try:
                 await asyncio.wait_for(migrate.apply(self.dsn, SERVICE, MIGRATIONS), CONNECT_TIMEOUT_S)
+                settings = await asyncio.wait_for(self._settings(), CONNECT_TIMEOUT_S)
                 self.pool = await asyncio.wait_for(
                     create_pool(self.dsn, min_size=1, max_size=self._cfg.pool_max_size,
                                 statement_timeout_ms=self._cfg.statement_timeout_ms,
-                                command_timeout=self._cfg.statement_timeout_ms / 1000 + 5),
+                                command_timeout=self._cfg.statement_timeout_ms / 1000 + 5, settings=settings),
                     CONNECT_TIMEOUT_S)
             except (asyncio.TimeoutError, OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as e:
                 self.last_error = f"{type(e).__name__}: {e}"[:300]
                 return False
             log.info("shard %s connected and migrated", self.id)
             return True
+
+    async def _settings(self) -> dict[str, str]:
+        """The session settings the config asks for that this shard's role may set; a refused
+        one is logged (what to grant) and left to the server."""
+        wanted = {"wal_compression": self._cfg.wal_compression} if self._cfg.wal_compression else {}
+        if not wanted:
+            return {}
+        ok, refused = await settable(self.dsn, wanted)
+        for name, why in refused.items():
+            log.warning("shard %s: sessions keep the server's %s (config asks for %r): %s; grant it with "
+                        "GRANT SET ON PARAMETER %s TO <the shard role>, or set it in postgresql.conf",
+                        self.id, name, wanted[name], why, name)
+        return ok
 
     @contextlib.asynccontextmanager
     async def conn(self) -> AsyncIterator[asyncpg.Connection]:

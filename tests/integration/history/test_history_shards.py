@@ -217,3 +217,43 @@ async def test_a_crash_at_the_completion_gate_commits_nothing(fresh_db, tmp_path
         if proc.poll() is None:
             proc.terminate()
             await asyncio.to_thread(proc.wait, 15)
+
+
+async def _session_setting(hist, name: str, shard: int = 1) -> str:
+    async with hist.server.shards.get(shard).conn() as conn:
+        return await conn.fetchval(f"SHOW {name}")
+
+
+async def test_shard_sessions_compress_full_page_images(make_hist):
+    hist = await make_hist()
+    assert await _session_setting(hist, "wal_compression") == "lz4"
+    assert await hist.state(await hist.create_one("t", shard=1), "t") == "ENQUEUED"
+    kept = await make_hist(wal_compression="")  # '': the server's setting (the test cluster's: off)
+    assert await _session_setting(kept, "wal_compression") == "off"
+
+
+async def test_a_role_that_may_not_set_wal_compression_serves_with_the_servers(pg_cluster, caplog):
+    """The shard role is no superuser: history warns (naming the grant) and serves with the
+    server's setting instead of failing every connection; after the grant its sessions set it."""
+    from .conftest import start_hist, stop_hist
+    role = f"shard_role_{os.getpid()}_{time.monotonic_ns() % 10**9}"
+    pg_cluster.psql(f'CREATE ROLE "{role}" LOGIN')
+    dsns = {}
+    for shard in (1, 2):
+        name = f"{role}_s{shard}"
+        pg_cluster.psql(f'CREATE DATABASE "{name}" OWNER "{role}"')
+        dsns[shard] = f"postgresql://{role}@127.0.0.1:{pg_cluster.port}/{name}"
+    hist = await start_hist(dsns)
+    try:
+        assert await _session_setting(hist, "wal_compression") == "off"
+        assert await hist.state(await hist.create_one("t", shard=1), "t") == "ENQUEUED"
+        warned = [r.getMessage() for r in caplog.records if "wal_compression" in r.getMessage()]
+        assert len(warned) == 2 and all("GRANT SET ON PARAMETER wal_compression" in m for m in warned), warned
+    finally:
+        await stop_hist(hist)
+    pg_cluster.psql(f'GRANT SET ON PARAMETER wal_compression TO "{role}"')
+    hist = await start_hist(dsns)
+    try:
+        assert await _session_setting(hist, "wal_compression") == "lz4"
+    finally:
+        await stop_hist(hist)

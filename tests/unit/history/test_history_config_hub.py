@@ -20,6 +20,7 @@ def test_defaults_and_required_shards(tmp_path):
     assert (cfg.host, cfg.grpc_port, cfg.lease_duration_s, cfg.cancel_grace_s) == ("127.0.0.1", 0, 30.0, 30.0)
     assert cfg.idempotency_window_s == 86400.0 and cfg.pool_max_size == 8 and cfg.log_level == "INFO"
     assert cfg.guards == Guards()  # every guard on
+    assert cfg.wal_compression == "lz4"
     with pytest.raises(ConfigError, match="shards"):
         load(None)
 
@@ -30,6 +31,7 @@ def test_defaults_and_required_shards(tmp_path):
     ({"shards": {"1": DSN}, "lease_duration_s": 0}, "lease_duration_s"),
     ({"shards": {"1": DSN}, "guards": {"nope": False}}, "unknown guard"),
     ({"shards": {"1": DSN}, "guards": {"timer_skip_locked": "no"}}, "guards.timer_skip_locked"),
+    ({"shards": {"1": DSN}, "wal_compression": "gzip"}, "'wal_compression' must be one of 'lz4'"),
 ])
 def test_bad_values_name_the_field(over, needle):
     with pytest.raises(ConfigError, match=needle):
