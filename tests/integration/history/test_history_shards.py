@@ -257,3 +257,61 @@ async def test_a_role_that_may_not_set_wal_compression_serves_with_the_servers(p
         assert await _session_setting(hist, "wal_compression") == "lz4"
     finally:
         await stop_hist(hist)
+
+
+async def test_a_cleanly_used_connection_is_kept_and_reused_without_the_pool(make_hist):
+    hist = await make_hist()
+    shard = hist.server.shards.get(1)
+    async with shard.conn() as conn:
+        first = conn
+        pid = await conn.fetchval("SELECT pg_backend_pid()")
+    idle = shard.pool.get_idle_size()
+    for _ in range(5):
+        async with shard.conn() as conn:
+            assert conn is first and await conn.fetchval("SELECT pg_backend_pid()") == pid
+    assert shard.pool.get_idle_size() == idle  # never went back to the pool in between
+    # A domain error ends the use cleanly too: the connection stays kept.
+    with pytest.raises(grpc.aio.AioRpcError) as e:
+        await hist.state("01a2320f-34a4-8365-8a53-ce5a5f9099e7", "t")
+    assert e.value.code() == grpc.StatusCode.NOT_FOUND
+    async with shard.conn() as conn:
+        assert conn is first
+
+
+async def test_a_connection_left_in_a_transaction_or_broken_goes_back_to_the_pool(make_hist):
+    hist = await make_hist()
+    shard = hist.server.shards.get(1)
+    async with shard.conn() as conn:
+        await conn.execute("BEGIN")
+        await conn.execute("CREATE TEMP TABLE left_open (x int)")
+    with pytest.raises(asyncpg.InterfaceError, match="released back to the pool"):
+        conn.is_in_transaction()  # released, not kept: the pool rolls it back
+    async with shard.conn() as again:
+        assert await again.fetchval("SELECT to_regclass('pg_temp.left_open') IS NULL") is True
+    # A connection killed under a caller: the call is UNAVAILABLE, the next one gets a live one.
+    async with shard.conn() as conn:
+        victim = await conn.fetchval("SELECT pg_backend_pid()")
+    admin = await asyncpg.connect(hist.dsns[1])
+    try:
+        await admin.execute("SELECT pg_terminate_backend($1)", victim)
+    finally:
+        await admin.close()
+    from ratchet.services.history.errors import ShardUnavailable
+    with pytest.raises(ShardUnavailable):
+        async with shard.conn() as conn:
+            await conn.fetchval("SELECT 1")
+    async with shard.conn() as conn:
+        assert await conn.fetchval("SELECT pg_backend_pid()") != victim
+
+
+async def test_closing_a_shard_returns_its_kept_connections_first(make_hist):
+    hist = await make_hist()
+    shard = hist.server.shards.get(2)
+    async with shard.conn() as a, shard.conn() as b:
+        assert a is not b
+    t0 = time.monotonic()
+    await shard.close()
+    assert time.monotonic() - t0 < 2.0  # not pool.close()'s 5 s wait for acquired connections
+    for kept in (a, b):
+        with pytest.raises(asyncpg.InterfaceError, match="released back to the pool"):
+            kept.is_closed()
