@@ -201,8 +201,10 @@ async def batches(gw: Gateway, batch: int, producers: int, total: int, *, keyed:
     async def producer() -> None:
         for i in calls:
             size = min(batch, total - i * batch)
-            # keyed: the SDK's enqueue_batch requests, made by its own code (ids minted per call)
-            req = (batch_request([{"task_type": TASK_TYPE, "payload": {"n": i * batch + k}} for k in range(size)])
+            # keyed: the SDK's enqueue_batch requests, made by its own code (ids minted per call;
+            # columns, as AsyncClient.enqueue_batch sends them)
+            req = (batch_request([{"task_type": TASK_TYPE, "payload": {"n": i * batch + k}} for k in range(size)],
+                                 columns=True)
                    if keyed else tasks_pb2.EnqueueTasksRequest(tasks=[gw.request(i * batch + k, False)
                                                                        for k in range(size)]))
             t = time.perf_counter()

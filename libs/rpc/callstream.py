@@ -151,9 +151,10 @@ async def serve(requests: AsyncIterator[Any], handle: Callable[[Any], Awaitable[
 # only a caller that said 2); 3: the same framing, and a CreateTasksStream server reads
 # CreateTasksRequest.shared (a caller sends `shared` only to a server that said 3); 4: and
 # CreateTasksRequest.plain, answered with all_created (sent only to a server that said 4);
-# 5: and an EnqueueTaskStream server reads EnqueueTaskCall.batch (EnqueueTasks calls).
+# 5: and an EnqueueTaskStream server reads EnqueueTaskCall.batch (EnqueueTasks calls); 6:
+# and EnqueueTasksRequest.columns (a caller sends columns only to a server that said 6).
 STREAM_HEADER = "ratchet-call-stream"
-PROTOCOL = 5
+PROTOCOL = 6
 
 
 def _version(value) -> int:

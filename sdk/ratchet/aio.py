@@ -32,7 +32,7 @@ from ratchet._transport import TRANSIENT, DeadlineExceeded, RatchetError, Unavai
     error_from_status, status_code
 from ratchet._wire import task_info
 from ratchet.api.tasks.v1 import tasks_pb2, tasks_pb2_grpc
-from ratchet.client import Poll, batch_request, enqueue_request
+from ratchet.client import Poll, batch_request, enqueue_request, items_request
 from ratchet.libs.rpc.callstream import CallStream, StreamBroken
 from ratchet.libs.rpc.client import aio_channel
 from ratchet.models import TaskInfo
@@ -101,11 +101,12 @@ class AsyncClient:
 
     async def enqueue_batch(self, tasks: list[dict]) -> list[str]:
         """Enqueue up to 1,000 tasks (dicts with enqueue's arguments); ids in order."""
-        return list((await self.send_enqueue_batch(batch_request(tasks))).task_ids)
+        return list((await self.send_enqueue_batch(batch_request(tasks, columns=True))).task_ids)
 
     async def send_enqueue_batch(self, req: tasks_pb2.EnqueueTasksRequest) -> tasks_pb2.EnqueueTasksResponse:
         """Send a prepared EnqueueTasksRequest (every task with an idempotency_key or a task_id,
-        as batch_request makes them: it is resent unchanged on retries)."""
+        as batch_request makes them: it is resent unchanged on retries). Columns go as they
+        are to a gateway whose stream says version 6 or more, as items to any other."""
         return await self._retrying(lambda: self._enqueue_once(req))
 
     async def get(self, task_id: str) -> TaskInfo:
@@ -151,8 +152,9 @@ class AsyncClient:
         return out
 
     async def _enqueue_unary(self, req, timeout: float):
-        method = self._tasks.EnqueueTasks if type(req) is tasks_pb2.EnqueueTasksRequest else self._tasks.EnqueueTask
-        return await method(req, timeout=timeout, metadata=self._metadata)
+        if type(req) is tasks_pb2.EnqueueTasksRequest:  # (a unary call: the gateway's version is unknown)
+            return await self._tasks.EnqueueTasks(items_request(req), timeout=timeout, metadata=self._metadata)
+        return await self._tasks.EnqueueTask(req, timeout=timeout, metadata=self._metadata)
 
     async def _unary(self, method, req):
         try:
@@ -175,8 +177,10 @@ class AsyncClient:
         raise AssertionError("unreachable")
 
 
-# The call-stream version whose gateway reads EnqueueTaskCall.batch.
+# The call-stream version whose gateway reads EnqueueTaskCall.batch, and the one whose
+# gateway reads EnqueueTasksRequest.columns.
 BATCH_CALLS_SINCE = 5
+COLUMNS_SINCE = 6
 
 
 def _needs(req) -> int:
@@ -191,7 +195,7 @@ def _wrap(calls: list[tuple[int, Any, int]], version: int) -> tasks_pb2.EnqueueT
     out = tasks_pb2.EnqueueTaskStreamRequest()
     for c, r, t in calls:
         if type(r) is tasks_pb2.EnqueueTasksRequest:
-            out.calls.add(call_id=c, batch=r, timeout_ms=t)
+            out.calls.add(call_id=c, batch=r if version >= COLUMNS_SINCE else items_request(r), timeout_ms=t)
         else:
             out.calls.add(call_id=c, request=r, timeout_ms=t)
     return out

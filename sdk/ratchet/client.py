@@ -230,11 +230,64 @@ def _request(task_type: str, payload: Any = None, *, queue: str | None = None, d
     return req
 
 
-def batch_request(tasks: list[dict]) -> tasks_pb2.EnqueueTasksRequest:
+# The keys of an item that columns can carry (EnqueueTasksRequest.columns).
+_COLUMN_KEYS = frozenset({"task_type", "payload", "queue"})
+
+
+def _columns_request(tasks: list[dict]) -> tasks_pb2.EnqueueTasksRequest | None:
+    """tasks as EnqueueTasksRequest.columns when every item is a dict of one task type, one
+    queue (or none) and a payload, else None. A few C-level passes over the list, then one
+    to_json per payload: no message per task (~40 % of batch_request's time per item)."""
+    n = len(tasks)
+    if not n or not all(type(item) is dict for item in tasks) or not all(map(_COLUMN_KEYS.issuperset, tasks)):
+        return None
+    task_type, queue = tasks[0].get("task_type"), tasks[0].get("queue")
+    if not isinstance(task_type, str) or not task_type or not isinstance(queue, (str, type(None))):
+        return None
+    if [item.get("task_type") for item in tasks].count(task_type) != n or \
+            [item.get("queue") for item in tasks].count(queue) != n:
+        return None
+    try:
+        texts = [to_json(p) if p is not None else "" for p in [item.get("payload") for item in tasks]]
+    except InvalidArgument:
+        return None  # the item path names the item
+    out = tasks_pb2.EnqueueTasksRequest()
+    cols = out.columns
+    cols.task_type = task_type
+    if queue:
+        cols.queue = queue
+    cols.task_ids.extend(new_task_ids(n))
+    cols.payloads_json.extend(texts)
+    return out
+
+
+def items_request(req: tasks_pb2.EnqueueTasksRequest) -> tasks_pb2.EnqueueTasksRequest:
+    """req with its columns as items (the same ids and payloads), for a gateway that predates
+    columns (call-stream version < 6, or a unary call to a gateway of unknown version);
+    req itself when it has none."""
+    if not req.HasField("columns"):
+        return req
+    cols = req.columns
+    out = tasks_pb2.EnqueueTasksRequest()
+    add = out.tasks.add
+    ids = list(cols.task_ids) or [""] * len(cols.payloads_json)
+    texts = list(cols.payloads_json) or [""] * len(ids)
+    for task_id, text in zip(ids, texts):
+        add(task_type=cols.task_type, queue=cols.queue, task_id=task_id, payload_json=text)
+    return out
+
+
+def batch_request(tasks: list[dict], *, columns: bool = False) -> tasks_pb2.EnqueueTasksRequest:
     """enqueue_batch's request: its items (dicts of enqueue's arguments) built in place;
     InvalidArgument names the bad one. The ids minted for the unkeyed items share one random
     slot per run of 100 (libs/shardmap.new_task_ids): a call of 100 is then one shard's work
-    (one statement and one commit), a bigger one still spreads."""
+    (one statement and one commit), a bigger one still spreads. columns: as
+    EnqueueTasksRequest.columns when every item is a task type and a payload (one type and
+    queue for all); send it with items_request to a gateway older than call-stream version 6."""
+    if columns:
+        out = _columns_request(tasks)
+        if out is not None:
+            return out
     for i, item in enumerate(tasks):
         if not isinstance(item, dict) or "task_type" not in item:
             raise invalid(f"tasks[{i}] must be a dict with a task_type")

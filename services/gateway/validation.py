@@ -16,7 +16,7 @@ from google.protobuf import duration_pb2, json_format, struct_pb2, timestamp_pb2
 
 from ratchet.api.apps.v1 import apps_pb2
 from ratchet.api.tasks.v1 import tasks_pb2
-from ratchet.libs.shardmap import all_canonical, parse_task_id
+from ratchet.libs.shardmap import all_canonical, new_task_ids, parse_task_id
 from ratchet.services.gateway import policy
 from ratchet.services.gateway.errors import InvalidArgument, TooLarge
 
@@ -383,6 +383,60 @@ def plain_batch(req: tasks_pb2.EnqueueTasksRequest, handlers: dict[str, apps_pb2
     if 0 in sizes:
         payloads = [p or b"null" for p in payloads]
     return PlainBatch(task_type=task_type, queue=queue or DEFAULT_QUEUE, handler=handler, task_ids=ids,
+                      payloads=payloads, sizes=sizes)
+
+
+def columns_batch(req: tasks_pb2.EnqueueTasksRequest, handlers: dict[str, apps_pb2.Handler] | None, *,
+                  max_payload_bytes: int) -> PlainBatch:
+    """EnqueueTasksRequest.columns checked, as the PlainBatch plain_batch finds in items:
+    INVALID_ARGUMENT (or RESOURCE_EXHAUSTED for a payload over the limit) naming
+    `columns.<field>[i]`. Ids left empty are minted here (task_ids empty: one per payload)."""
+    if req.tasks:
+        raise InvalidArgument("tasks and columns are exclusive: send the batch in one of them")
+    cols = req.columns
+    ids, texts = list(cols.task_ids), list(cols.payloads_json)
+    if ids and texts and len(ids) != len(texts):
+        raise InvalidArgument(f"columns holds {len(ids)} task_ids and {len(texts)} payloads_json: send one of "
+                              f"each per task (or leave one of them empty)")
+    n = len(ids) or len(texts)
+    if n == 0:
+        raise InvalidArgument("columns is empty: send 1..1000 task_ids or payloads_json (one per task)")
+    check_batch_size(n)
+    handler = _handler_for(cols.task_type, handlers, "columns.")
+    queue = cols.queue
+    if queue and not QUEUE_NAME.match(queue):
+        raise InvalidArgument(f"columns.queue must be 1..64 characters of [A-Za-z0-9_.-], got {queue[:80]!r}")
+    if not ids:
+        ids = new_task_ids(n)
+    elif not all_canonical(ids):
+        for i, v in enumerate(ids):
+            canonical = parse_task_id(v)
+            if canonical is None:
+                raise InvalidArgument(f"columns.task_ids[{i}] {v[:80]!r} is not a Ratchet task id (a UUIDv8 "
+                                      f"carrying its routing slot): mint it with the SDK, or leave task_ids empty")
+            ids[i] = canonical
+    if len(set(ids)) != n:
+        seen: dict[str, int] = {}
+        for i, v in enumerate(ids):
+            if v in seen:
+                raise InvalidArgument(f"columns.task_ids[{seen[v]}] and columns.task_ids[{i}] are the same task "
+                                      f"id; task ids must be unique within a batch")
+            seen[v] = i
+    if not texts:
+        texts = [""] * n
+    payloads = [x.encode() for x in texts]
+    sizes = list(map(len, payloads))
+    if max(sizes) > max_payload_bytes:
+        i = next(i for i, k in enumerate(sizes) if k > max_payload_bytes)
+        raise TooLarge(f"columns.payloads_json[{i}] is {sizes[i]} bytes; the limit is {max_payload_bytes} bytes: "
+                       f"store large data elsewhere and pass a reference")
+    if not all(map(json_text_ok, filter(None, texts))):
+        for i, x in enumerate(texts):
+            if x:
+                check_json_text(x, f"columns.payloads_json[{i}]")  # (raises for one not JSON)
+    if 0 in sizes:
+        payloads = [p or b"null" for p in payloads]
+    return PlainBatch(task_type=cols.task_type, queue=queue or DEFAULT_QUEUE, handler=handler, task_ids=ids,
                       payloads=payloads, sizes=sizes)
 
 

@@ -279,3 +279,43 @@ async def test_a_request_over_the_stream_limit_goes_unary(env, monkeypatch):
         assert e.value.http_status == 413 and "262144" in e.value.message.replace(",", "")
         await client.enqueue("send")
         assert client._stream.stream_calls == 1 and client._stream.opened == 1
+
+
+def _count_columns(monkeypatch) -> list:
+    from ratchet.services.gateway import validation
+    seen = []
+    real = validation.columns_batch
+
+    def spy(req, *a, **kw):
+        seen.append(len(req.columns.task_ids))
+        return real(req, *a, **kw)
+    monkeypatch.setattr(validation, "columns_batch", spy)
+    return seen
+
+
+async def test_sdk_batches_go_as_columns_to_a_gateway_that_reads_them(env, monkeypatch):
+    seen = _count_columns(monkeypatch)
+    async with AsyncClient(_endpoint(env), env.api_key) as client:
+        ids = await client.enqueue_batch([{"task_type": "send", "payload": {"i": i}} for i in range(3)])
+        assert client._stream._version >= 6 and seen == [3]
+        # Items that differ in more than their payload go as items.
+        mixed = await client.enqueue_batch([{"task_type": "send"}, {"task_type": "send", "idempotency_key": "k-col"}])
+    assert seen == [3] and len(set(ids + mixed)) == 5
+    sent = [t for n, c in env.history.calls if n == "CreateTasks"
+            for t in (list(c.plain.task_ids) + [x.task_id for x in c.tasks]) if t in ids]
+    assert sorted(sent) == sorted(ids)  # each reached history once, with the id the SDK minted
+
+
+async def test_sdk_sends_columns_as_items_to_an_older_gateway_and_on_unary_calls(env, monkeypatch):
+    from ratchet.libs.rpc import callstream
+    seen = _count_columns(monkeypatch)
+    monkeypatch.setattr(callstream, "PROTOCOL", 5)  # the in-process gateway's header says 5
+    async with AsyncClient(_endpoint(env), env.api_key) as client:
+        req = batch_request([{"task_type": "send", "payload": i} for i in range(4)], columns=True)
+        resp = await client.send_enqueue_batch(req)
+        assert client._stream._version == 5 and client._stream.stream_calls == 1
+        assert list(resp.task_ids) == list(req.columns.task_ids)
+    async with AsyncClient(_endpoint(env), env.api_key, stream=False) as client:
+        resp = await client.send_enqueue_batch(req)  # a resend, unary: the same tasks
+        assert list(resp.task_ids) == list(req.columns.task_ids)
+    assert seen == []  # every one went as items

@@ -313,3 +313,56 @@ async def test_enqueue_scheduled_is_one_task_per_slot_on_the_real_shards(real):
     task = (await real.http.get(f"/v1/tasks/{a.task_id}", headers=real.auth())).json()["task"]
     assert task["schedule_id"] == "sched-1" and task["scheduled_time"] == "2026-11-30T02:00:00Z"
     assert task["idempotency_key"] == "sched:sched-1@2026-11-30T02:00:00Z"
+
+
+async def test_columns_land_as_sent_resend_the_same_tasks_and_the_gateway_mints_missing_ids(real):
+    """EnqueueTasksRequest.columns through the real history: payloads and queue as sent, ids
+    as the caller minted them (a resend answers the same tasks), or minted by the gateway."""
+    from ratchet.client import batch_request
+    req = batch_request([{"task_type": "send", "payload": {"i": i}, "queue": "cols"} for i in range(150)],
+                        columns=True)
+    assert req.HasField("columns") and not req.tasks and len(req.columns.task_ids) == 150
+    stub = tasks_pb2_grpc.TaskServiceStub(real.channel)
+    first = await stub.EnqueueTasks(req, metadata=real.md(real.api_key), timeout=30)
+    ids = list(first.task_ids)
+    assert ids == list(req.columns.task_ids)
+    for i in (0, 100, 149):
+        got = (await real.http.get(f"/v1/tasks/{ids[i]}", headers=real.auth())).json()["task"]
+        assert got["payload"] == {"i": i} and got["queue"] == "cols" and got["state"] == "TASK_STATE_ENQUEUED"
+    again = await stub.EnqueueTasks(req, metadata=real.md(real.api_key), timeout=30)
+    assert list(again.task_ids) == ids
+    # Over REST, without ids: one task per payload, ids minted by the gateway; "" is null.
+    r = await real.http.post("/v1/tasks:batch", headers=real.auth(), json={
+        "columns": {"task_type": "send", "payloads_json": ['{"a": 1}', "", "[2]"]}})
+    assert r.status_code == 200, r.text
+    minted = r.json()["task_ids"]
+    assert len(set(minted)) == 3
+    payloads = [(await real.http.get(f"/v1/tasks/{t}", headers=real.auth())).json()["task"].get("payload")
+                for t in minted]
+    assert payloads == [{"a": 1}, None, [2]]
+
+
+async def test_bad_columns_are_refused_whole_naming_the_field(real):
+    tid = new_task_id()
+    good = {"task_type": "send", "task_ids": [tid, new_task_id()], "payloads_json": ["1", "2"]}
+    cases = [
+        ({**good, "task_type": "nope"}, 400, "columns.task_type 'nope' is not registered"),
+        ({**good, "task_type": ""}, 400, "columns.task_type is required"),
+        ({**good, "queue": "bad queue!"}, 400, "columns.queue must be"),
+        ({**good, "payloads_json": ["1"]}, 400, "2 task_ids and 1 payloads_json"),
+        ({**good, "task_ids": [tid, "not-an-id"]}, 400, "columns.task_ids[1] 'not-an-id' is not a Ratchet task id"),
+        ({**good, "task_ids": [tid, tid]}, 400, "columns.task_ids[0] and columns.task_ids[1] are the same"),
+        ({**good, "payloads_json": ["1", "{nope"]}, 400, "columns.payloads_json[1] must be one JSON value"),
+        ({**good, "payloads_json": ["1", "x" * (300 * 1024)]}, 413, "columns.payloads_json[1] is 307200 bytes"),
+        ({"task_type": "send"}, 400, "columns is empty"),
+        ({"task_type": "send", "payloads_json": ["1"] * 1001}, 400, "at most 1000 tasks, got 1001"),
+    ]
+    for cols, status, needle in cases:
+        r = await real.http.post("/v1/tasks:batch", headers=real.auth(), json={"columns": cols})
+        assert r.status_code == status and needle in r.json()["error"]["message"], (cols.get("task_type"), r.text)
+    r = await real.http.post("/v1/tasks:batch", headers=real.auth(), json={
+        "columns": good, "tasks": [{"task_type": "send"}]})
+    assert r.status_code == 400 and "tasks and columns are exclusive" in r.json()["error"]["message"]
+    assert (await real.http.get(f"/v1/tasks/{tid}", headers=real.auth())).status_code == 404  # nothing written
+    ok = await real.http.post("/v1/tasks:batch", headers=real.auth(), json={"columns": good})
+    assert ok.status_code == 200 and ok.json()["task_ids"] == good["task_ids"]

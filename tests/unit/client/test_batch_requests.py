@@ -60,3 +60,45 @@ def test_a_bad_item_is_named(bad, needle):
     with pytest.raises(InvalidArgument) as e:
         _items([{"task_type": "send"}, bad])
     assert needle in str(e.value)
+
+
+def test_columns_when_every_item_is_one_type_and_queue_with_a_payload():
+    from ratchet.client import items_request
+    tasks = [{"task_type": "send", "payload": {"i": i}, "queue": "q1"} for i in range(250)] + \
+        [{"task_type": "send", "queue": "q1"}]
+    req = batch_request(tasks, columns=True)
+    assert req.HasField("columns") and not req.tasks
+    cols = req.columns
+    assert (cols.task_type, cols.queue) == ("send", "q1")
+    assert all_canonical(list(cols.task_ids)) and len(set(cols.task_ids)) == 251
+    assert len({slot_of(t) for t in cols.task_ids}) == 3  # a slot per run of 100, as items get
+    assert [json.loads(p) for p in cols.payloads_json[:3]] == [{"i": 0}, {"i": 1}, {"i": 2}]
+    assert cols.payloads_json[250] == ""  # no payload: null
+    # As items, for an older gateway: the same tasks, field for field as batch_request makes them.
+    items = items_request(req).tasks
+    assert [t.task_id for t in items] == list(cols.task_ids)
+    assert [t.payload_json for t in items] == list(cols.payloads_json)
+    assert {(t.task_type, t.queue) for t in items} == {("send", "q1")}
+    same = batch_request(tasks[:1]).tasks[0]
+    assert _fields(items[0]) == _fields(same)
+    plain = batch_request(tasks[:2])
+    assert items_request(plain) is plain  # no columns: as it is
+
+
+@pytest.mark.parametrize("tasks", [
+    [{"task_type": "send"}, {"task_type": "other"}],
+    [{"task_type": "send", "queue": "a"}, {"task_type": "send", "queue": "b"}],
+    [{"task_type": "send"}, {"task_type": "send", "idempotency_key": "k"}],
+    [{"task_type": "send"}, {"task_type": "send", "delay": "5s"}],
+])
+def test_items_when_the_tasks_differ_in_more_than_their_payload(tasks):
+    req = batch_request(tasks, columns=True)
+    assert not req.HasField("columns") and len(req.tasks) == len(tasks)
+
+
+def test_a_bad_item_is_named_by_its_index_with_columns_asked():
+    with pytest.raises(InvalidArgument, match=r"tasks\[1\] must be a dict"):
+        batch_request([{"task_type": "send"}, "not a dict"], columns=True)
+    with pytest.raises(InvalidArgument, match=r"tasks\[1\]\.payload"):
+        batch_request([{"task_type": "send", "payload": 1}, {"task_type": "send", "payload": object()}],
+                      columns=True)

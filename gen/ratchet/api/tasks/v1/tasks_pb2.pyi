@@ -208,10 +208,24 @@ class CallError(_message.Message):
     def __init__(self, code: _Optional[int] = ..., message: _Optional[str] = ..., fields: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class EnqueueTasksRequest(_message.Message):
-    __slots__ = ("tasks",)
+    __slots__ = ("tasks", "columns")
     TASKS_FIELD_NUMBER: _ClassVar[int]
+    COLUMNS_FIELD_NUMBER: _ClassVar[int]
     tasks: _containers.RepeatedCompositeFieldContainer[EnqueueTaskRequest]
-    def __init__(self, tasks: _Optional[_Iterable[_Union[EnqueueTaskRequest, _Mapping]]] = ...) -> None: ...
+    columns: TaskColumns
+    def __init__(self, tasks: _Optional[_Iterable[_Union[EnqueueTaskRequest, _Mapping]]] = ..., columns: _Optional[_Union[TaskColumns, _Mapping]] = ...) -> None: ...
+
+class TaskColumns(_message.Message):
+    __slots__ = ("task_type", "queue", "task_ids", "payloads_json")
+    TASK_TYPE_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    TASK_IDS_FIELD_NUMBER: _ClassVar[int]
+    PAYLOADS_JSON_FIELD_NUMBER: _ClassVar[int]
+    task_type: str
+    queue: str
+    task_ids: _containers.RepeatedScalarFieldContainer[str]
+    payloads_json: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, task_type: _Optional[str] = ..., queue: _Optional[str] = ..., task_ids: _Optional[_Iterable[str]] = ..., payloads_json: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class EnqueueTasksResponse(_message.Message):
     __slots__ = ("task_ids",)
