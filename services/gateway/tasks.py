@@ -190,12 +190,11 @@ class TaskApi:
     async def enqueue_batch(self, p: Principal, req: tasks_pb2.EnqueueTasksRequest,
                             timeout: float) -> tasks_pb2.EnqueueTasksResponse:
         """All items validated first; then one CreateTasks per shard, concurrently."""
+        handlers = await self.deployments.handlers_for(p.app_id)
         if req.HasField("columns"):
-            handlers = await self.deployments.handlers_for(p.app_id)
             cols = validation.columns_batch(req, handlers, max_payload_bytes=self.max_payload_bytes)
             return await self._enqueue_plain(p, cols, timeout)
         validation.check_batch_size(len(req.tasks))
-        handlers = await self.deployments.handlers_for(p.app_id)
         plain = validation.plain_batch(req, handlers, max_payload_bytes=self.max_payload_bytes)
         if plain is not None:
             return await self._enqueue_plain(p, plain, timeout)

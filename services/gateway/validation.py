@@ -192,12 +192,17 @@ def _check_task_id(req: tasks_pb2.EnqueueTaskRequest, where: str) -> str:
     return canonical
 
 
-def _check_names(req: tasks_pb2.EnqueueTaskRequest, where: str) -> str:
-    queue = req.queue
+def _check_queue(queue: str, where: str) -> str:
+    """The queue's name ("default" when empty), or INVALID_ARGUMENT naming `{where}queue`."""
     if not queue:
-        queue = DEFAULT_QUEUE
-    elif not QUEUE_NAME.match(queue):
+        return DEFAULT_QUEUE
+    if not QUEUE_NAME.match(queue):
         raise InvalidArgument(f"{where}queue must be 1..64 characters of [A-Za-z0-9_.-], got {queue[:80]!r}")
+    return queue
+
+
+def _check_names(req: tasks_pb2.EnqueueTaskRequest, where: str) -> str:
+    queue = _check_queue(req.queue, where)
     key = req.idempotency_key
     if key and not _PRINTABLE.match(key):
         raise InvalidArgument(f"{where}idempotency_key must be 1..{MAX_KEY_LEN} printable ASCII characters "
@@ -403,9 +408,7 @@ def columns_batch(req: tasks_pb2.EnqueueTasksRequest, handlers: dict[str, apps_p
         raise InvalidArgument("columns is empty: send 1..1000 task_ids or payloads_json (one per task)")
     check_batch_size(n)
     handler = _handler_for(cols.task_type, handlers, "columns.")
-    queue = cols.queue
-    if queue and not QUEUE_NAME.match(queue):
-        raise InvalidArgument(f"columns.queue must be 1..64 characters of [A-Za-z0-9_.-], got {queue[:80]!r}")
+    queue = _check_queue(cols.queue, "columns.")
     if not ids:
         ids = new_task_ids(n)
     elif not all_canonical(ids):
@@ -436,7 +439,7 @@ def columns_batch(req: tasks_pb2.EnqueueTasksRequest, handlers: dict[str, apps_p
                 check_json_text(x, f"columns.payloads_json[{i}]")  # (raises for one not JSON)
     if 0 in sizes:
         payloads = [p or b"null" for p in payloads]
-    return PlainBatch(task_type=cols.task_type, queue=queue or DEFAULT_QUEUE, handler=handler, task_ids=ids,
+    return PlainBatch(task_type=cols.task_type, queue=queue, handler=handler, task_ids=ids,
                       payloads=payloads, sizes=sizes)
 
 

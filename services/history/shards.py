@@ -73,9 +73,9 @@ class Shard:
     async def _settings(self) -> dict[str, str]:
         """The session settings the config asks for that this shard's role may set; a refused
         one is logged (what to grant) and left to the server."""
-        wanted = {"wal_compression": self._cfg.wal_compression} if self._cfg.wal_compression else {}
-        if not wanted:
+        if not self._cfg.wal_compression:
             return {}
+        wanted = {"wal_compression": self._cfg.wal_compression}
         ok, refused = await settable(self.dsn, wanted)
         for name, why in refused.items():
             log.warning("shard %s: sessions keep the server's %s (config asks for %r): %s; grant it with "
