@@ -84,11 +84,21 @@ class HistoryClient:
         return await self._call(shard_id, self._stub.FireTimers, request, None)
 
     async def watch_ready_on_demand(self, requests: AsyncIterator[hpb.WatchReadyOnDemandRequest],
-                                    shard_ids: Sequence[int], timeout: float) -> AsyncIterator[int]:
-        """Like watch_ready, with `requests` saying when events are wanted (history.proto).
-        A history without the RPC raises HistoryRejected with code UNIMPLEMENTED."""
-        async for shard_id in self._events(self._stub.WatchReadyOnDemand(requests, timeout=timeout), shard_ids):
-            yield shard_id
+                                    shard_ids: Sequence[int], timeout: float) -> AsyncIterator[tuple[int, float | None]]:
+        """Like watch_ready, with `requests` saying when events are wanted (history.proto): yields
+        (shard_id, None) for a ready event and (shard_id, seconds) for a timer hint (a timer on the
+        shard may be due in that long). A history without the RPC raises HistoryRejected with code
+        UNIMPLEMENTED."""
+        call = self._stub.WatchReadyOnDemand(requests, timeout=timeout)
+        try:
+            async for event in call:
+                self.reachable.set()
+                yield event.shard_id, (event.timer_due_in.ToNanoseconds() / 1e9
+                                       if event.HasField("timer_due_in") else None)
+        except grpc.aio.AioRpcError as err:
+            raise from_rpc_error(shard_ids[0] if shard_ids else -1, err) from None
+        finally:
+            call.cancel()
 
     async def watch_ready(self, shard_ids: Sequence[int], timeout: float) -> AsyncIterator[int]:
         """Yield shard ids as history reports ready work; ends when the stream does.

@@ -79,8 +79,10 @@ class DispatcherServer:
                           [SERVICE_NAME, ADMIN_SERVICE_NAME], host=config.host, port=config.grpc_port,
                           interceptors=[AuthInterceptor(TokenVerifier(config.host_token_sha256))])
         self.timers = TimerLoop(self.history, config.shard_ids, config.timer_interval_s, self._ready,
-                                self.clock, self.book)
-        self.watch = WatchLoop(self.history, config.shard_ids, self._ready, self.clock)
+                                self.clock, self.book, idle_s=config.timer_idle_s,
+                                hints_live=lambda: self.watch.timers_live)
+        self.watch = WatchLoop(self.history, config.shard_ids, self._ready, self.clock,
+                               on_timer=self.timers.hint, on_timers_lost=self.timers.hints_lost)
         self.lot.on_demand = self.watch.demand  # ready events only while polls wait
         self.tick = FallbackTick(config.shard_ids, self.lot.signal, self.clock,
                                  live_tick_s=config.fallback_tick_live_s, live=lambda: self.watch.live)

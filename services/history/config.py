@@ -91,8 +91,9 @@ class HistoryConfig:
                    "setting. One of lz4, zstd, pglz, off; '' leaves the server's.")
     bulk_batch_size: int = field(100, doc="Tasks a bulk operation processes per transaction.")
     bulk_interval_s: float = field(
-        1.0, doc="Seconds the bulk loop waits between checks for running operations when idle "
-                 "(a StartBulkOperation wakes it at once).")
+        10.0, doc="Seconds the bulk loop waits between checks for running operations when idle "
+                  "(default 10; a StartBulkOperation and a shard connecting late wake it at once, so the "
+                  "check only finds operations another history process started on these shards).")
     log_level: str = field("INFO", doc="Python logging level.")
     guards: Guards = field(default_factory=Guards, doc="TEST-ONLY guard switches (see Guards); keep the defaults.")
 

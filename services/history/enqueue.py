@@ -13,6 +13,8 @@ retry with the same ids.
 from __future__ import annotations
 
 import dataclasses
+import math
+from datetime import datetime, timezone
 from typing import Sequence
 
 import asyncpg
@@ -45,6 +47,23 @@ class CreateOut:
     task_id: str
     deduplicated: bool = False
     conflict: bool = False
+
+
+def first_timer_s(items: Sequence[NewTaskIn]) -> float | None:
+    """Seconds until the earliest timer these new tasks may set (delay or run_at, schedule_to_start,
+    schedule_to_close), None when they set none: the hint for the dispatcher's timer loop. Each
+    timeout counts from now, the earliest it can fire (a hint may be early, never late)."""
+    best = math.inf
+    now = None
+    for it in items:
+        row = it.row
+        for s in (row.delay_s, it.schedule_to_start_s, it.schedule_to_close_s):
+            if s is not None and s < best:
+                best = s
+        if row.run_at is not None:
+            now = now or datetime.now(timezone.utc)
+            best = min(best, (row.run_at - now).total_seconds())
+    return None if best == math.inf else max(0.0, best)
 
 
 class _RollBack(Exception):

@@ -47,10 +47,12 @@ class _Line:
 class CreateGroups:
     """Coalesces single-task creates per shard into shared transactions."""
 
-    def __init__(self, store: Store, window_s: float, on_due: Callable[[int], None], max_in_flight: int = 1):
+    def __init__(self, store: Store, window_s: float, on_due: Callable[[int], None], max_in_flight: int = 1,
+                 on_timer: Callable[[int, float | None], None] = lambda _shard, _s: None):
         self._store = store
         self._window_s = window_s
         self._on_due = on_due
+        self._on_timer = on_timer  # (shard, seconds until the earliest timer the commit wrote)
         self._max_in_flight = max_in_flight
         self._lines: dict[int, _Line] = {}
         self._running: set[asyncio.Task] = set()
@@ -106,6 +108,8 @@ class CreateGroups:
             outcomes, due = [None] * len(group), False
         if due:
             self._on_due(shard.id)
+        if any(o is not None for o in outcomes):
+            self._on_timer(shard.id, enqueue.first_timer_s(items))
         alone = [(entry, i) for i, entry in enumerate(group) if outcomes[i] is None]
         for (_, future), outcome in zip(group, outcomes):
             if outcome is not None and not future.done():
@@ -127,6 +131,7 @@ class CreateGroups:
             return
         if due:
             self._on_due(shard.id)
+        self._on_timer(shard.id, enqueue.first_timer_s([item]))
         if not future.done():
             future.set_result(result)
 

@@ -66,7 +66,7 @@ class HistoryServicer(history_pb2_grpc.HistoryServiceServicer):
         self.stopping = asyncio.Event()  # set at shutdown: call streams stop reading and end
         # The ready event goes out after the group's commit, outside the transaction: never a NOTIFY.
         self.groups = CreateGroups(store, cfg.idempotency_window_s, hub.publish,
-                                   max_in_flight=cfg.enqueue_groups_in_flight)
+                                   max_in_flight=cfg.enqueue_groups_in_flight, on_timer=hub.timer_due)
 
     @rpc
     async def CreateTasks(self, request, context):
@@ -105,6 +105,7 @@ class HistoryServicer(history_pb2_grpc.HistoryServiceServicer):
                                                               self.cfg.idempotency_window_s)
             if due:
                 self.hub.publish(shard.id)  # after commit, outside the transaction: never a NOTIFY
+            self.hub.timer_due(shard.id, enqueue.first_timer_s(items))
         await gates.reach("history.enqueue.after_commit")  # fault tests: committed, not yet answered
         return history_pb2.CreateTasksResponse(results=[
             history_pb2.CreateResult(task_id=r.task_id, deduplicated=r.deduplicated, conflict=r.conflict)
@@ -125,6 +126,9 @@ class HistoryServicer(history_pb2_grpc.HistoryServiceServicer):
                     history_pb2.CreateResult(task_id=r.task_id, deduplicated=r.deduplicated) for r in results])
         if due:
             self.hub.publish(shard.id)
+        pol = plain.policy
+        self.hub.timer_due(shard.id, min((s for s in (pol.schedule_to_start_s, pol.schedule_to_close_s)
+                                          if s is not None), default=None))
         await gates.reach("history.enqueue.after_commit")  # fault tests: committed, not yet answered
         return response
 
@@ -149,6 +153,8 @@ class HistoryServicer(history_pb2_grpc.HistoryServiceServicer):
         async with shard.conn() as conn:
             state, requested = await lifecycle.cancel_task(conn, self.store, task_id, request.tenant_id,
                                                            self.cfg.cancel_grace_s)
+        if requested:  # the lease check now fires by the kill time
+            self.hub.timer_due(shard.id, self.cfg.cancel_grace_s)
         return history_pb2.CancelTaskResponse(state=taskstate.to_proto(state), cancel_requested=requested)
 
     @rpc
@@ -166,6 +172,9 @@ class HistoryServicer(history_pb2_grpc.HistoryServiceServicer):
             out = await dispatch.lease_tasks(conn, self.store, worker_id=request.worker_id,
                                              max_tasks=request.max_tasks, app_ids=list(request.app_ids),
                                              cursor=request.tenant_cursor, lease_s=lease_s, type_limits=limits)
+        if out.rows:  # each lease's check: at lease expiry or the attempt deadline, the earlier
+            limits = [r["start_to_close_s"] for r in out.rows if r["start_to_close_s"] is not None]
+            self.hub.timer_due(shard.id, min([lease_s, *limits]))
         lease = policy.duration(lease_s)  # (one Duration for the batch)
         return history_pb2.LeaseTasksResponse(
             tasks=[convert.leased_to_proto(shard.id, r, lease) for r in out.rows],
@@ -201,6 +210,8 @@ class HistoryServicer(history_pb2_grpc.HistoryServiceServicer):
             return history_pb2.CompleteTasksResponse()
         async with shard.conn() as conn:
             results = await lifecycle.complete_tasks(conn, self.store, items, self.cfg.guards, self.rand)
+        self.hub.timer_due(shard.id, min((r.retry_in_s for r in results if r.retry_in_s is not None),
+                                         default=None))
         return history_pb2.CompleteTasksResponse(results=[
             history_pb2.CompletionResult(task_id=r.task_id, accepted=r.accepted, reason=r.reason,
                                          state=taskstate.to_proto(r.state) if r.state else 0)
@@ -213,9 +224,10 @@ class HistoryServicer(history_pb2_grpc.HistoryServiceServicer):
         limit = request.max_timers or DEFAULT_TIMER_BATCH
         if not 1 <= limit <= MAX_TIMER_BATCH:
             raise InvalidArgument(f"max_timers must be 1..{MAX_TIMER_BATCH}, got {request.max_timers}")
-        async with shard.conn() as conn:
+        async with self.hub.firing(shard.id) as firing, shard.conn() as conn:
             out = await timerfire.fire_timers(conn, self.store, max_timers=limit, guards=self.cfg.guards,
                                               grace_s=self.cfg.cancel_grace_s, rand=self.rand)
+            firing.report(out.next_in_s)
         if out.ready:
             self.hub.publish(shard.id)
         resp = history_pb2.FireTimersResponse(fired=out.fired, ready=out.ready)
@@ -253,8 +265,9 @@ class HistoryServicer(history_pb2_grpc.HistoryServiceServicer):
         shard_ids = list(first.shard_ids) or self.shards.ids
         for sid in shard_ids:
             self.shards.get(sid)  # unknown shards are refused up front
-        watcher = self.hub.watch(shard_ids, wanted=False)
+        watcher = self.hub.watch(shard_ids, wanted=False, timer_hints=first.timer_hints)
         watcher.want(first.wanted)  # wanted from the start: every shard once, as after any flip
+        loop = asyncio.get_running_loop()
 
         async def read() -> None:
             async for req in request_iterator:
@@ -266,13 +279,18 @@ class HistoryServicer(history_pb2_grpc.HistoryServiceServicer):
         reader.add_done_callback(lambda _t: watcher.close())  # the caller's side ended (or broke)
         try:
             while True:
-                events = await watcher.next()
-                if not events:
+                got = await watcher.next_events()
+                if got is None:
                     if reader.done() and not reader.cancelled() and reader.exception() is not None:
                         raise reader.exception()
                     return
-                for sid in events:
+                ready, timers = got
+                for sid in ready:
                     yield history_pb2.WatchReadyOnDemandResponse(shard_id=sid)
+                now = loop.time()
+                for sid, due_at in timers.items():
+                    yield history_pb2.WatchReadyOnDemandResponse(
+                        shard_id=sid, timer_due_in=policy.duration(max(0.0, due_at - now)))
         finally:
             reader.cancel()
             self.hub.unwatch(watcher)

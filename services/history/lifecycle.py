@@ -71,6 +71,7 @@ class CompletionOut:
     accepted: bool
     state: TaskState | None
     reason: str = ""
+    retry_in_s: float | None = None  # accepted into RETRY_WAIT: its retry timer is due in this long
 
 
 async def complete_tasks(conn: asyncpg.Connection, store: Store, items: Sequence[CompletionIn], guards: Guards,
@@ -80,14 +81,15 @@ async def complete_tasks(conn: asyncpg.Connection, store: Store, items: Sequence
     for i, c in enumerate(items):
         first.setdefault(c.task_id, i)
     uniq = [items[i] for i in sorted(first.values())]
+    retry_in: dict[str, float] = {}
     await gates.reach("history.complete.received")  # fault tests: before any lock is taken
     async with conn.transaction():
         if guards.epoch_check_on_complete:
-            applied = await _apply_optimistic(conn, store, uniq, rand)
+            applied = await _apply_optimistic(conn, store, uniq, rand, retry_in)
         else:  # test-only: the pessimistic path without its epoch fence
             locked = await store.task_complete_lock(conn, [c.task_id for c in uniq], [c.lease_epoch for c in uniq],
                                                     fenced=False)
-            applied = await _decide_and_apply(conn, store, uniq, locked, rand, optimistic=False)
+            applied = await _decide_and_apply(conn, store, uniq, locked, rand, optimistic=False, retry_in=retry_in)
         others = [c.task_id for c in uniq if c.task_id not in applied]
         states = await store.task_state_batch(conn, others) if others else {}
         await gates.reach("history.complete.before_commit")  # fault tests: applied, not committed
@@ -97,7 +99,8 @@ async def complete_tasks(conn: asyncpg.Connection, store: Store, items: Sequence
             out.append(CompletionOut(c.task_id, False, _state(states, applied, c.task_id),
                                      "duplicate completion in one request; the first one counted"))
         elif c.task_id in applied:
-            out.append(CompletionOut(c.task_id, True, TaskState(applied[c.task_id][0])))
+            out.append(CompletionOut(c.task_id, True, TaskState(applied[c.task_id][0]),
+                                     retry_in_s=retry_in.get(c.task_id)))
         elif c.task_id in states:
             out.append(CompletionOut(c.task_id, False, TaskState(states[c.task_id]),
                                      "stale lease: the task is no longer leased under this epoch"))
@@ -106,22 +109,26 @@ async def complete_tasks(conn: asyncpg.Connection, store: Store, items: Sequence
     return out
 
 
-async def _apply_optimistic(conn, store: Store, uniq: Sequence[CompletionIn], rand: Rand) -> dict:
+async def _apply_optimistic(conn, store: Store, uniq: Sequence[CompletionIn], rand: Rand,
+                            retry_in: dict[str, float]) -> dict:
     """Decide from an unlocked read and apply with a compare-and-set that includes the cancel
     request read; a row that changed in between (a cancel request, a timer, another completion)
     is decided again under a row lock. Without contention no row is locked before its update."""
     read = await store.task_complete_read(conn, [c.task_id for c in uniq], [c.lease_epoch for c in uniq])
-    applied = await _decide_and_apply(conn, store, uniq, read, rand, optimistic=True)
+    applied = await _decide_and_apply(conn, store, uniq, read, rand, optimistic=True, retry_in=retry_in)
     seen = {str(r["task_id"]) for r in read}
     raced = [c for c in uniq if c.task_id in seen and c.task_id not in applied]
     if raced:
         locked = await store.task_complete_lock(conn, [c.task_id for c in raced], [c.lease_epoch for c in raced])
-        applied.update(await _decide_and_apply(conn, store, raced, locked, rand, optimistic=False))
+        applied.update(await _decide_and_apply(conn, store, raced, locked, rand, optimistic=False,
+                                               retry_in=retry_in))
     return applied
 
 
 async def _decide_and_apply(conn, store: Store, items: Sequence[CompletionIn], rows, rand: Rand,
-                            optimistic: bool) -> dict:
+                            optimistic: bool, retry_in: dict[str, float] | None = None) -> dict:
+    """Decide each completion from its row and apply the transitions; returns what applied.
+    retry_in collects the retry delay of each applied RETRY_WAIT (the timer hint)."""
     views = {str(r["task_id"]): TaskView.from_row(r) for r in rows}
     decided: list[Transition] = []
     for c in items:
@@ -132,7 +139,12 @@ async def _decide_and_apply(conn, store: Store, items: Sequence[CompletionIn], r
         decided.append(dataclasses.replace(t, cancel_seen=view.cancel_seen) if optimistic else t)
     # In task_id order, as the lock took them, so two batches sharing tasks cannot deadlock.
     decided.sort(key=lambda t: t.task_id)
-    return await store.task_transition_apply(conn, decided) if decided else {}
+    applied = await store.task_transition_apply(conn, decided) if decided else {}
+    if retry_in is not None:
+        for t in decided:
+            if t.delay_s is not None and t.task_id in applied:
+                retry_in[t.task_id] = t.delay_s
+    return applied
 
 
 def _state(states: dict, applied: dict, task_id: str) -> TaskState | None:

@@ -34,7 +34,7 @@ class HistoryServer:
         self.servicer = HistoryServicer(cfg, self.shards, self.store, self.hub, rand, on_bulk_start=self.bulk.wake)
         self.rpc = Server([(history_pb2_grpc.add_HistoryServiceServicer_to_server, self.servicer)],
                           [SERVICE_NAME], host=cfg.host, port=cfg.grpc_port)
-        self.reconnect = ShardConnectLoop(self.shards, reconnect_interval_s)
+        self.reconnect = ShardConnectLoop(self.shards, reconnect_interval_s, on_connected=self.bulk.wake)
 
     @property
     def port(self) -> int:

@@ -11,6 +11,12 @@ connected, history sends nothing per commit (that was ~0.1 ms of dispatcher
 CPU per enqueue, for wake-ups nobody acted on). Each flip to wanted makes
 history send every shard once, so work that arrived unannounced still wakes
 the poll. A history without the RPC (UNIMPLEMENTED) gets plain WatchReady.
+
+With on_timer, the stream also asks for timer hints (sent wanted or not):
+each goes to on_timer(shard, seconds), and `timers_live` says hints flow
+(from the first one, which history sends for every shard as the stream
+opens, until the stream ends; on_timers_lost is called then), so the timer
+loop may sleep longer between FireTimers calls.
 """
 
 from __future__ import annotations
@@ -43,8 +49,15 @@ class WatchLoop:
     """Turns ready events into wake-ups."""
 
     def __init__(self, history: HistoryClient, shard_ids: Iterable[int], on_ready: Callable[[int], None],
-                 clock: Clock, stream_deadline_s: float = STREAM_DEADLINE_S, hold_s: float = HOLD_S):
+                 clock: Clock, stream_deadline_s: float = STREAM_DEADLINE_S, hold_s: float = HOLD_S,
+                 on_timer: Callable[[int, float], None] | None = None,
+                 on_timers_lost: Callable[[], None] = lambda: None):
         self._history = history
+        self._on_timer = on_timer
+        self._on_timers_lost = on_timers_lost
+        # Timer hints arrive on the open stream: history announces each timer due sooner than
+        # what FireTimers last reported. Cleared (and on_timers_lost called) when it ends.
+        self.timers_live = False
         self._shards = sorted(shard_ids)
         self._on_ready = on_ready
         self._clock = clock
@@ -73,7 +86,8 @@ class WatchLoop:
     async def _requests(self) -> AsyncIterator[hpb.WatchReadyOnDemandRequest]:
         sent = self._wanted()
         self.wanted_sent.append(sent)
-        yield hpb.WatchReadyOnDemandRequest(shard_ids=self._shards, wanted=sent)
+        yield hpb.WatchReadyOnDemandRequest(shard_ids=self._shards, wanted=sent,
+                                            timer_hints=self._on_timer is not None)
         while True:
             self._changed.clear()
             want = self._wanted()
@@ -104,8 +118,14 @@ class WatchLoop:
             events = 0
             opened = self._clock.monotonic()
             try:
-                async for shard in self._events():
+                async for event in self._events():
                     events += 1
+                    shard, due_in = event if self.on_demand_supported else (event, None)
+                    if due_in is not None:  # a timer hint, not a ready event
+                        self.timers_live = True
+                        if shard in owned and self._on_timer is not None:
+                            self._on_timer(shard, due_in)
+                        continue
                     self.live = True
                     if shard in owned:
                         self._on_ready(shard)
@@ -119,6 +139,9 @@ class WatchLoop:
                     continue
             finally:
                 self.live = False  # the stream is over, however it ended
+                if self.timers_live:
+                    self.timers_live = False
+                    self._on_timers_lost()  # hints may be lost until the next stream: ask at once
             healthy = events or self._clock.monotonic() - opened >= HEALTHY_STREAM_S
             failures = 0 if healthy else failures + 1
             if error is not None and failures:

@@ -63,9 +63,11 @@ class BulkLoop:
                 except (HistoryError, OSError) as e:
                     log.warning("bulk operations on shard %s: %s", shard.id, e)
                     await asyncio.sleep(ERROR_BACKOFF_S)
+                    busy = True  # try again after the backoff, not after the idle interval
                 except Exception:  # a bug must not stop every other operation for good
                     log.exception("bulk operations on shard %s failed", shard.id)
                     await asyncio.sleep(ERROR_BACKOFF_S)
+                    busy = True
             if not busy:
                 try:
                     await asyncio.wait_for(self._wake.wait(), self._cfg.bulk_interval_s)
@@ -83,5 +85,7 @@ class BulkLoop:
                                            grace_s=self._cfg.cancel_grace_s, guards=self._cfg.guards)
             if out.created:
                 self._hub.publish(shard.id)  # after commit, like an enqueue
+            if out.ran:  # new tasks' timeouts, cancels' kill times: FireTimers finds them and says when
+                self._hub.timer_due(shard.id, 0.0)
             ran = ran or out.ran
         return ran

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from typing import Callable
 
 from ratchet.services.history.shards import ShardSet
 
@@ -15,9 +16,10 @@ log = logging.getLogger(__name__)
 class ShardConnectLoop:
     """Retries unavailable shards every `interval_s` seconds."""
 
-    def __init__(self, shards: ShardSet, interval_s: float = 1.0):
+    def __init__(self, shards: ShardSet, interval_s: float = 1.0, on_connected: Callable[[], None] = lambda: None):
         self._shards = shards
         self._interval_s = interval_s
+        self._on_connected = on_connected  # (a shard back: the bulk loop resumes its operations now)
         self._task: asyncio.Task | None = None
 
     def start(self) -> None:
@@ -41,3 +43,4 @@ class ShardConnectLoop:
             for shard in self._shards.unavailable():
                 if await shard.connect():
                     log.info("shard %s is available again", shard.id)
+                    self._on_connected()

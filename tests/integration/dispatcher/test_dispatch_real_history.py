@@ -1,7 +1,11 @@
 """The dispatcher in front of the REAL history service (its own process, as
 in production) on real shard databases: enqueue with CreateTasks, lease
 through Poll, Complete, and read the task back; a delayed task is leased
-right when it is due."""
+right when it is due.
+
+The dispatcher here asks FireTimers only every IDLE_S (30 s) while history's
+timer hints flow: every timer these tests wait for (a delay, a retry backoff,
+a lease expiry) fires on time only because history announced it."""
 
 from __future__ import annotations
 
@@ -32,6 +36,7 @@ from ratchet.services.dispatcher.server import DispatcherServer
 pytestmark = pytest.mark.timeout(90)
 HISTORY_MAIN = pathlib.Path(__file__).resolve().parents[3] / "services" / "history" / "__main__.py"
 SHARDS = [0, 1]
+IDLE_S = 30.0
 
 
 def _wait_serving(port: int, proc: subprocess.Popen, timeout: float = 30.0) -> None:
@@ -63,11 +68,15 @@ class Real:
             if self.shard_map.shard_for_task(task_id) == shard:
                 return task_id
 
-    async def create(self, shard: int, tenant: str, delay_s: float | None = None) -> str:
+    async def create(self, shard: int, tenant: str, delay_s: float | None = None,
+                     retry_base_s: float | None = None) -> str:
         task = hpb.NewTask(task_id=self.task_id_on(shard), tenant_id=tenant, app_id="app", task_type="work",
                            queue="default", payload_json=b'{"n": 1}', fingerprint=f"fp-{tenant}")
         if delay_s is not None:
             task.delay.CopyFrom(seconds(delay_s))
+        if retry_base_s is not None:
+            task.retry.CopyFrom(tpb.RetryPolicy(max_attempts=3, base=seconds(retry_base_s), factor=1.0,
+                                                jitter=False))
         reply = await self.history.CreateTasks(hpb.CreateTasksRequest(shard_id=shard, tasks=[task]), timeout=10)
         return reply.results[0].task_id
 
@@ -93,7 +102,7 @@ async def real(pg_cluster, tmp_path_factory):
         server = DispatcherServer(DispatcherConfig(
             history_target=f"127.0.0.1:{hport}", shard_ids=SHARDS,
             host_token_sha256=[hashlib.sha256(TOKEN.encode()).hexdigest()],
-            dsn=pg_cluster.dsn(f"disp_breakers_{tag}")))
+            dsn=pg_cluster.dsn(f"disp_breakers_{tag}"), timer_idle_s=IDLE_S))
         await server.start()
         channel = grpc.aio.insecure_channel(server.target)
         history_channel = grpc.aio.insecure_channel(f"127.0.0.1:{hport}")
@@ -183,3 +192,48 @@ async def test_with_the_event_stream_live_the_fallback_tick_slows_to_a_second(re
     assert real.server.watch.live, "no ready event arrived on the WatchReadyOnDemand stream"
     assert real.server.tick.interval() == 1.0
     assert await asyncio.wait_for(pending, 5) == []
+
+
+async def _hints_live(real) -> None:
+    deadline = time.monotonic() + 10
+    while not real.server.watch.timers_live and time.monotonic() < deadline:
+        await asyncio.sleep(0.02)
+    assert real.server.watch.timers_live, "no timer hint arrived on the WatchReadyOnDemand stream"
+
+
+async def test_an_idle_shard_is_asked_for_timers_every_idle_s_not_every_250ms(real):
+    await _hints_live(real)
+    await asyncio.sleep(0.5)  # what the tests before left due is fired
+    before = real.server.timers.calls
+    await asyncio.sleep(2.0)
+    # Without hints: 2 shards x 8 calls. With them: none, unless a timer fell due meanwhile.
+    assert real.server.timers.calls - before <= 2, real.server.timers.calls - before
+
+
+async def test_a_retry_backoff_fires_on_time_though_the_timer_loop_sleeps_30s(real):
+    await _hints_live(real)
+    task_id = await real.create(1, "tenant-retry", retry_base_s=0.4)
+    (task,) = await poll(real.dispatch, capacity=1, max_wait=5)
+    assert task.task_id == task_id
+    failed = hpb.Completion(shard_id=task.shard_id, task_id=task.task_id, lease_epoch=task.lease_epoch,
+                            outcome=hpb.COMPLETION_OUTCOME_FAILED,
+                            error=tpb.TaskError(error_class="Boom", message="try again"))
+    reply = await real.dispatch.Complete(dpb.CompleteRequest(worker_id="agent-1", completions=[failed]),
+                                         metadata=AUTH, timeout=10)
+    assert [(r.accepted, r.state) for r in reply.results] == [(True, tpb.TASK_STATE_RETRY_WAIT)]
+    due = time.monotonic() + 0.4
+    (again,) = await asyncio.wait_for(poll(real.dispatch, capacity=1, max_wait=8), 10)
+    lag = time.monotonic() - due
+    assert again.task_id == task_id and again.attempt == 2
+    assert lag < 0.5, f"the retry was leased {lag * 1000:.0f} ms after its backoff ended"
+
+
+async def test_a_short_lease_expires_on_time_though_the_timer_loop_sleeps_30s(real):
+    await _hints_live(real)
+    task_id = await real.create(0, "tenant-lease", retry_base_s=0.01)
+    leased = await real.history.LeaseTasks(hpb.LeaseTasksRequest(
+        shard_id=0, worker_id="agent-gone", max_tasks=1, lease_duration=seconds(0.5)), timeout=10)
+    assert [t.task_id for t in leased.tasks] == [task_id]
+    # Nobody heartbeats: the lease check is due in 0.5 s and the retry right after it.
+    (again,) = await asyncio.wait_for(poll(real.dispatch, capacity=1, max_wait=8), 10)
+    assert again.task_id == task_id and again.attempt == 2

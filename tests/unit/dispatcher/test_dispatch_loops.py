@@ -126,3 +126,57 @@ async def test_a_caller_that_gave_up_is_left_out_of_the_batch():
     assert [r.task_id for r in await stays] == ["stays"]
     await first
     assert client.calls == [(0, ["first"]), (0, ["stays"])]
+
+
+class _GatedTimers:
+    """fire_timers answering `next_in` (None: no timer pending), recording when it was asked."""
+
+    def __init__(self, next_in_s=None):
+        self.next_in_s = next_in_s
+        self.at: list[float] = []
+
+    async def fire_timers(self, shard, max_timers):
+        self.at.append(asyncio.get_running_loop().time())
+        reply = hpb.FireTimersResponse()
+        if self.next_in_s is not None:
+            reply.next_in.FromNanoseconds(int(self.next_in_s * 1e9))
+        return reply
+
+
+async def test_with_hints_live_an_idle_shard_sleeps_idle_s_and_a_hint_cuts_it_short():
+    from ratchet.libs.clock import SystemClock
+    client = _GatedTimers()
+    loop = TimerLoop(client, [0], 0.05, lambda _s: None, SystemClock(), idle_s=30.0, hints_live=lambda: True)
+    task = asyncio.ensure_future(loop.run())
+    try:
+        await asyncio.sleep(0.3)
+        assert len(client.at) == 1, "hints live: no second call within the 30 s idle interval"
+        loop.hint(0, 0.1)
+        loop.hint(0, 5.0)  # a later hint does not push the earlier one back
+        await asyncio.sleep(0.3)
+        assert len(client.at) == 2
+        gap = client.at[1] - client.at[0]
+        assert 0.35 < gap < 0.6, gap  # asked ~0.1 s after the hint, which came 0.3 s after the first call
+        loop.hint(9, 0.0)  # a shard this loop does not own: ignored
+        loop.hints_lost()  # the stream broke: hints may be lost, ask at once
+        await asyncio.sleep(0.05)
+        assert len(client.at) == 3
+    finally:
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+
+async def test_without_hints_the_idle_shard_is_asked_every_interval():
+    from ratchet.libs.clock import SystemClock
+    client = _GatedTimers()
+    live = [False]
+    loop = TimerLoop(client, [0], 0.05, lambda _s: None, SystemClock(), idle_s=30.0, hints_live=lambda: live[0])
+    task = asyncio.ensure_future(loop.run())
+    try:
+        await asyncio.sleep(0.33)
+        assert 4 <= len(client.at) <= 8, client.at
+    finally:
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task

@@ -49,7 +49,7 @@ class _History:
         events, end = self.streams.pop(0) if self.streams else ([], asyncio.CancelledError())
         for shard in events:
             await asyncio.sleep(0)
-            yield shard
+            yield shard if isinstance(shard, tuple) else (shard, None)
         await asyncio.sleep(0)
         if end is not None:
             raise end

@@ -377,18 +377,22 @@ class WatchReadyResponse(_message.Message):
     def __init__(self, shard_id: _Optional[int] = ...) -> None: ...
 
 class WatchReadyOnDemandRequest(_message.Message):
-    __slots__ = ("shard_ids", "wanted")
+    __slots__ = ("shard_ids", "wanted", "timer_hints")
     SHARD_IDS_FIELD_NUMBER: _ClassVar[int]
     WANTED_FIELD_NUMBER: _ClassVar[int]
+    TIMER_HINTS_FIELD_NUMBER: _ClassVar[int]
     shard_ids: _containers.RepeatedScalarFieldContainer[int]
     wanted: bool
-    def __init__(self, shard_ids: _Optional[_Iterable[int]] = ..., wanted: _Optional[bool] = ...) -> None: ...
+    timer_hints: bool
+    def __init__(self, shard_ids: _Optional[_Iterable[int]] = ..., wanted: _Optional[bool] = ..., timer_hints: _Optional[bool] = ...) -> None: ...
 
 class WatchReadyOnDemandResponse(_message.Message):
-    __slots__ = ("shard_id",)
+    __slots__ = ("shard_id", "timer_due_in")
     SHARD_ID_FIELD_NUMBER: _ClassVar[int]
+    TIMER_DUE_IN_FIELD_NUMBER: _ClassVar[int]
     shard_id: int
-    def __init__(self, shard_id: _Optional[int] = ...) -> None: ...
+    timer_due_in: _duration_pb2.Duration
+    def __init__(self, shard_id: _Optional[int] = ..., timer_due_in: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
 
 class ListTasksRequest(_message.Message):
     __slots__ = ("shard_id", "tenant_id", "app_id", "filter", "page_size", "cursor")
