@@ -32,12 +32,14 @@ def compiled(cron: str, timezone: str) -> tuple[CronExpr, object]:
     return parse(cron), zone(timezone)
 
 
-async def claim_due(store: Store, limit: int, grace_s: float) -> list[str]:
-    """Record the slots of up to `limit` due schedules; returns the ids that got one. A read
-    outside any transaction first: when nothing is due (most ticks) that is all."""
+async def claim_due(store: Store, limit: int, grace_s: float) -> tuple[list[str], float | None]:
+    """Record the slots of up to `limit` due schedules -> (the ids that got one, seconds until
+    the next schedule is due when none was: None if no schedule could fire). A read outside any
+    transaction first: when nothing is due (most looks) that is all."""
     async with store.read() as r:
-        if not await r.schedule_any_due():
-            return []
+        due_in = await r.schedule_any_due()
+    if due_in is None or due_in > 0:
+        return [], due_in
     async with store.tx() as tx:
         now = await tx.clock_read()
         rows = await tx.schedule_claim_due(now, limit)
@@ -45,7 +47,7 @@ async def claim_due(store: Store, limit: int, grace_s: float) -> list[str]:
         for row in rows:
             if await _claim_one(tx, row, now, grace_s):
                 fired.append(row.schedule_id)
-    return fired
+    return fired, None
 
 
 async def _claim_one(tx: Tx, row: ScheduleRow, now, grace_s: float) -> bool:

@@ -26,7 +26,13 @@ class CronConfig:
                                 "sha256 (required)")
     host: str = field("127.0.0.1", doc="address the gRPC server binds; default 127.0.0.1")
     grpc_port: int = field(0, doc="gRPC port; 0 picks a free one; default 0")
-    tick_interval_s: float = field(0.2, doc="seconds between looks for due schedules and open slots; default 0.2")
+    tick_interval_s: float = field(0.2, doc="seconds between looks for due schedules and open slots while "
+                                             "something is due or open; default 0.2")
+    idle_interval_s: float = field(1.0, doc="longest wait between looks while nothing is due or open, seconds "
+                                            "(never less than tick_interval_s); a schedule created or resumed "
+                                            "and a slot recorded or closed in this process wake the loops at "
+                                            "once, and the fire loop wakes when the next schedule is due; "
+                                            "default 1")
     min_interval_s: float = field(1.0, doc="smallest gap allowed between two firings of a schedule, seconds; "
                                            "default 1")
     misfire_grace_s: float = field(2.0, doc="a slot reached at most this late fires as on time even with no "
@@ -64,7 +70,7 @@ class CronConfig:
                               "without it)")
         if not 0 <= self.grpc_port <= 65535:
             raise ConfigError(f"config field 'grpc_port' must be 0..65535, got {self.grpc_port}")
-        for name in ("tick_interval_s", "min_interval_s", "buffer_check_s", "send_lease_s", "rpc_timeout_s",
+        for name in ("tick_interval_s", "idle_interval_s", "min_interval_s", "buffer_check_s", "send_lease_s", "rpc_timeout_s",
                      "slot_retention_s"):
             if not getattr(self, name) > 0:
                 raise ConfigError(f"config field {name!r} must be > 0 seconds, got {getattr(self, name)!r}")

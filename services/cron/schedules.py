@@ -16,6 +16,7 @@ import json
 import logging
 import time
 import uuid
+from typing import Callable
 
 from ratchet.api.schedules.v1 import schedules_pb2 as spb
 from ratchet.services.cron import convert, errors
@@ -47,6 +48,7 @@ class ScheduleApi:
         self.store = store
         self.delivery = delivery
         self.min_interval_s = min_interval_s
+        self.on_change: Callable[[], None] = lambda: None  # a schedule may fire sooner: the fire loop looks
 
     async def create(self, caller: Caller, req: spb.CreateScheduleRequest) -> spb.Schedule:
         """Validate and store; the same request_id returns the schedule it created."""
@@ -67,6 +69,7 @@ class ScheduleApi:
                         f"request_id {valid.request_id!r} already created schedule "
                         f"{row.schedule_id if row else '(deleted)'} from a different request; use a new "
                         f"request_id for a new schedule")
+        self.on_change()
         return convert.schedule_message(row)
 
     async def get(self, caller: Caller, schedule_id: str) -> spb.Schedule:
@@ -109,6 +112,7 @@ class ScheduleApi:
                 if following is None:
                     raise errors.FailedPrecondition(f"schedule {schedule_id} has no further occurrence")
                 row = await tx.schedule_resume(schedule_id, following)
+        self.on_change()
         return convert.schedule_message(row)
 
     async def delete(self, caller: Caller, schedule_id: str) -> None:

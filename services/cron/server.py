@@ -43,6 +43,8 @@ class CronServer:
         self.hooks = hooks if hooks is not None else {}
         self.store: Store | None = None
         self.api: ScheduleApi | None = None
+        self.fire: FireLoop | None = None
+        self.deliver: DeliverLoop | None = None
         self._pool = None
         self._channels: list = []
         self._rpc: Server | None = None
@@ -72,8 +74,13 @@ class CronServer:
         self.api = ScheduleApi(self.store, delivery, c.min_interval_s)
         self._rpc = Server([(cron_pb2_grpc.add_CronServiceServicer_to_server, CronServicer(self.api))],
                            [SERVICE_NAME], host=c.host, port=c.grpc_port)
-        deliver = DeliverLoop(self.store, delivery, c.tick_interval_s, c.batch_size, c.delivery_concurrency)
-        fire = FireLoop(self.store, c.tick_interval_s, c.batch_size, c.misfire_grace_s, deliver.wake, self.clock)
+        deliver = DeliverLoop(self.store, delivery, c.tick_interval_s, c.batch_size, c.delivery_concurrency,
+                              idle_s=c.idle_interval_s)
+        fire = FireLoop(self.store, c.tick_interval_s, c.batch_size, c.misfire_grace_s, deliver.wake, self.clock,
+                        idle_s=c.idle_interval_s)
+        deliver.on_delivered = fire.wake  # a closed slot may make its schedule claimable
+        self.api.on_change = fire.wake  # a schedule created or resumed here: look now
+        self.fire, self.deliver = fire, deliver
         prune = PruneLoop(self.store, c.slot_retention_s, self.clock)
         await self._rpc.start()
         for name, run in (("fire", fire.run), ("deliver", deliver.run), ("prune", prune.run)):

@@ -176,8 +176,9 @@ class Tx:
                                  uuid.UUID(sid) if sid else None, limit)
         return [ScheduleRow.of(r) for r in rows]
 
-    async def schedule_any_due(self) -> bool:
-        return (await self._row("schedule_any_due"))["due"]
+    async def schedule_any_due(self) -> float | None:
+        """Seconds until a schedule is due (<= 0: one is due now); None when none could fire."""
+        return (await self._row("schedule_any_due"))["due_in_s"]
 
     async def schedule_claim_due(self, now: dt.datetime, limit: int) -> list[ScheduleRow]:
         return [ScheduleRow.of(r) for r in await self._fetch("schedule_claim_due", now, limit)]
@@ -215,8 +216,10 @@ class Tx:
     async def slot_list_recent(self, schedule_id: str, limit: int) -> list[SlotRow]:
         return [SlotRow.of(r) for r in await self._fetch("slot_list_recent", uuid.UUID(schedule_id), limit)]
 
-    async def slot_due_schedules(self, limit: int) -> list[str]:
-        return [str(r["schedule_id"]) for r in await self._fetch("slot_due_schedules", limit)]
+    async def slot_due_schedules(self, limit: int) -> tuple[list[str], bool]:
+        """(ids of schedules with a slot to act on now, soonest first; whether any slot is open)."""
+        rows = await self._fetch("slot_due_schedules", limit)
+        return [str(r["schedule_id"]) for r in rows if r["due"]], bool(rows)
 
     async def slot_decision_guards(self, schedule_id: str, slot: dt.datetime) -> tuple[bool, bool]:
         """(an earlier slot is undecided or unsent, another slot is buffered)."""

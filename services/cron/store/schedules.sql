@@ -51,15 +51,15 @@ LIMIT $2
 FOR UPDATE OF s SKIP LOCKED;
 
 -- name: schedule_any_due
--- Whether schedule_claim_due would find a schedule now (its predicate,
--- without the locks): read outside any transaction every tick, so an idle
--- cron process opens none.
-SELECT EXISTS (
-    SELECT 1 FROM schedules s
-    WHERE s.state = 'ACTIVE' AND s.next_fire_time <= clock_timestamp()
-      AND NOT EXISTS (SELECT 1 FROM schedule_slots sl
-                      WHERE sl.schedule_id = s.schedule_id AND sl.state IN ('PENDING', 'SENDING'))
-) AS due;
+-- Seconds until schedule_claim_due would find a schedule (its predicate,
+-- without the locks; negative when one is due now), NULL when no schedule
+-- could fire: read outside any transaction on every look, so an idle cron
+-- process opens none, and the fire loop sleeps until then.
+SELECT extract(epoch FROM (min(s.next_fire_time) - clock_timestamp()))::float8 AS due_in_s
+  FROM schedules s
+ WHERE s.state = 'ACTIVE'
+   AND NOT EXISTS (SELECT 1 FROM schedule_slots sl
+                   WHERE sl.schedule_id = s.schedule_id AND sl.state IN ('PENDING', 'SENDING'));
 
 -- name: schedule_advance
 -- Compare-and-set on the occurrence that was due. A NULL next (the

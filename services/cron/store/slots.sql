@@ -21,12 +21,15 @@ LIMIT $2;
 SELECT * FROM schedule_slots WHERE schedule_id = $1 ORDER BY slot DESC LIMIT $2;
 
 -- name: slot_due_schedules
--- Schedules with an open slot to act on now: decide, re-check a buffer, (re)send.
-SELECT schedule_id FROM schedule_slots
-WHERE state IN ('PENDING', 'BUFFERED', 'SENDING') AND next_attempt_at <= clock_timestamp()
-GROUP BY schedule_id
-ORDER BY min(next_attempt_at)
-LIMIT $1;
+-- Schedules with an open slot, the one to act on soonest first, each with
+-- whether that is now (decide, re-check a buffer, (re)send): the due ones
+-- come first, and an empty answer means no slot is open at all.
+SELECT schedule_id, min(next_attempt_at) <= clock_timestamp() AS due
+  FROM schedule_slots
+ WHERE state IN ('PENDING', 'BUFFERED', 'SENDING')
+ GROUP BY schedule_id
+ ORDER BY min(next_attempt_at)
+ LIMIT $1;
 
 -- name: slot_decision_guards
 -- Read under the schedule lock: an earlier slot still undecided or unsent

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import logging
+import time
 
 import pytest
 
@@ -262,8 +263,8 @@ async def test_prune_deletes_finished_slots_past_retention(cron, mesh, db):
 
 
 async def test_an_idle_fire_loop_only_reads_and_claims_once_a_schedule_is_due(cron, mesh, db):
-    # Every tick (200 ms) asks whether anything is due, outside any transaction; the claim
-    # (a transaction with FOR UPDATE SKIP LOCKED) runs only when the answer is yes.
+    # Every look asks when something is due, outside any transaction; the claim (a
+    # transaction with FOR UPDATE SKIP LOCKED) runs only when the answer is now.
     seen: list[str] = []
 
     async def record(name: str) -> None:
@@ -274,3 +275,19 @@ async def test_an_idle_fire_loop_only_reads_and_claims_once_a_schedule_is_due(cr
     s = await create(c.stub, "* * * * * *")
     await wait_for(lambda: _at_least(fired(db, s.schedule_id), 1), what="a recorded firing")
     assert "schedule_claim_due" in seen
+
+
+async def test_an_idle_cron_looks_every_idle_interval_and_a_new_schedule_fires_on_time(cron, mesh, db):
+    # Nothing is due or open: both loops wait idle_interval_s (here 30 s; the fire loop at most
+    # half the misfire grace) between looks. A schedule created here wakes the fire loop, which
+    # then sleeps exactly until it is due.
+    c = await cron(idle_interval_s=30.0, misfire_grace_s=60.0)
+    await asyncio.sleep(0.3)  # past start-up's first looks
+    fire0, deliver0 = c.server.fire.looks, c.server.deliver.looks
+    await asyncio.sleep(1.0)
+    assert c.server.fire.looks == fire0 and c.server.deliver.looks == deliver0, \
+        (c.server.fire.looks - fire0, c.server.deliver.looks - deliver0)
+    s = await create(c.stub, "* * * * * *")
+    t0 = time.monotonic()
+    await wait_for(lambda: _at_least(fired(db, s.schedule_id), 2), what="two firings", timeout=6)
+    assert time.monotonic() - t0 < 3.5  # on time each second, not after the 30 s idle wait
