@@ -283,7 +283,8 @@ async def run_cells(b: Bench) -> None:
     if capacity > 0:
         for frac in ((0.5, 0.75) if quick else (0.25, 0.5, 0.75)):  # quick: both bars' loads
             await guarded(b, "enqueue_ack_open_loop", {"fraction": frac},
-                          lambda frac=frac: cell_open_loop(b, capacity, frac, run.seconds + 3))
+                          lambda frac=frac: cell_open_loop(b, capacity, frac,
+                                                           sizes.ACK_SECONDS_QUICK if quick else run.seconds + 3))
     min_backlog = run.args.drain_tasks or 10_000
     drain_rate = await guarded(b, "drain", {}, lambda: ratchet_drain.cell_drain(
         b, min_backlog, limit_s=40 if quick else 600))
