@@ -52,3 +52,19 @@ class FakeClock:
         for _, fut in due:
             if not fut.done():
                 fut.set_result(None)
+
+
+async def sleep_unless(clock: Clock, seconds: float, wake: asyncio.Event) -> bool:
+    """Sleep `seconds` on `clock` unless `wake` is set first; True if it was (the sleep is
+    cut short), False once the sleep ran out. An error of the clock's sleep is raised."""
+    sleeper = asyncio.ensure_future(clock.sleep(seconds))
+    waker = asyncio.ensure_future(wake.wait())
+    try:
+        done, _ = await asyncio.wait((sleeper, waker), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        sleeper.cancel()
+        waker.cancel()
+    if sleeper in done:
+        sleeper.result()
+        return False
+    return True

@@ -15,7 +15,7 @@ import asyncio
 import logging
 from typing import Callable
 
-from ratchet.libs.clock import Clock
+from ratchet.libs.clock import Clock, sleep_unless
 from ratchet.services.cron import errors
 from ratchet.services.cron.claim import claim_due
 from ratchet.services.cron.store import Store
@@ -78,12 +78,4 @@ class FireLoop:
 
     async def _sleep(self, seconds: float) -> None:
         """The clock's sleep, cut short by wake()."""
-        sleeper = asyncio.ensure_future(self._clock.sleep(seconds))
-        waker = asyncio.ensure_future(self._wake.wait())
-        try:
-            done, _ = await asyncio.wait((sleeper, waker), return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            sleeper.cancel()
-            waker.cancel()
-        if sleeper in done:
-            sleeper.result()
+        await sleep_unless(self._clock, seconds, self._wake)

@@ -19,7 +19,7 @@ import logging
 import math
 from typing import Callable, Iterable
 
-from ratchet.libs.clock import Clock
+from ratchet.libs.clock import Clock, sleep_unless
 from ratchet.services.dispatcher.errors import DispatcherError, ShardUnavailable
 from ratchet.services.dispatcher.history_client import HistoryClient
 from ratchet.services.dispatcher.shards import ShardBook
@@ -109,15 +109,7 @@ class TimerLoop:
         left = min(delay, self._hinted.get(shard, math.inf) - now)
         while True:
             wake.clear()  # every hint so far is in `left`
-            sleeper = asyncio.ensure_future(self._clock.sleep(max(0.0, left)))
-            waker = asyncio.ensure_future(wake.wait())
-            try:
-                done, _ = await asyncio.wait((sleeper, waker), return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                sleeper.cancel()
-                waker.cancel()
-            if sleeper in done:
-                sleeper.result()  # (a clock's error ends the loop)
+            if not await sleep_unless(self._clock, max(0.0, left), wake):
                 return
             left = min(until, self._hinted.get(shard, math.inf)) - self._clock.monotonic()
             if left <= 0:
