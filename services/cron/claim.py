@@ -37,7 +37,7 @@ async def claim_due(store: Store, limit: int, grace_s: float) -> tuple[list[str]
     the next schedule is due when none was: None if no schedule could fire). A read outside any
     transaction first: when nothing is due (most looks) that is all."""
     async with store.read() as r:
-        due_in = await r.schedule_any_due()
+        due_in = await r.schedule_next_due()
     if due_in is None or due_in > 0:
         return [], due_in
     async with store.tx() as tx:

@@ -70,8 +70,8 @@ class CronConfig:
                               "without it)")
         if not 0 <= self.grpc_port <= 65535:
             raise ConfigError(f"config field 'grpc_port' must be 0..65535, got {self.grpc_port}")
-        for name in ("tick_interval_s", "idle_interval_s", "min_interval_s", "buffer_check_s", "send_lease_s", "rpc_timeout_s",
-                     "slot_retention_s"):
+        for name in ("tick_interval_s", "idle_interval_s", "min_interval_s", "buffer_check_s", "send_lease_s",
+                     "rpc_timeout_s", "slot_retention_s"):
             if not getattr(self, name) > 0:
                 raise ConfigError(f"config field {name!r} must be > 0 seconds, got {getattr(self, name)!r}")
         if self.misfire_grace_s < 0:

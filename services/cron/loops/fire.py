@@ -1,11 +1,10 @@
 """Fire loop: claim due schedules and record their slots (claim.py), then
 wake the delivery loop so the slot goes out at once.
 
-When to look again: at once after a full batch; when the next schedule is
-due (the look's read says when), or after idle_s (1 s; at most half of the
-misfire grace) if that is sooner;
-tick_interval_s (0.2 s) when one is due but was not claimed (another process
-holds it). A schedule created or resumed here, or a slot this process closed
+When to look again: at once after a full batch; tick_interval_s (0.2 s)
+after claiming some, or when one is due but was not claimed (another process
+holds it); else when the next schedule is due (the look's read says when), or
+after idle_s (1 s; at most half the misfire grace) if that is sooner. A schedule created or resumed here, or a slot this process closed
 (which may make its schedule claimable), wakes the loop at once; what other
 cron processes change on the shared database is seen within idle_s."""
 
@@ -63,7 +62,7 @@ class FireLoop:
             if fired:
                 self._on_fired()
             if len(fired) < self._batch:
-                await self._sleep(self._next_sleep(fired, due_in))
+                await sleep_unless(self._clock, self._next_sleep(fired, due_in), self._wake)
 
     def wake(self) -> None:
         """Look now: a schedule was created or resumed, or a slot closed, in this process."""
@@ -75,7 +74,3 @@ class FireLoop:
         if due_in is None:
             return self._idle_s
         return min(due_in, self._idle_s)
-
-    async def _sleep(self, seconds: float) -> None:
-        """The clock's sleep, cut short by wake()."""
-        await sleep_unless(self._clock, seconds, self._wake)

@@ -176,9 +176,9 @@ class Tx:
                                  uuid.UUID(sid) if sid else None, limit)
         return [ScheduleRow.of(r) for r in rows]
 
-    async def schedule_any_due(self) -> float | None:
+    async def schedule_next_due(self) -> float | None:
         """Seconds until a schedule is due (<= 0: one is due now); None when none could fire."""
-        return (await self._row("schedule_any_due"))["due_in_s"]
+        return (await self._row("schedule_next_due"))["due_in_s"]
 
     async def schedule_claim_due(self, now: dt.datetime, limit: int) -> list[ScheduleRow]:
         return [ScheduleRow.of(r) for r in await self._fetch("schedule_claim_due", now, limit)]

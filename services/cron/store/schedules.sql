@@ -50,7 +50,7 @@ ORDER BY s.next_fire_time
 LIMIT $2
 FOR UPDATE OF s SKIP LOCKED;
 
--- name: schedule_any_due
+-- name: schedule_next_due
 -- Seconds until schedule_claim_due would find a schedule (its predicate,
 -- without the locks; negative when one is due now), NULL when no schedule
 -- could fire: read outside any transaction on every look, so an idle cron

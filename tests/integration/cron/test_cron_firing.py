@@ -269,8 +269,8 @@ async def test_an_idle_fire_loop_only_reads_and_claims_once_a_schedule_is_due(cr
 
     async def record(name: str) -> None:
         seen.append(name)
-    c = await cron(hooks={"schedule_any_due": record, "schedule_claim_due": record})
-    await wait_for(lambda: seen.count("schedule_any_due") >= 3, what="three idle ticks")
+    c = await cron(hooks={"schedule_next_due": record, "schedule_claim_due": record})
+    await wait_for(lambda: seen.count("schedule_next_due") >= 3, what="three idle looks")
     assert "schedule_claim_due" not in seen, seen
     s = await create(c.stub, "* * * * * *")
     await wait_for(lambda: _at_least(fired(db, s.schedule_id), 1), what="a recorded firing")
@@ -282,9 +282,9 @@ async def test_an_idle_cron_looks_every_idle_interval_and_a_new_schedule_fires_o
     # half the misfire grace) between looks. A schedule created here wakes the fire loop, which
     # then sleeps exactly until it is due.
     c = await cron(idle_interval_s=30.0, misfire_grace_s=60.0)
-    await asyncio.sleep(0.3)  # past start-up's first looks
+    await wait_for(lambda: c.server.fire.looks >= 1 and c.server.deliver.looks >= 1, what="start-up's first looks")
     fire0, deliver0 = c.server.fire.looks, c.server.deliver.looks
-    await asyncio.sleep(1.0)
+    await asyncio.sleep(1.0)  # a window: at the 0.05 s tick it would hold ~20 looks of each loop
     assert c.server.fire.looks == fire0 and c.server.deliver.looks == deliver0, \
         (c.server.fire.looks - fire0, c.server.deliver.looks - deliver0)
     s = await create(c.stub, "* * * * * *")

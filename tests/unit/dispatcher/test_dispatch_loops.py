@@ -143,24 +143,30 @@ class _GatedTimers:
         return reply
 
 
+async def _calls_reach(client: _GatedTimers, n: int, within_s: float) -> None:
+    deadline = asyncio.get_running_loop().time() + within_s
+    while len(client.at) < n:
+        assert asyncio.get_running_loop().time() < deadline, f"{len(client.at)} calls, not {n}, in {within_s} s"
+        await asyncio.sleep(0.005)
+
+
 async def test_with_hints_live_an_idle_shard_sleeps_idle_s_and_a_hint_cuts_it_short():
     from ratchet.libs.clock import SystemClock
     client = _GatedTimers()
     loop = TimerLoop(client, [0], 0.05, lambda _s: None, SystemClock(), idle_s=30.0, hints_live=lambda: True)
     task = asyncio.ensure_future(loop.run())
     try:
-        await asyncio.sleep(0.3)
+        await _calls_reach(client, 1, 2.0)
+        await asyncio.sleep(0.3)  # a window: without hints (0.05 s interval) it would hold ~6 calls
         assert len(client.at) == 1, "hints live: no second call within the 30 s idle interval"
+        hinted = asyncio.get_running_loop().time()
         loop.hint(0, 0.1)
         loop.hint(0, 5.0)  # a later hint does not push the earlier one back
-        await asyncio.sleep(0.3)
-        assert len(client.at) == 2
-        gap = client.at[1] - client.at[0]
-        assert 0.35 < gap < 0.6, gap  # asked ~0.1 s after the hint, which came 0.3 s after the first call
+        await _calls_reach(client, 2, 2.0)
+        assert 0.08 < client.at[1] - hinted < 0.3, client.at[1] - hinted  # asked ~0.1 s after the hint
         loop.hint(9, 0.0)  # a shard this loop does not own: ignored
         loop.hints_lost()  # the stream broke: hints may be lost, ask at once
-        await asyncio.sleep(0.05)
-        assert len(client.at) == 3
+        await _calls_reach(client, 3, 0.1)
     finally:
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
