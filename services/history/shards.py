@@ -38,6 +38,7 @@ class Shard:
         self._cfg = cfg
         self.pool: asyncpg.Pool | None = None
         self._kept: list[asyncpg.Connection] = []  # acquired from the pool, idle (see conn)
+        self._waiting = 0  # callers waiting in pool.acquire (see conn)
         self._uses = 0
         self.last_error = "not connected yet"
         self._lock = asyncio.Lock()
@@ -92,7 +93,10 @@ class Shard:
         asyncpg's acquire and release with a timeout cost ~26 us of CPU per call between them
         (a task for the timeout, a shield for the release), as much as a third of a small
         statement. Any other ending, and every PARK_ROUNDS-th use, releases it to the pool
-        (which rolls back, resets and recycles); close() returns the kept ones first."""
+        (which rolls back, resets and recycles); close() returns the kept ones first. So does
+        every return while a caller waits in the pool: that caller came when none was kept and
+        looks only at the pool, where every connection may be out (kept or in use), so keeping
+        this one would leave it waiting out ACQUIRE_TIMEOUT_S beside an idle connection."""
         pool = self.pool
         if pool is None:
             raise ShardUnavailable(self.id, self.last_error)
@@ -100,12 +104,15 @@ class Shard:
         if kept:
             conn = kept.pop()
         else:
+            self._waiting += 1
             try:
                 conn = await pool.acquire(timeout=ACQUIRE_TIMEOUT_S)
             except HistoryError:
                 raise
             except Exception as e:  # nothing was sent: always safe to report as unavailable
                 raise ShardUnavailable(self.id, type(e).__name__) from e
+            finally:
+                self._waiting -= 1
         clean = False
         try:
             yield conn
@@ -122,8 +129,8 @@ class Shard:
             raise mapped from e
         finally:
             self._uses += 1
-            if (clean and pool is self.pool and self._uses % PARK_ROUNDS and not conn.is_closed()
-                    and not conn.is_in_transaction()):
+            if (clean and not self._waiting and pool is self.pool and self._uses % PARK_ROUNDS
+                    and not conn.is_closed() and not conn.is_in_transaction()):
                 kept.append(conn)
             else:
                 await pool.release(conn)

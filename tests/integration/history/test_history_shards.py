@@ -315,3 +315,45 @@ async def test_closing_a_shard_returns_its_kept_connections_first(make_hist):
     for kept in (a, b):
         with pytest.raises(asyncpg.InterfaceError, match="released back to the pool"):
             kept.is_closed()
+
+
+async def test_a_caller_waiting_for_the_pool_gets_the_next_connection_a_call_returns(make_hist):
+    # Every connection out (pool_max_size 2): a third caller waits in the pool. A clean return
+    # must go to it, not to the kept list the waiter never looks at again (it used to wait out
+    # ACQUIRE_TIMEOUT_S, 5 s, and fail UNAVAILABLE: 32 producers of batch calls did that).
+    hist = await make_hist(pool_max_size=2)
+    shard = hist.server.shards.get(1)
+    release = asyncio.Event()
+    holding = 0
+
+    async def hold() -> None:
+        nonlocal holding
+        async with shard.conn() as conn:
+            holding += 1
+            await release.wait()
+            await conn.fetchval("SELECT 1")
+
+    holders = [asyncio.ensure_future(hold()) for _ in range(2)]
+    deadline = time.monotonic() + 10
+    while holding < 2 and time.monotonic() < deadline:
+        await asyncio.sleep(0.01)
+    assert holding == 2
+
+    async def third() -> float:
+        t0 = time.monotonic()
+        async with shard.conn() as conn:
+            await conn.fetchval("SELECT 1")
+        return time.monotonic() - t0
+
+    waiter = asyncio.ensure_future(third())
+    await asyncio.sleep(0.2)  # it is waiting in the pool now
+    assert not waiter.done()
+    release.set()
+    await asyncio.wait_for(asyncio.gather(*holders), 10)
+    waited = await asyncio.wait_for(waiter, 10)
+    assert waited < 0.2 + 1.0, f"the waiter got a connection only after {waited:.2f}s"
+    # Nobody waits any more: clean returns are kept again (the fast path stays).
+    async with shard.conn() as a:
+        pass
+    async with shard.conn() as b:
+        assert b is a
