@@ -301,8 +301,15 @@ async def run_cells(b: Bench) -> None:
     await b.pt.stop_hostagent()  # (the drains may leave it running: no task runs beside the calls)
     seconds, cap = (sizes.BATCH_SECONDS_QUICK, sizes.BATCH_CAP_QUICK) if quick else \
         (sizes.BATCH_SECONDS_FULL, sizes.BATCH_CAP_FULL)
-    await guarded(b, "enqueue_batch", {"batch": 100}, lambda: cell_enqueue_batch(b, 100, 4, seconds, cap))
+    await batch_cells(b, seconds, cap)
     await guarded(b, "enqueue_batch", {"batch": 1000}, lambda: cell_enqueue_batch(b, 1000, 2, seconds, cap))
+
+
+async def batch_cells(b: Bench, seconds: float, cap: int) -> None:
+    """Calls of 100 from each of sizes.BATCH_PRODUCERS (the host agent stopped: nothing drains)."""
+    for p in sizes.BATCH_PRODUCERS:
+        await guarded(b, "enqueue_batch", {"batch": 100, "producers": p, **({"round": b.round} if b.round else {})},
+                      lambda p=p: cell_enqueue_batch(b, 100, p, seconds, cap))
 
 
 async def run_all(run) -> None:

@@ -24,7 +24,7 @@ import asyncpg
 
 from ratchet.api.tasks.v1 import tasks_pb2
 
-from loadtest import cpu, dbstats, loadgen
+from loadtest import cpu, dbstats, loadgen, sizes
 from loadtest.ratchet_cells import Q, Bench, guarded, warmup
 
 UTC = datetime.timezone.utc
@@ -217,7 +217,7 @@ async def fresh_platform(run, shards: int, round_no: int | None):
 
 
 async def ratchet_round(run, round_no: int) -> None:
-    """Rounds 2..n: enqueue capacity and drain on a fresh 4-shard platform."""
+    """Rounds 2..n: enqueue capacity (single and batch calls) and drain on a fresh 4-shard platform."""
     from loadtest import ratchet_cells, ratchet_drain
     b, close = await fresh_platform(run, 4, round_no)
     try:
@@ -228,6 +228,11 @@ async def ratchet_round(run, round_no: int) -> None:
                           lambda p=p: ratchet_cells.cell_enqueue_single(b, p, run.seconds))
         await guarded(b, "drain", {"round": round_no}, lambda: ratchet_drain.cell_drain(
             b, run.args.drain_tasks or 10_000, limit_s=40 if run.quick else 180))
+        # Last, as in round 1 (they leave 100k+ tasks behind): batch calls of 100, as the peers'
+        # later rounds run them.
+        await b.pt.stop_hostagent()
+        await ratchet_cells.batch_cells(b, *((sizes.BATCH_SECONDS_QUICK, sizes.BATCH_CAP_QUICK) if run.quick
+                                             else (sizes.BATCH_SECONDS_FULL, sizes.BATCH_CAP_FULL)))
     finally:
         await close()
 

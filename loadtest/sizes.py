@@ -9,6 +9,11 @@ BATCH_SECONDS_QUICK = 2.0
 BATCH_SECONDS_FULL = 5.0
 BATCH_CAP_QUICK = 600_000
 BATCH_CAP_FULL = 1_500_000
+# Concurrent producers of the batch cells of 100 per call, in both modes: issue 5's grid for
+# enqueue capacity (1, 8 and 32 producers, single and batch). Capacity is the best of them, as
+# for single calls. Until session 14 one cell of 4 producers stood for the grid. Calls of 1,000
+# run once, from 2 producers (round 1).
+BATCH_PRODUCERS = (1, 8, 32)
 
 # Idle schedule-to-start samples. p99 by nearest rank is the slowest sample below
 # 100 samples (with 60, one slow sample in a noisy hour decided the bar's verdict);

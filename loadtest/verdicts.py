@@ -83,7 +83,8 @@ def ratios(cells: list[Cell]) -> list[dict]:
     for enq in (c for c in cells if c.ok and c.system == "ratchet" and c.workload == "enqueue_batch"
                 and _round1(c)):
         if best_commit:
-            out.append({"name": f"enqueue_batch ({enq.params.get('batch')}/call) / best PHYS_commit",
+            out.append({"name": f"enqueue_batch ({enq.params.get('batch')}/call, {enq.params.get('producers')} "
+                                f"producers) / best PHYS_commit",
                         "value": f"{enq.rate / best_commit.rate:.2f}",
                         "how": f"{enq.rate:.0f} tasks/s / {best_commit.rate:.0f} single-row commits/s"})
     return out

@@ -113,8 +113,10 @@ async def _cells(b: PeerBench, p: Plan, first: bool, big_drain: int) -> None:
     batch_rate = 0.0
     if peer.supports_batch:
         peer.stop_worker()
-        batch_rate = await b.guarded("enqueue_batch", b.params(batch=100), lambda: cells.enqueue_batch(
-            b, 100, 4, p.batch_seconds, p.batch_cap)) or 0.0
+        for n in sizes.BATCH_PRODUCERS:  # (as Ratchet's: ratchet_cells.batch_cells)
+            rate = await b.guarded("enqueue_batch", b.params(batch=100, producers=n), lambda n=n: cells.enqueue_batch(
+                b, 100, n, p.batch_seconds, p.batch_cap))
+            batch_rate = max(batch_rate, rate or 0.0)
         if first:  # as Ratchet's round-1 cells: calls of 1,000 from 2 producers
             await b.guarded("enqueue_batch", b.params(batch=1000), lambda: cells.enqueue_batch(
                 b, 1000, 2, p.batch_seconds, p.batch_cap))

@@ -118,6 +118,27 @@ def test_batch_bars_compare_calls_of_the_same_size():
     assert "1.50× ▲" in row
 
 
+def test_batch_capacity_is_the_best_producer_count_median_over_rounds():
+    # Issue 5's grid (1, 8, 32 producers) for batch calls too: each system's best count, its
+    # rounds' median; calls of 1,000 do not count toward calls of 100.
+    cells = _run() + [
+        cell("ratchet", "enqueue_batch", 20_000, batch=100, producers=1),
+        cell("ratchet", "enqueue_batch", 45_000, batch=100, producers=8),
+        cell("ratchet", "enqueue_batch", 41_000, batch=100, producers=8, round=2),
+        cell("ratchet", "enqueue_batch", 60_000, batch=100, producers=32),
+        cell("ratchet", "enqueue_batch", 30_000, batch=100, producers=32, round=2),
+        cell("ratchet", "enqueue_batch", 30_000, batch=100, producers=32, round=3),
+        cell("ratchet", "enqueue_batch", 99_000, batch=1000, producers=2),
+        cell("graphile-worker", "enqueue_batch", 52_000, label="Postgres", batch=100, producers=8),
+        cell("graphile-worker", "enqueue_batch", 36_000, label="Postgres", batch=100, producers=32),
+    ]
+    assert compare.metric(cells, "ratchet", "enqueue_batch") == 43_000  # 8: median of 45k and 41k
+    assert compare.metric(cells, "graphile-worker", "enqueue_batch") == 52_000
+    bars = {b["bar"]: b for b in compare.issue5_bar(cells)}
+    hundred = bars["enqueue capacity, batch calls of 100 ahead of every Postgres-backed peer"]
+    assert hundred["verdict"] == "FAIL" and "43,000 vs best peer graphile-worker 52,000" in hundred["measured"]
+
+
 def test_no_sdk_rows_show_ratchets_unary_and_rest_capacity():
     cells = _run() + [cell("ratchet", "enqueue_single_unary", 2400, producers=32),
                       cell("ratchet", "enqueue_single_rest", 3400, producers=32)]
