@@ -14,6 +14,7 @@ from ratchet.services.history import bulk, callstream, convert, dispatch, enqueu
 from ratchet.services.history.config import HistoryConfig
 from ratchet.services.history.errors import InvalidArgument, rpc, rpc_stream
 from ratchet.services.history.groupcommit import CreateGroups
+from ratchet.services.history.plaincommit import PlainGroups
 from ratchet.services.history.ready import ReadyHub
 from ratchet.services.history.shards import ShardSet
 from ratchet.services.history.store import Store
@@ -67,6 +68,9 @@ class HistoryServicer(history_pb2_grpc.HistoryServiceServicer):
         # The ready event goes out after the group's commit, outside the transaction: never a NOTIFY.
         self.groups = CreateGroups(store, cfg.idempotency_window_s, hub.publish,
                                    max_in_flight=cfg.enqueue_groups_in_flight, on_timer=hub.timer_due)
+        # Batch calls of plain tasks, likewise: concurrent ones for a shard share a statement.
+        self.plains = PlainGroups(store, self._plain_alone, self._plain_committed,
+                                  max_in_flight=cfg.enqueue_groups_in_flight)
 
     @rpc
     async def CreateTasks(self, request, context):
@@ -112,8 +116,15 @@ class HistoryServicer(history_pb2_grpc.HistoryServiceServicer):
             for r in results])
 
     async def _create_plain(self, shard, plain: convert.PlainIn) -> history_pb2.CreateTasksResponse:
-        """A request of plain tasks: one statement over its columns, answered all_created; a
-        resent or taken id sends it through the transactional path, answered per task."""
+        """A request of plain tasks: one statement over its columns (shared with concurrent ones,
+        plaincommit.py), answered all_created; a resent or taken id sends it through the
+        transactional path, answered per task."""
+        response = await self.plains.create(shard, plain)
+        await gates.reach("history.enqueue.after_commit")  # fault tests: committed, not yet answered
+        return response
+
+    async def _plain_alone(self, shard, plain: convert.PlainIn) -> history_pb2.CreateTasksResponse:
+        """_create_plain of one request by itself."""
         async with shard.conn() as conn:
             try:
                 await enqueue.create_plain(conn, self.store, plain)
@@ -126,11 +137,18 @@ class HistoryServicer(history_pb2_grpc.HistoryServiceServicer):
                     history_pb2.CreateResult(task_id=r.task_id, deduplicated=r.deduplicated) for r in results])
         if due:
             self.hub.publish(shard.id)
+        self._plain_timer(shard, plain)
+        return response
+
+    def _plain_committed(self, shard, plain: convert.PlainIn) -> None:
+        """After a grouped statement of plain tasks committed (plain: one of its requests)."""
+        self.hub.publish(shard.id)
+        self._plain_timer(shard, plain)
+
+    def _plain_timer(self, shard, plain: convert.PlainIn) -> None:
         pol = plain.policy
         self.hub.timer_due(shard.id, min((s for s in (pol.schedule_to_start_s, pol.schedule_to_close_s)
                                           if s is not None), default=None))
-        await gates.reach("history.enqueue.after_commit")  # fault tests: committed, not yet answered
-        return response
 
     @rpc
     async def GetTask(self, request, context):

@@ -61,6 +61,7 @@ class HistoryServer:
         self.servicer.stopping.set()
         await self.rpc.stop(grace)
         await self.servicer.groups.close()
+        await self.servicer.plains.close()
         await self.bulk.stop()
         await self.reconnect.stop()
         await self.shards.close()

@@ -3,6 +3,8 @@ one statement and answered all_created; anything it cannot decide goes the per-t
 
 from __future__ import annotations
 
+import asyncio
+
 import grpc
 import pytest
 
@@ -144,3 +146,79 @@ async def test_upper_case_ids_are_stored_canonical(hist):
                      [b"1", b"2"])
     assert r.all_created
     assert await _written(hist, ids) == 2
+
+
+# Group commit of concurrent plain calls (plaincommit.py): calls for one shard that arrive while
+# one is in flight share one statement; every caller still gets exactly its own answer.
+
+async def test_concurrent_plain_calls_share_statements(make_hist):
+    hist = await make_hist()
+    plains = hist.server.servicer.plains
+    before, grouped = plains.statements, plains.grouped_calls
+    tenant = unique("t")
+    calls = [[new_task_id() for _ in range(50)] for _ in range(20)]
+    answers = await asyncio.gather(*(_plain(hist, _shared(tenant), ids, [b'{"c":%d}' % c] * 50)
+                                     for c, ids in enumerate(calls)))
+    assert all(a.all_created and not a.results for a in answers)
+    assert await _written(hist, [t for ids in calls for t in ids]) == 1000
+    assert plains.statements > before and plains.grouped_calls - grouped >= 2  # some calls shared one
+    rows = await hist.sql(1, "SELECT task_id::text AS id, payload FROM tasks WHERE tenant_id = $1", tenant)
+    by_id = {r["id"]: bytes(r["payload"]) for r in rows}
+    assert all(by_id[t] == b'{"c":%d}' % c for c, ids in enumerate(calls) for t in ids)  # each row its own call's
+
+
+async def test_a_resent_call_in_a_group_is_answered_per_task_and_the_others_all_created(make_hist):
+    hist = await make_hist()
+    plains = hist.server.servicer.plains
+    tenant = unique("t")
+    old = [new_task_id() for _ in range(5)]
+    assert (await _plain(hist, _shared(tenant), old, [b"1"] * 5)).all_created
+    fresh = [[new_task_id() for _ in range(5)] for _ in range(8)]
+    before = plains.statements
+    answers = await asyncio.gather(*(_plain(hist, _shared(tenant), ids, [b"2"] * 5) for ids in [*fresh[:4], old,
+                                                                                                 *fresh[4:]]))
+    resent = answers[4]
+    assert not resent.all_created and [(x.task_id, x.deduplicated) for x in resent.results] == [(i, True) for i in old]
+    others = answers[:4] + answers[5:]
+    for ids, a in zip(fresh, others):  # all_created, or answered per task as new when it went alone
+        assert a.all_created or [(x.task_id, x.deduplicated) for x in a.results] == [(i, False) for i in ids]
+    assert plains.statements > before  # the resent call was in a group that fell back
+    assert await _written(hist, old + [t for ids in fresh for t in ids]) == 45
+
+
+async def test_a_foreign_id_in_a_group_fails_only_its_own_caller(make_hist):
+    hist = await make_hist()
+    taken = new_task_id()
+    assert (await _plain(hist, _shared(unique("t")), [taken], [b"1"])).all_created
+    tenant = unique("t")
+    fresh = [[new_task_id() for _ in range(3)] for _ in range(6)]
+    bad = [new_task_id(), taken]
+    outcomes = await asyncio.gather(*(_plain(hist, _shared(tenant), ids, [b"1"] * len(ids))
+                                      for ids in [*fresh[:3], bad, *fresh[3:]]), return_exceptions=True)
+    err = outcomes[3]
+    assert isinstance(err, grpc.aio.AioRpcError) and err.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert f"task_id {taken} is already taken" in err.details()
+    assert all(not isinstance(o, BaseException) for i, o in enumerate(outcomes) if i != 3)
+    assert await _written(hist, [t for ids in fresh for t in ids]) == 18
+    assert await _written(hist, [bad[0]]) == 0
+
+
+async def test_calls_that_differ_in_shared_values_never_share_a_statement(make_hist):
+    hist = await make_hist()
+    tenant = unique("t")
+    kinds = []
+    for i in range(12):
+        shared = _shared(tenant)
+        shared.task_type = f"type{i % 3}"
+        if i % 2:
+            shared.retry.max_attempts = 7  # another policy
+        kinds.append(shared)
+    calls = [[new_task_id() for _ in range(4)] for _ in kinds]
+    answers = await asyncio.gather(*(_plain(hist, sh, ids, [b"0"] * 4) for sh, ids in zip(kinds, calls)))
+    assert all(a.all_created for a in answers)
+    rows = await hist.sql(1, "SELECT task_id::text AS id, task_type, max_attempts FROM tasks WHERE tenant_id = $1",
+                          tenant)
+    got = {r["id"]: (r["task_type"], r["max_attempts"]) for r in rows}
+    assert len(got) == 48
+    for i, ids in enumerate(calls):
+        assert {got[t] for t in ids} == {(f"type{i % 3}", 7 if i % 2 else 4)}
