@@ -135,3 +135,65 @@ async def test_a_request_of_several_new_tasks_is_one_statement_and_a_held_key_fa
     assert (r.results[1].task_id, r.results[1].deduplicated) == (tasks[1].task_id, True)
     assert ran == ["task_create_batch", "idempotency_key_claim_batch", "task_insert_batch"]
     assert await _count(hist, tenant) == 11
+
+
+def _count_calls(monkeypatch, store, *names: str) -> dict[str, int]:
+    counts = dict.fromkeys(names, 0)
+    for name in names:
+        real = getattr(store, name)
+
+        async def counted(*a, _real=real, _name=name, **kw):
+            counts[_name] += 1
+            return await _real(*a, **kw)
+        monkeypatch.setattr(store, name, counted)
+    return counts
+
+
+async def test_alike_plain_singles_take_the_plain_statement_and_write_the_same_rows(make_hist, monkeypatch):
+    # A group of unkeyed tasks sharing every value but id and payload is task_create_plain's
+    # (a fraction of task_create_batch's cost); its rows are those the general statement writes.
+    from .test_history_shared import _rows
+    hist = await make_hist()
+    counts = _count_calls(monkeypatch, hist.server.servicer.store, "task_create_plain", "task_create_batch")
+    via_plain, via_batch = unique("t"), unique("t")
+
+    def shaped(tenant: str, i: int) -> "h.NewTask":
+        t = hist.task(tenant, payload=b'{"i":%d}' % i, max_attempts=4, base_s=2, queue="q1")
+        t.timeouts.schedule_to_start.seconds = 600
+        t.non_retryable.append("ValueError")
+        return t
+    alike = [shaped(via_plain, i) for i in range(40)]
+    results = await asyncio.gather(*(hist.create(t) for t in alike))
+    assert all(r.results[0].task_id == t.task_id and not r.results[0].deduplicated for r, t in zip(results, alike))
+    assert counts["task_create_plain"] >= 1 and counts["task_create_batch"] == 0
+    # The same tasks one request each with a key (never alike): the general statement.
+    keyed = [shaped(via_batch, i) for i in range(40)]
+    for i, t in enumerate(keyed):
+        t.idempotency_key, t.fingerprint = f"k{i}", "f"
+    await asyncio.gather(*(hist.create(t) for t in keyed))
+    assert counts["task_create_batch"] >= 1
+    strip = ("idempotency_key",)
+    got = [{k: v for k, v in r.items() if k not in strip} for r in await _rows(hist, via_plain, [t.task_id for t in alike])]
+    want = [{k: v for k, v in r.items() if k not in strip}
+            for r in await _rows(hist, via_batch, [t.task_id for t in keyed])]
+    assert got == want
+    assert set(await hist.timers(alike[0].task_id)) == {"schedule_to_start"}
+
+
+async def test_a_retried_id_in_an_alike_group_is_deduplicated_and_the_others_created(make_hist):
+    hist = await make_hist()
+    tenant = unique("t")
+    first = hist.task(tenant)
+    await hist.create(first)
+    again = h_copy(first)
+    fresh = [hist.task(tenant) for _ in range(10)]
+    results = await asyncio.gather(*(hist.create(t) for t in [*fresh[:5], again, *fresh[5:]]))
+    assert results[5].results[0].task_id == first.task_id and results[5].results[0].deduplicated
+    assert [r.results[0].deduplicated for i, r in enumerate(results) if i != 5] == [False] * 10
+    assert await _count(hist, tenant) == 11
+
+
+def h_copy(task):
+    out = type(task)()
+    out.CopyFrom(task)
+    return out
