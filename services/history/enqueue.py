@@ -207,7 +207,7 @@ async def create_group(conn: asyncpg.Connection, store: Store, items: Sequence[N
     Fallback (nothing written) when the whole group must. One item's key conflict writes
     nothing for that item and does not touch the others: each request holds one task.
     """
-    if await _create_alike(conn, store, items):
+    if await _create_alike(conn, store, items):  # (False, an id exists: the statement below answers it)
         return [CreateOut(it.row.task_id) for it in items], True
     send, follow, alone = _group_plan(items)
     out: list[CreateOut | HistoryError | None] = [None] * len(items)
@@ -274,14 +274,14 @@ def _alike(items: Sequence[NewTaskIn]) -> bool:
     return True
 
 
-async def _create_alike(conn: asyncpg.Connection, store: Store, items: Sequence[NewTaskIn]) -> bool:
-    """A group of plain tasks alike (_alike) inserted by task_create_plain, whose statement is a
-    fraction of task_create_batch's (one row: ~220 against ~450 us of backend CPU, most of
-    it executor start-up for the key-claiming statement's ~30 nodes). False (nothing
-    written) when the group is not alike, or when an id exists or repeats (a retried create):
-    task_create_batch then answers each row as before."""
+async def _create_alike(conn: asyncpg.Connection, store: Store, items: Sequence[NewTaskIn]) -> bool | None:
+    """Plain tasks alike (_alike) inserted by task_create_plain, whose statement is a fraction
+    of task_create_batch's (one row: ~220 against ~450 us of backend CPU, most of it executor
+    start-up for the key-claiming statement's ~30 nodes): True once inserted; None (nothing
+    tried) when they are not alike; False (nothing written) when an id exists or repeats (a
+    retried create), which task_create_batch or create_tasks then answers per row."""
     if not _alike(items):
-        return False
+        return None
     r0, first = items[0].row, items[0]
     try:
         await store.task_create_plain(conn, [it.row.task_id for it in items], [it.row.payload for it in items],
@@ -335,6 +335,11 @@ async def create_all(conn: asyncpg.Connection, store: Store, items: Sequence[New
     """One request of several tasks in one statement, all or nothing: every task is new and
     every key is claimed, else nothing is written and Fallback is raised (the caller runs
     create_tasks, which answers keys held by other tasks and retried ids exactly)."""
+    alike = await _create_alike(conn, store, items)
+    if alike:
+        return [CreateOut(it.row.task_id) for it in items], True
+    if alike is False:
+        raise Fallback()  # an id exists or repeats: nothing written
     rep = _representatives(items)
     send, _follow, _alone = _group_plan([items[i] for i in sorted(set(rep.values()))])
     reps = sorted(set(rep.values()))

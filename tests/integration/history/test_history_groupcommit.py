@@ -197,3 +197,21 @@ def h_copy(task):
     out = type(task)()
     out.CopyFrom(task)
     return out
+
+
+async def test_a_request_of_several_alike_tasks_is_one_plain_statement_and_a_resent_one_is_answered_per_task(
+        make_hist, monkeypatch):
+    # What the gateway's coalesced single enqueues are: one CreateTasks of several plain tasks alike.
+    hist = await make_hist()
+    counts = _count_calls(monkeypatch, hist.server.servicer.store, "task_create_plain", "task_create_batch")
+    tenant = unique("t")
+    tasks = [hist.task(tenant, payload=b'{"i":%d}' % i) for i in range(6)]
+    r = await hist.create(*tasks)
+    assert [(x.task_id, x.deduplicated) for x in r.results] == [(t.task_id, False) for t in tasks]
+    assert counts == {"task_create_plain": 1, "task_create_batch": 0}
+    # The same request again (its answer lost) plus one new task: nothing written twice.
+    new = hist.task(tenant)
+    r = await hist.create(*tasks[:3], new)
+    assert [(x.task_id, x.deduplicated) for x in r.results] == [(t.task_id, True) for t in tasks[:3]] + [
+        (new.task_id, False)]
+    assert await _count(hist, tenant) == 7
