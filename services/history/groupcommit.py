@@ -39,7 +39,10 @@ _WHOLE_GROUP = (ShardUnavailable, ShardTimeout)
 
 
 @dataclasses.dataclass
-class _Line:
+class Line:
+    """One shard's group commit (plaincommit.py's too: one shard and kind): statements in
+    flight, and the callers queued for the next one."""
+
     in_flight: int = 0
     queued: collections.deque = dataclasses.field(default_factory=collections.deque)
 
@@ -54,20 +57,20 @@ class CreateGroups:
         self._on_due = on_due
         self._on_timer = on_timer  # (shard, seconds until the earliest timer the commit wrote)
         self._max_in_flight = max_in_flight
-        self._lines: dict[int, _Line] = {}
+        self._lines: dict[int, Line] = {}
         self._running: set[asyncio.Task] = set()
         self.groups = 0  # transactions run, for tests
 
     async def create(self, shard: Shard, item: NewTaskIn) -> CreateOut:
         """Create one task (after its group committed); raises the caller's error."""
-        line = self._lines.setdefault(shard.id, _Line())
+        line = self._lines.setdefault(shard.id, Line())
         future = asyncio.get_running_loop().create_future()
         line.queued.append((item, future))
         if line.in_flight < self._max_in_flight:
             self._next(shard, line)
         return await future
 
-    def _next(self, shard: Shard, line: _Line) -> None:
+    def _next(self, shard: Shard, line: Line) -> None:
         group = []
         while line.queued and len(group) < MAX_GROUP:
             entry = line.queued.popleft()
@@ -80,7 +83,7 @@ class CreateGroups:
         self._running.add(task)
         task.add_done_callback(self._running.discard)
 
-    async def _run(self, shard: Shard, line: _Line, group: list) -> None:
+    async def _run(self, shard: Shard, line: Line, group: list) -> None:
         try:
             await self._commit(shard, group)
         finally:

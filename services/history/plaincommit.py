@@ -24,7 +24,6 @@ have failed each call.
 from __future__ import annotations
 
 import asyncio
-import collections
 import dataclasses
 import logging
 from typing import Awaitable, Callable
@@ -33,6 +32,7 @@ from ratchet.internal.history.v1 import history_pb2
 from ratchet.services.history import enqueue
 from ratchet.services.history.convert import PlainIn
 from ratchet.services.history.errors import ShardTimeout, ShardUnavailable
+from ratchet.services.history.groupcommit import Line
 from ratchet.services.history.shards import Shard
 from ratchet.services.history.store import Store
 
@@ -48,12 +48,6 @@ _WHOLE_GROUP = (ShardUnavailable, ShardTimeout)
 Response = history_pb2.CreateTasksResponse
 
 
-@dataclasses.dataclass
-class _Line:
-    in_flight: int = 0
-    queued: collections.deque = dataclasses.field(default_factory=collections.deque)
-
-
 class PlainGroups:
     """Coalesces plain batch creates per shard (and shared values) into shared statements.
 
@@ -67,7 +61,7 @@ class PlainGroups:
         self._alone = alone
         self._committed = committed
         self._max_in_flight = max_in_flight
-        self._lines: dict[tuple, _Line] = {}
+        self._lines: dict[tuple, Line] = {}
         self._running: set[asyncio.Task] = set()
         self.statements = 0  # grouped statements run (groups of two or more calls), for tests
         self.grouped_calls = 0  # calls answered by a grouped statement, for tests
@@ -79,14 +73,14 @@ class PlainGroups:
         key = (shard.id, plain.tenant_id, plain.app_id, plain.task_type, plain.queue, id(plain.policy))
         line = self._lines.get(key)
         if line is None:
-            line = self._lines[key] = _Line()
+            line = self._lines[key] = Line()
         future = asyncio.get_running_loop().create_future()
         line.queued.append((plain, future))
         if line.in_flight < self._max_in_flight:
             self._next(shard, key, line)
         return await future
 
-    def _next(self, shard: Shard, key: tuple, line: _Line) -> None:
+    def _next(self, shard: Shard, key: tuple, line: Line) -> None:
         group, rows, size = [], 0, 0
         while line.queued:
             plain, future = line.queued[0]
@@ -108,7 +102,7 @@ class PlainGroups:
         self._running.add(task)
         task.add_done_callback(self._running.discard)
 
-    async def _run(self, shard: Shard, key: tuple, line: _Line, group: list) -> None:
+    async def _run(self, shard: Shard, key: tuple, line: Line, group: list) -> None:
         try:
             if len(group) == 1:
                 await self._one(shard, group[0])
