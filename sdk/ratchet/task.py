@@ -13,6 +13,7 @@ module attribute that carries a spec (`find_tasks`).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import inspect
 import re
 from types import ModuleType
@@ -37,6 +38,12 @@ class TaskSpec:
     start_to_close_s: float
     schedule_to_start_s: float | None
     schedule_to_close_s: float | None
+
+    @functools.cached_property
+    def is_async(self) -> bool:
+        """Whether the handler is a coroutine function: asked once, not per attempt (inspect
+        unwraps and reads code flags, a few % of a no-op attempt's cost in the stub)."""
+        return inspect.iscoroutinefunction(self.fn)
 
     def describe(self) -> dict:
         """The handler as `python -m ratchet.sandbox describe` prints it."""

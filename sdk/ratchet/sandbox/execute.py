@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import inspect
 import json
 import traceback
 from typing import Any
@@ -58,10 +57,16 @@ def platform_failure(error_class: str, message: str) -> Outcome:
     return Outcome("failed", error={"error_class": error_class, "message": message, "stack": ""}, fatal=True)
 
 
+# (one encoder: json.dumps with options builds one per call)
+_ENCODE_RESULT = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode
+
+
 def encode_result(value: Any) -> str:
     """value as compact JSON text; ResultNotSerializable / ResultTooLarge otherwise."""
+    if value is None:
+        return "null"  # (most handlers return nothing)
     try:
-        text = json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+        text = _ENCODE_RESULT(value)
     except (TypeError, ValueError) as e:
         raise ResultNotSerializable(
             f"the handler returned a value that is not JSON ({e}); return dicts, lists, strings, "
@@ -75,7 +80,7 @@ def encode_result(value: Any) -> str:
 
 
 def _call(spec: TaskSpec, ctx: TaskContext, payload: Any) -> Any:
-    if inspect.iscoroutinefunction(spec.fn):
+    if spec.is_async:
         return asyncio.run(spec.fn(ctx, payload))
     return spec.fn(ctx, payload)
 
