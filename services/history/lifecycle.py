@@ -135,8 +135,7 @@ async def _decide_and_apply(conn, store: Store, items: Sequence[CompletionIn], r
         view = views.get(c.task_id)
         if view is None:
             continue
-        t = on_completion(view, c, rand=rand)
-        decided.append(dataclasses.replace(t, cancel_seen=view.cancel_seen) if optimistic else t)
+        decided.append(on_completion(view, c, rand=rand, cancel_seen=view.cancel_seen if optimistic else None))
     # In task_id order, as the lock took them, so two batches sharing tasks cannot deadlock.
     decided.sort(key=lambda t: t.task_id)
     applied = await store.task_transition_apply(conn, decided) if decided else {}

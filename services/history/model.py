@@ -53,9 +53,16 @@ _RETRIES: dict[str, Retry] = {}
 _RETRIES_MAX = 4096
 
 
+_BASE_RETRY: list[Retry] = []  # Retry.from_json({}), made on first use
+
+
 def _retry(stored) -> Retry:
+    if stored is None:  # NULL: the stored base (migration 0013), what most tasks hold
+        if not _BASE_RETRY:
+            _BASE_RETRY.append(Retry.from_json({}))
+        return _BASE_RETRY[0]
     if not isinstance(stored, str):
-        return Retry.from_json(stored or {})  # NULL: the stored base (migration 0013)
+        return Retry.from_json(stored)
     hit = _RETRIES.get(stored)
     if hit is None:
         if len(_RETRIES) >= _RETRIES_MAX:

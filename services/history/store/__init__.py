@@ -232,17 +232,34 @@ class Store:
 
         fenced=False (test-only, guards.timer_skip_locked off) drops the compare-and-set.
         """
-        def err(e, attr):
-            return getattr(e, attr) if e is not None else None
-        recs = await self._run(
-            conn, "task_transition_apply" if fenced else "task_transition_apply_unfenced",
-            _checked([t.task_id for t in ts]), [t.from_state.value for t in ts], [t.lease_epoch for t in ts],
-            [t.to_state.value for t in ts], [t.delay_s for t in ts], [t.result for t in ts],
-            [err(t.error, "error_class") for t in ts], [err(t.error, "message") for t in ts],
-            [err(t.error, "stack") for t in ts], [t.reason for t in ts],
-            [t.attempt_outcome.value if t.attempt_outcome else None for t in ts],
-            [err(t.attempt_error, "error_class") for t in ts], [err(t.attempt_error, "message") for t in ts],
-            [err(t.attempt_error, "stack") for t in ts], [t.checkpoint for t in ts], [t.cancel_seen for t in ts])
+        cols: list[list] = [[] for _ in range(16)]
+        (ids, from_s, epochs, to_s, delays, results, e_cls, e_msg, e_stack, reasons, outcomes, a_cls, a_msg,
+         a_stack, checkpoints, cancel_seen) = cols
+        for t in ts:
+            ids.append(t.task_id)
+            from_s.append(t.from_state.value)
+            epochs.append(t.lease_epoch)
+            to_s.append(t.to_state.value)
+            delays.append(t.delay_s)
+            results.append(t.result)
+            e = t.error
+            e_cls.append(e.error_class if e is not None else None)
+            e_msg.append(e.message if e is not None else None)
+            e_stack.append(e.stack if e is not None else None)
+            reasons.append(t.reason)
+            outcomes.append(t.attempt_outcome.value if t.attempt_outcome else None)
+            a = t.attempt_error
+            a_cls.append(a.error_class if a is not None else None)
+            a_msg.append(a.message if a is not None else None)
+            a_stack.append(a.stack if a is not None else None)
+            checkpoints.append(t.checkpoint)
+            cancel_seen.append(t.cancel_seen)
+        # Every column but the ids as one element when the batch shares it (the statement reads
+        # a one-element column as every row's). asyncpg encodes an array element by element, an
+        # isinstance check against collections.abc each: 16 full columns cost history ~2.9 us
+        # per completion, shared ones ~0.85 (a batch of 100 successes, session 15).
+        recs = await self._run(conn, "task_transition_apply" if fenced else "task_transition_apply_unfenced",
+                               ids, *map(_shared, cols[1:]))
         return {str(r["task_id"]): (r["state"], r["version"]) for r in recs}
 
     async def attempt_list(self, conn, task_id: str) -> list[asyncpg.Record]:

@@ -491,10 +491,29 @@ SELECT t.task_id, t.state, t.lease_epoch, t.attempt, t.max_attempts, t.retry_pol
 -- checkpoint when it has one.
 WITH now AS (SELECT clock_timestamp() AS t),
 i AS (
-    SELECT * FROM unnest($1::uuid[], $2::text[], $3::bigint[], $4::text[], $5::float8[], $6::bytea[],
-                         $7::text[], $8::text[], $9::text[], $10::text[], $11::text[], $12::text[],
-                         $13::text[], $14::text[], $15::bytea[], $16::text[])
-        AS i(task_id, from_state, lease_epoch, to_state, delay_s, result, error_class, error_message,
+    -- $2..$16 come as one element when every transition of the batch has that value (a batch
+    -- of successes differs only in its ids): asyncpg encodes an array element by element
+    -- (Store.task_transition_apply); a one-element column is every row's.
+    SELECT u.task_id,
+           CASE WHEN cardinality($2::text[]) = 1 THEN ($2::text[])[1] ELSE u.from_state END AS from_state,
+           CASE WHEN cardinality($3::bigint[]) = 1 THEN ($3::bigint[])[1] ELSE u.lease_epoch END AS lease_epoch,
+           CASE WHEN cardinality($4::text[]) = 1 THEN ($4::text[])[1] ELSE u.to_state END AS to_state,
+           CASE WHEN cardinality($5::float8[]) = 1 THEN ($5::float8[])[1] ELSE u.delay_s END AS delay_s,
+           CASE WHEN cardinality($6::bytea[]) = 1 THEN ($6::bytea[])[1] ELSE u.result END AS result,
+           CASE WHEN cardinality($7::text[]) = 1 THEN ($7::text[])[1] ELSE u.error_class END AS error_class,
+           CASE WHEN cardinality($8::text[]) = 1 THEN ($8::text[])[1] ELSE u.error_message END AS error_message,
+           CASE WHEN cardinality($9::text[]) = 1 THEN ($9::text[])[1] ELSE u.error_stack END AS error_stack,
+           CASE WHEN cardinality($10::text[]) = 1 THEN ($10::text[])[1] ELSE u.reason END AS reason,
+           CASE WHEN cardinality($11::text[]) = 1 THEN ($11::text[])[1] ELSE u.attempt_outcome END AS attempt_outcome,
+           CASE WHEN cardinality($12::text[]) = 1 THEN ($12::text[])[1] ELSE u.attempt_error_class END AS attempt_error_class,
+           CASE WHEN cardinality($13::text[]) = 1 THEN ($13::text[])[1] ELSE u.attempt_error_message END AS attempt_error_message,
+           CASE WHEN cardinality($14::text[]) = 1 THEN ($14::text[])[1] ELSE u.attempt_error_stack END AS attempt_error_stack,
+           CASE WHEN cardinality($15::bytea[]) = 1 THEN ($15::bytea[])[1] ELSE u.checkpoint END AS checkpoint,
+           CASE WHEN cardinality($16::text[]) = 1 THEN ($16::text[])[1] ELSE u.cancel_seen END AS cancel_seen
+      FROM unnest($1::uuid[], $2::text[], $3::bigint[], $4::text[], $5::float8[], $6::bytea[],
+                  $7::text[], $8::text[], $9::text[], $10::text[], $11::text[], $12::text[],
+                  $13::text[], $14::text[], $15::bytea[], $16::text[])
+        AS u(task_id, from_state, lease_epoch, to_state, delay_s, result, error_class, error_message,
              error_stack, reason, attempt_outcome, attempt_error_class, attempt_error_message,
              attempt_error_stack, checkpoint, cancel_seen)
 ),
@@ -566,10 +585,29 @@ SELECT upd.task_id, upd.state, upd.version FROM upd
 -- task_transition_apply but for the guard line (a unit test checks).
 WITH now AS (SELECT clock_timestamp() AS t),
 i AS (
-    SELECT * FROM unnest($1::uuid[], $2::text[], $3::bigint[], $4::text[], $5::float8[], $6::bytea[],
-                         $7::text[], $8::text[], $9::text[], $10::text[], $11::text[], $12::text[],
-                         $13::text[], $14::text[], $15::bytea[], $16::text[])
-        AS i(task_id, from_state, lease_epoch, to_state, delay_s, result, error_class, error_message,
+    -- $2..$16 come as one element when every transition of the batch has that value (a batch
+    -- of successes differs only in its ids): asyncpg encodes an array element by element
+    -- (Store.task_transition_apply); a one-element column is every row's.
+    SELECT u.task_id,
+           CASE WHEN cardinality($2::text[]) = 1 THEN ($2::text[])[1] ELSE u.from_state END AS from_state,
+           CASE WHEN cardinality($3::bigint[]) = 1 THEN ($3::bigint[])[1] ELSE u.lease_epoch END AS lease_epoch,
+           CASE WHEN cardinality($4::text[]) = 1 THEN ($4::text[])[1] ELSE u.to_state END AS to_state,
+           CASE WHEN cardinality($5::float8[]) = 1 THEN ($5::float8[])[1] ELSE u.delay_s END AS delay_s,
+           CASE WHEN cardinality($6::bytea[]) = 1 THEN ($6::bytea[])[1] ELSE u.result END AS result,
+           CASE WHEN cardinality($7::text[]) = 1 THEN ($7::text[])[1] ELSE u.error_class END AS error_class,
+           CASE WHEN cardinality($8::text[]) = 1 THEN ($8::text[])[1] ELSE u.error_message END AS error_message,
+           CASE WHEN cardinality($9::text[]) = 1 THEN ($9::text[])[1] ELSE u.error_stack END AS error_stack,
+           CASE WHEN cardinality($10::text[]) = 1 THEN ($10::text[])[1] ELSE u.reason END AS reason,
+           CASE WHEN cardinality($11::text[]) = 1 THEN ($11::text[])[1] ELSE u.attempt_outcome END AS attempt_outcome,
+           CASE WHEN cardinality($12::text[]) = 1 THEN ($12::text[])[1] ELSE u.attempt_error_class END AS attempt_error_class,
+           CASE WHEN cardinality($13::text[]) = 1 THEN ($13::text[])[1] ELSE u.attempt_error_message END AS attempt_error_message,
+           CASE WHEN cardinality($14::text[]) = 1 THEN ($14::text[])[1] ELSE u.attempt_error_stack END AS attempt_error_stack,
+           CASE WHEN cardinality($15::bytea[]) = 1 THEN ($15::bytea[])[1] ELSE u.checkpoint END AS checkpoint,
+           CASE WHEN cardinality($16::text[]) = 1 THEN ($16::text[])[1] ELSE u.cancel_seen END AS cancel_seen
+      FROM unnest($1::uuid[], $2::text[], $3::bigint[], $4::text[], $5::float8[], $6::bytea[],
+                  $7::text[], $8::text[], $9::text[], $10::text[], $11::text[], $12::text[],
+                  $13::text[], $14::text[], $15::bytea[], $16::text[])
+        AS u(task_id, from_state, lease_epoch, to_state, delay_s, result, error_class, error_message,
              error_stack, reason, attempt_outcome, attempt_error_class, attempt_error_message,
              attempt_error_stack, checkpoint, cancel_seen)
 ),

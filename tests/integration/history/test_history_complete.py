@@ -226,3 +226,37 @@ async def test_a_mixed_batch_of_successes_and_failures_closes_every_attempt(hist
         if i % 3 == 0:
             assert json_format.MessageToDict(got.checkpoint) == {"at": 9}
         assert set(await hist.timers(t.task_id)) == (set() if i % 2 else {"retry"})
+
+
+async def test_one_batch_applies_each_completion_its_own_values(hist):
+    """task_transition_apply takes a column as one element when the batch shares it: a batch of
+    successes alike stores its result on every task, and a mixed batch keeps each task's own
+    outcome, result and error (a shared column must never leak into a row that differs)."""
+    tenant, app = unique("t"), unique("app")
+    ids = [await hist.create_one(tenant, app, base_s=60) for _ in range(5)]
+    leased = sorted((await hist.lease(app, max_tasks=5)).tasks, key=lambda t: t.task_id)
+    assert sorted(ids) == [t.task_id for t in leased]
+
+    def c(t, outcome, **kw):
+        return h.Completion(shard_id=t.shard_id, task_id=t.task_id, lease_epoch=t.lease_epoch,
+                            outcome=h.CompletionOutcome.Value(f"COMPLETION_OUTCOME_{outcome}"), **kw)
+
+    alike = await hist.complete(*(c(t, "SUCCEEDED", result_json=b'{"same":1}') for t in leased[:2]))
+    assert [r.accepted for r in alike] == [True, True]
+    mixed = await hist.complete(c(leased[2], "SUCCEEDED", result_json=b'"a"'),
+                                c(leased[3], "FAILED", error=ERR),
+                                c(leased[4], "SUCCEEDED", result_json=b'"b"'))
+    assert [r.accepted for r in mixed] == [True, True, True]
+    got = {t.task_id: await hist.get(t.task_id, tenant) for t in leased}
+    for t in leased[:2]:
+        assert json_format.MessageToDict(got[t.task_id].result) == {"same": 1}
+        assert got[t.task_id].state == tasks_pb2.TASK_STATE_SUCCEEDED
+    assert json_format.MessageToDict(got[leased[2].task_id].result) == "a"
+    assert json_format.MessageToDict(got[leased[4].task_id].result) == "b"
+    for t in (leased[2], leased[4]):
+        assert got[t.task_id].state == tasks_pb2.TASK_STATE_SUCCEEDED and not got[t.task_id].HasField("error")
+    failed = got[leased[3].task_id]
+    assert failed.state == tasks_pb2.TASK_STATE_RETRY_WAIT and not failed.HasField("result")
+    (att,) = failed.attempts
+    assert att.outcome == tasks_pb2.ATTEMPT_OUTCOME_FAILED and att.error.message == "disk on fire"
+    assert [s for _, _, s, _ in await hist.log(leased[3].task_id)] == ["ENQUEUED", "LEASED", "RETRY_WAIT"]

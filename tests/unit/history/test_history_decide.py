@@ -42,6 +42,22 @@ def test_success_stores_result_even_when_a_cancel_raced_it():
         assert t.lease_epoch == 3
 
 
+def test_checkpoint_and_cancel_seen_ride_on_every_kind_of_end():
+    """The optimistic path's cancel_seen and a completion's checkpoint reach the transition
+    whatever the outcome (a success is built whole, the others are copied with them)."""
+    v = view(cancel_requested=True, cancel_reason=R.USER)
+    ok = on_completion(v, done("SUCCEEDED", checkpoint=b'{"c":1}'), cancel_seen=v.cancel_seen)
+    assert (ok.to_state, ok.result, ok.checkpoint, ok.cancel_seen) == (
+        S.SUCCEEDED, b"null", b'{"c":1}', "requested:user")
+    bad = on_completion(view(), done("FAILED", error=ErrorInfo("IOError"), checkpoint=b"2"), rand=HALF,
+                        cancel_seen="")
+    assert (bad.to_state, bad.checkpoint, bad.cancel_seen) == (S.RETRY_WAIT, b"2", "")
+    gone = on_completion(v, done("CANCELED"), cancel_seen=v.cancel_seen)
+    assert (gone.to_state, gone.checkpoint, gone.cancel_seen) == (S.CANCELED, None, "requested:user")
+    plain = on_completion(view(), done("SUCCEEDED"))
+    assert (plain.checkpoint, plain.cancel_seen) == (None, None)
+
+
 def test_failure_with_attempts_left_waits_a_jittered_backoff():
     t = on_completion(view(attempt=2), done("FAILED", error=ErrorInfo("IOError", "boom", "tb")), rand=HALF)
     assert t.to_state == S.RETRY_WAIT and t.delay_s == pytest.approx(2.0)  # 0.5 * min(100, 2*2^1)
