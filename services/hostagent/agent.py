@@ -27,7 +27,7 @@ from ratchet.services.hostagent.bundles import BundleStore
 from ratchet.services.hostagent.control import Deployments
 from ratchet.services.hostagent.errors import ControlUnavailable, task_error_for
 from ratchet.services.hostagent.pool import SandboxPool
-from ratchet.services.hostagent.sandboxes import Sandbox
+from ratchet.services.hostagent.sandboxes import RunEnd, Sandbox
 
 log = logging.getLogger(__name__)
 
@@ -143,9 +143,24 @@ class Agent:
         lease = Lease(task)
         self._leases[task.task_id] = lease
         self._busy += 1
+        sandbox = self._ready_sandbox(task)
+        if sandbox is not None:
+            # The common case, without a coroutine: the deployment, its bundle and a running
+            # sandbox with room are all at hand (an asyncio task per lease and its resumptions
+            # cost the agent ~7 % of its CPU per task in a drain, session 15).
+            self._start(lease, sandbox)
+            return
         run = asyncio.ensure_future(self._run(lease))
         self._runs.add(run)
         run.add_done_callback(self._runs.discard)
+
+    def _ready_sandbox(self, task: history_pb2.LeasedTask) -> Sandbox | None:
+        """A sandbox for the task if nothing needs waiting for (a deployment look-up, a bundle
+        fetch, a sandbox start), reserved as _prepare's would be; else None."""
+        deployment = self._deployments.cached(task.app_id)
+        if deployment is None or self._bundles.known(deployment.digest) is None:
+            return None
+        return self._pool.try_acquire(task.app_id, deployment.digest, task.task_type)
 
     async def _prepare(self, task: history_pb2.LeasedTask) -> Sandbox:
         deployment = await self._deployments.active(task.app_id)
@@ -186,9 +201,21 @@ class Agent:
         if lease.lost:
             self._pool.release(sandbox)
             return
+        self._finish(lease, sandbox, await self._start(lease, sandbox, callback=False))
+
+    def _start(self, lease: Lease, sandbox: Sandbox, callback: bool = True) -> asyncio.Future:
+        """Hand the task to its sandbox; the run's end goes to _finish (callback) or to the
+        caller awaiting the returned future."""
         lease.sandbox = sandbox
-        end = await sandbox.run(self._run_frame(task), cancel=lease.cancel_requested,
-                                on_checkpoint=lambda data: self._checkpoint(lease, data))
+        future = sandbox.start_run(self._run_frame(lease.task), cancel=lease.cancel_requested,
+                               on_checkpoint=lambda data: self._checkpoint(lease, data))
+        if callback:
+            future.add_done_callback(lambda f: None if f.cancelled() else self._finish(lease, sandbox, f.result()))
+        return future
+
+    def _finish(self, lease: Lease, sandbox: Sandbox, end: RunEnd) -> None:
+        """The run in the sandbox ended: the completion it makes, and the sandbox given back."""
+        task = lease.task
         lease.sandbox = None
         if lease.lost:
             # Its outcome no longer counts; the sandbox was retired (never reused) when the

@@ -90,6 +90,10 @@ class BundleStore:
         # per-task look-up is a dict hit, not a path join and a stat.
         self._known: dict[str, pathlib.Path] = {}
 
+    def known(self, digest: str) -> pathlib.Path | None:
+        """The folder of a bundle this agent already extracted, else None (nothing is fetched)."""
+        return self._known.get(digest)
+
     async def ensure(self, digest: str) -> pathlib.Path:
         """The folder holding digest's bundle, fetching and extracting it if needed."""
         known = self._known.get(digest)

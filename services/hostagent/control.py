@@ -35,6 +35,11 @@ class Deployments:
         self._cache: dict[str, tuple[float, ActiveDeployment]] = {}
         self._inflight: dict[str, asyncio.Future] = {}
 
+    def cached(self, app_id: str) -> ActiveDeployment | None:
+        """The app's active deployment if the cache holds it fresh, else None (no call made)."""
+        hit = self._cache.get(app_id)
+        return hit[1] if hit is not None and hit[0] > self._clock() else None
+
     async def active(self, app_id: str) -> ActiveDeployment:
         """The app's active deployment; NoActiveDeployment or ControlUnavailable otherwise."""
         hit = self._cache.get(app_id)

@@ -77,6 +77,18 @@ class SandboxPool:
             return False
         return True
 
+    def try_acquire(self, app_id: str, digest: str, task_type: str = "") -> Sandbox | None:
+        """acquire's common case, without waiting: a running sandbox of this version with room,
+        reserved for the caller (give it back with release); None when only a start (or one
+        still starting) would do."""
+        self.note_active(app_id, digest)
+        single = self._concurrency > 1 and self.alone(app_id, task_type)
+        sandbox = self._with_room(app_id, digest, single)
+        if sandbox is None or sandbox.sandbox_id in self._starting or not sandbox.alive:
+            return None
+        sandbox.load += 1
+        return sandbox
+
     async def acquire(self, app_id: str, digest: str, module: str, bundle_dir: pathlib.Path,
                       task_type: str = "") -> Sandbox:
         """A ready sandbox of this app version with room for one more task, reserved for the

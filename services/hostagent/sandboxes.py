@@ -255,20 +255,30 @@ class Sandbox:
         """Send a run frame (and a cancel right behind it if `cancel`) and wait
         for its done frame or the process's end; checkpoints the handler takes
         meanwhile go to on_checkpoint (JSON bytes, checked)."""
+        return await self.start_run(message, cancel=cancel, on_checkpoint=on_checkpoint)
+
+    def start_run(self, message: dict, *, cancel: bool = False,
+              on_checkpoint: Callable[[bytes], None] | None = None) -> asyncio.Future:
+        """run without a coroutine: send the frame now and return the future of its RunEnd
+        (cancelling the future forgets the run, as cancelling run does)."""
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
         if not self.alive:
-            return RunEnd(exit_status=self.exit_status, protocol_error=self._protocol_error)
+            future.set_result(RunEnd(exit_status=self.exit_status, protocol_error=self._protocol_error))
+            return future
         task_id = str(message["task_id"])
-        run = _Run(int(message["attempt"]), asyncio.get_running_loop().create_future(), on_checkpoint)
+        run = _Run(int(message["attempt"]), future, on_checkpoint)
         self._runs[task_id] = run
-        try:
-            if not self.send(message):
-                self.kill()
-            elif cancel:
-                self.send({"type": "cancel", "task_id": task_id})
-            return await run.future
-        finally:
-            if self._runs.get(task_id) is run:
-                del self._runs[task_id]
+        future.add_done_callback(lambda _f: self._forget(task_id, run))
+        if not self.send(message):
+            self.kill()
+        elif cancel:
+            self.send({"type": "cancel", "task_id": task_id})
+        return future
+
+    def _forget(self, task_id: str, run: _Run) -> None:
+        if self._runs.get(task_id) is run:
+            del self._runs[task_id]
 
     def send(self, message: dict) -> bool:
         """Queue a frame to the stub; False if the socket is gone. Frames queued in

@@ -10,6 +10,8 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from ratchet.internal.history.v1 import history_pb2
 from ratchet.internal.hostagent.v1 import hostagent_pb2, hostagent_pb2_grpc
+from ratchet.services.hostagent.server import HostAgent
+from tests.integration.hostagent.conftest import agent_config
 from tests.integration.hostagent.fakes import TOKEN
 
 OUTCOME = history_pb2.CompletionOutcome
@@ -131,3 +133,45 @@ async def _until_async(predicate, timeout: float = 10.0):
             return value
         assert asyncio.get_running_loop().time() < deadline, "condition not met in time"
         await asyncio.sleep(0.02)
+
+
+async def test_once_a_sandbox_is_up_leases_run_without_a_task_each(fakes, work_dir):
+    """The first lease of an app waits for its deployment, bundle and sandbox (a coroutine per
+    lease); later ones find all three at hand and go straight to the sandbox (Agent._start).
+    Both paths report the same completions, and a cancel still reaches a fast-path handler."""
+    port, dispatcher, _ = fakes
+    agent = HostAgent(agent_config(port, work_dir, deployment_cache_s=60.0))
+    await agent.start()
+    try:
+        await _fast_path(agent, dispatcher)
+    finally:
+        await asyncio.wait_for(agent.stop(grace_s=0.5), 30)
+
+
+async def _fast_path(agent, dispatcher) -> None:
+    first = dispatcher.enqueue("echo", "0")
+    assert OUTCOME.Name((await dispatcher.completion_for(first.task_id)).outcome) == "COMPLETION_OUTCOME_SUCCEEDED"
+    made = []
+    real = asyncio.ensure_future
+
+    def counting(coro, **kw):
+        made.append(getattr(coro, "__qualname__", repr(coro)))
+        return real(coro, **kw)
+
+    import ratchet.services.hostagent.agent as agent_module
+    agent_module.asyncio.ensure_future = counting
+    try:
+        later = [dispatcher.enqueue("echo", str(n)) for n in range(1, 6)]
+        done = [await dispatcher.completion_for(t.task_id) for t in later]
+        polite = dispatcher.enqueue("polite")
+        await _until(lambda: any(polite.task_id in dict(s.running()) for s in agent.pool.sandboxes()))
+        agent.agent.on_heartbeat(history_pb2.HeartbeatResult(task_id=polite.task_id, lease_epoch=polite.lease_epoch,
+                                                             action=history_pb2.LEASE_ACTION_CANCEL))
+        stopped = await dispatcher.completion_for(polite.task_id)
+    finally:
+        agent_module.asyncio.ensure_future = real
+    assert [json.loads(c.result_json)["payload"] for c in done] == [1, 2, 3, 4, 5]
+    assert all(OUTCOME.Name(c.outcome) == "COMPLETION_OUTCOME_SUCCEEDED" for c in done)
+    assert OUTCOME.Name(stopped.outcome) == "COMPLETION_OUTCOME_CANCELED"
+    assert not [m for m in made if "Agent._run" in m]  # (no lease took the coroutine path)
+    assert agent.agent.running() == 0
