@@ -76,6 +76,11 @@ async def serve(requests: AsyncIterator[Any], handle: Callable[[Any], Awaitable[
     done: asyncio.Queue = asyncio.Queue()
     slots = asyncio.Semaphore(max_in_flight)
     running: set[asyncio.Task] = set()
+    # Whether this stream stopped because of `stopping` (set by stop_reading). Read instead of
+    # the event itself: a server that clears it to serve again (a test's) must not make this
+    # stream await the reader it cancelled: the CancelledError then ended the RPC without a
+    # status, and the caller's next call waited on a stream nobody read (seen once in CI).
+    stopped = False
 
     async def one(call) -> None:
         try:
@@ -105,11 +110,13 @@ async def serve(requests: AsyncIterator[Any], handle: Callable[[Any], Awaitable[
             if running:
                 await asyncio.wait(list(running))  # (wait, unlike gather, never cancels them)
         finally:
-            if not stopping.is_set():
+            if not stopped:
                 done.put_nowait(None)
 
     async def stop_reading() -> None:
+        nonlocal stopped
         await stopping.wait()
+        stopped = True
         if not reader.done():
             reader.cancel()  # an abandoned read: what it had started still runs and is answered
         if running:
@@ -135,7 +142,7 @@ async def serve(requests: AsyncIterator[Any], handle: Callable[[Any], Awaitable[
                     break
                 batch.append(more)
             yield frame(batch)
-        if not stopping.is_set():
+        if not stopped:
             await reader  # re-raises what broke the read side
     finally:
         stopper.cancel()

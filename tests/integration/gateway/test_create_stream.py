@@ -219,6 +219,32 @@ async def test_a_server_that_goes_away_fails_waiting_calls_at_once_and_a_new_str
     assert client.creates.opened >= 2
 
 
+async def test_a_stream_that_stopped_ends_cleanly_even_if_stopping_is_cleared_before_its_end(pair):
+    """serve() remembers that it stopped: a server that clears `stopping` (to serve again)
+    before the stopped stream's last answers went out must still end that stream with a
+    status, or the caller's next call waits on a stream nobody reads (a CI flake of the test
+    below, made certain here by clearing the event while the calls still run)."""
+    peer, client = await pair()
+    gate = asyncio.Event()
+
+    async def hold(request):
+        await gate.wait()
+
+    peer.servicer.behave = hold
+    waiting = [asyncio.ensure_future(client.create_tasks(0, [task(i)], 10.0)) for i in range(3)]
+    await until(lambda: len(peer.servicer.seen) == 3, "history holds all three calls")
+    peer.servicer.stopping.set()
+    for _ in range(5):
+        await asyncio.sleep(0)  # the stream's stopper sees it and stops reading
+    peer.servicer.stopping.clear()
+    peer.servicer.behave = None
+    gate.set()
+    results = await asyncio.gather(*waiting)
+    assert sorted(r[0].task_id for r in results) == ["t-0", "t-1", "t-2"]
+    assert (await client.create_tasks(0, [task(9)], 5.0))[0].task_id == "t-9"
+    assert client.creates.opened == 2  # (the stopped stream ended; the next call opened another)
+
+
 async def test_a_stopping_server_answers_what_it_started_then_ends_the_stream(pair):
     peer, client = await pair()
     gate = asyncio.Event()
