@@ -189,16 +189,22 @@ async def test_a_call_past_its_timeout_fails_in_time_and_the_stream_goes_on(pair
     assert client.creates.opened == 1
 
 
-async def test_a_server_that_goes_away_fails_waiting_calls_at_once_and_a_new_stream_opens(pair):
-    peer, client = await pair()
+async def _held_calls(peer, client, n: int, timeout: float) -> tuple[asyncio.Event, list[asyncio.Future]]:
+    """n calls in flight that history holds until the returned gate is set."""
     gate = asyncio.Event()
 
     async def hold(request):
         await gate.wait()
 
     peer.servicer.behave = hold
-    waiting = [asyncio.ensure_future(client.create_tasks(0, [task(i)], 20.0)) for i in range(5)]
-    await until(lambda: len(peer.servicer.seen) == 5, "history holds all five calls")
+    waiting = [asyncio.ensure_future(client.create_tasks(0, [task(i)], timeout)) for i in range(n)]
+    await until(lambda: len(peer.servicer.seen) == n, f"history holds all {n} calls")
+    return gate, waiting
+
+
+async def test_a_server_that_goes_away_fails_waiting_calls_at_once_and_a_new_stream_opens(pair):
+    peer, client = await pair()
+    _, waiting = await _held_calls(peer, client, 5, 20.0)
     t0 = time.monotonic()
     await peer.stop(0)  # a crash, as far as the stream can tell
     outcomes = await asyncio.gather(*waiting, return_exceptions=True)
@@ -225,14 +231,7 @@ async def test_a_stream_that_stopped_ends_cleanly_even_if_stopping_is_cleared_be
     status, or the caller's next call waits on a stream nobody reads (a CI flake of the test
     below, made certain here by clearing the event while the calls still run)."""
     peer, client = await pair()
-    gate = asyncio.Event()
-
-    async def hold(request):
-        await gate.wait()
-
-    peer.servicer.behave = hold
-    waiting = [asyncio.ensure_future(client.create_tasks(0, [task(i)], 10.0)) for i in range(3)]
-    await until(lambda: len(peer.servicer.seen) == 3, "history holds all three calls")
+    gate, waiting = await _held_calls(peer, client, 3, 10.0)
     peer.servicer.stopping.set()
     for _ in range(5):
         await asyncio.sleep(0)  # the stream's stopper sees it and stops reading
@@ -247,14 +246,7 @@ async def test_a_stream_that_stopped_ends_cleanly_even_if_stopping_is_cleared_be
 
 async def test_a_stopping_server_answers_what_it_started_then_ends_the_stream(pair):
     peer, client = await pair()
-    gate = asyncio.Event()
-
-    async def hold(request):
-        await gate.wait()
-
-    peer.servicer.behave = hold
-    waiting = [asyncio.ensure_future(client.create_tasks(0, [task(i)], 10.0)) for i in range(3)]
-    await until(lambda: len(peer.servicer.seen) == 3, "history holds all three calls")
+    gate, waiting = await _held_calls(peer, client, 3, 10.0)
     peer.servicer.stopping.set()  # what HistoryServer.stop does first
     await asyncio.sleep(0)  # let the stream's reader see it before the calls finish
     gate.set()
