@@ -51,7 +51,7 @@ async def _catalog(dsn: str) -> list[tuple[str, str, str]]:
 
 async def test_migrations_produce_the_committed_schema(fresh_db):
     migrated, committed = fresh_db("hist_migrated"), fresh_db("hist_committed")
-    assert await migrate.apply(migrated, "history", HISTORY / "migrations") == [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13]
+    assert await migrate.apply(migrated, "history", HISTORY / "migrations") == [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14]
     assert await migrate.apply(migrated, "history", HISTORY / "migrations") == []  # idempotent
     conn = await asyncpg.connect(committed, timeout=10)
     try:
@@ -324,7 +324,7 @@ async def test_migrations_0012_and_0013_keep_every_task_row(fresh_db, tmp_path):
         before = [{k: v for k, v in dict(r).items() if k not in ("queue", "retry_policy", "timeouts")}
                   for r in await conn.fetch(read)]
         logs = await _logs_and_attempts(conn)
-        assert await migrate.apply(dsn, "history", HISTORY / "migrations") == [12, 13]
+        assert await migrate.apply(dsn, "history", HISTORY / "migrations") == [12, 13, 14]
         after = [dict(r) for r in await conn.fetch(read)]
         assert [{k: v for k, v in r.items() if k not in ("queue", "retry_policy", "timeouts")}
                 for r in after] == before
@@ -361,5 +361,36 @@ async def test_analyze_skips_the_columns_no_query_filters_on(fresh_db):
                         ("idempotency_keys", "key"), ("idempotency_keys", "fingerprint"),
                         ("idempotency_keys_hash", "idempotency_key_hash")):
             assert skipped not in stats, f"{skipped} still gets statistics"
+    finally:
+        await conn.close()
+
+
+async def test_analyze_samples_tasks_coarsely(fresh_db):
+    """Migration 0014: tasks keeps statistics at target 10 (ANALYZE samples 3,000 rows, not
+    30,000): at most ten most-common values and an 11-bound histogram per column, still on
+    every column a query filters on."""
+    dsn = fresh_db("hist_coarse")
+    await migrate.apply(dsn, "history", HISTORY / "migrations")
+    conn = await asyncpg.connect(dsn, timeout=10)
+    try:
+        await conn.execute("""
+            INSERT INTO tasks (task_id, tenant_id, app_id, queue, task_type, state, max_attempts, payload,
+                               run_at, created_at, updated_at)
+            SELECT gen_random_uuid(), 't' || (i % 40), 'a' || (i % 40), 'q', 'x', 'ENQUEUED', 1, '\\x6e756c6c',
+                   now() + i * interval '1 second', now(), now()
+              FROM generate_series(1, 6000) i""", timeout=30)
+        await conn.execute("ANALYZE tasks", timeout=30)
+        rows = {r["attname"]: r for r in await conn.fetch(
+            "SELECT attname, most_common_vals::text AS mcv, histogram_bounds::text AS hist FROM pg_stats "
+            "WHERE schemaname = 'public' AND tablename = 'tasks'", timeout=10)}
+        assert {"state", "tenant_id", "app_id", "run_at", "finished_at", "lease_check_at"} <= set(rows)
+        hist = rows["run_at"]["hist"]
+        assert hist is not None and hist.count(",") + 1 <= 11, hist  # (default target: 101 bounds)
+        mcv = rows["tenant_id"]["mcv"]
+        assert mcv is None or mcv.count(",") + 1 <= 10, mcv
+        targets = dict(await conn.fetch(
+            "SELECT attname, attstattarget FROM pg_attribute WHERE attrelid = 'tasks'::regclass AND attnum > 0 "
+            "AND NOT attisdropped", timeout=10))
+        assert set(targets.values()) == {0, 10}, targets  # (none left at the default, -1)
     finally:
         await conn.close()
