@@ -82,24 +82,21 @@ def on_completion(task: TaskView, c: CompletionIn, *, rand: Rand = random.random
         # The common end, built whole: dataclasses.replace per completion (for the checkpoint
         # or cancel_seen) was ~5 % of history's CPU in a drain (session 15).
         return _succeeded(task, c, c.checkpoint, cancel_seen)
-    t = _on_completion(task, c, rand)
+    t = _ended_otherwise(task, c, rand)
     if c.checkpoint is None and cancel_seen is None:
         return t
-    return dataclasses.replace(t, checkpoint=c.checkpoint if c.checkpoint is not None else t.checkpoint,
-                               cancel_seen=cancel_seen if cancel_seen is not None else t.cancel_seen)
+    return dataclasses.replace(t, checkpoint=c.checkpoint, cancel_seen=cancel_seen)  # (end_attempt sets neither)
 
 
-def _succeeded(task: TaskView, c: CompletionIn, checkpoint: bytes | None = None,
-               cancel_seen: str | None = None) -> Transition:
+def _succeeded(task: TaskView, c: CompletionIn, checkpoint: bytes | None, cancel_seen: str | None) -> Transition:
     # A success that races a cancel is still a success: the work is done.
     return Transition(task_id=task.task_id, from_state=TaskState.LEASED, to_state=TaskState.SUCCEEDED,
                       lease_epoch=task.lease_epoch, reason="succeeded", result=c.result or b"null",
                       attempt_outcome=AttemptOutcome.SUCCEEDED, checkpoint=checkpoint, cancel_seen=cancel_seen)
 
 
-def _on_completion(task: TaskView, c: CompletionIn, rand: Rand) -> Transition:
-    if c.outcome == "SUCCEEDED":
-        return _succeeded(task, c)
+def _ended_otherwise(task: TaskView, c: CompletionIn, rand: Rand) -> Transition:
+    """A completion other than a success: a cancel asked for, a crash or a failure."""
     if c.outcome == "CANCELED" and task.cancel_requested:
         if task.cancel_reason == CancelReason.USER:
             return end_attempt(task, AttemptOutcome.CANCELED, c.error, rand=rand)

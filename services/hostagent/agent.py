@@ -148,7 +148,8 @@ class Agent:
             # The common case, without a coroutine: the deployment, its bundle and a running
             # sandbox with room are all at hand (an asyncio task per lease and its resumptions
             # cost the agent ~7 % of its CPU per task in a drain, session 15).
-            self._start(lease, sandbox)
+            self._start(lease, sandbox).add_done_callback(
+                lambda f: None if f.cancelled() else self._finish(lease, sandbox, f.result()))
             return
         run = asyncio.ensure_future(self._run(lease))
         self._runs.add(run)
@@ -201,17 +202,13 @@ class Agent:
         if lease.lost:
             self._pool.release(sandbox)
             return
-        self._finish(lease, sandbox, await self._start(lease, sandbox, callback=False))
+        self._finish(lease, sandbox, await self._start(lease, sandbox))
 
-    def _start(self, lease: Lease, sandbox: Sandbox, callback: bool = True) -> asyncio.Future:
-        """Hand the task to its sandbox; the run's end goes to _finish (callback) or to the
-        caller awaiting the returned future."""
+    def _start(self, lease: Lease, sandbox: Sandbox) -> asyncio.Future:
+        """Hand the task to its sandbox; the future gets the run's end (for _finish)."""
         lease.sandbox = sandbox
-        future = sandbox.start_run(self._run_frame(lease.task), cancel=lease.cancel_requested,
-                               on_checkpoint=lambda data: self._checkpoint(lease, data))
-        if callback:
-            future.add_done_callback(lambda f: None if f.cancelled() else self._finish(lease, sandbox, f.result()))
-        return future
+        return sandbox.start_run(self._run_frame(lease.task), cancel=lease.cancel_requested,
+                                 on_checkpoint=lambda data: self._checkpoint(lease, data))
 
     def _finish(self, lease: Lease, sandbox: Sandbox, end: RunEnd) -> None:
         """The run in the sandbox ended: the completion it makes, and the sandbox given back."""

@@ -96,7 +96,7 @@ class BundleStore:
 
     async def ensure(self, digest: str) -> pathlib.Path:
         """The folder holding digest's bundle, fetching and extracting it if needed."""
-        known = self._known.get(digest)
+        known = self.known(digest)
         if known is not None:
             return known
         dest = self._root / digest_hex(digest)

@@ -42,9 +42,9 @@ class Deployments:
 
     async def active(self, app_id: str) -> ActiveDeployment:
         """The app's active deployment; NoActiveDeployment or ControlUnavailable otherwise."""
-        hit = self._cache.get(app_id)
-        if hit is not None and hit[0] > self._clock():
-            return hit[1]
+        hit = self.cached(app_id)
+        if hit is not None:
+            return hit
         pending = self._inflight.get(app_id)
         if pending is None:
             pending = asyncio.ensure_future(self._fetch(app_id))

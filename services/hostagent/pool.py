@@ -81,13 +81,18 @@ class SandboxPool:
         """acquire's common case, without waiting: a running sandbox of this version with room,
         reserved for the caller (give it back with release); None when only a start (or one
         still starting) would do."""
-        self.note_active(app_id, digest)
-        single = self._concurrency > 1 and self.alone(app_id, task_type)
-        sandbox = self._with_room(app_id, digest, single)
+        sandbox, _ = self._room(app_id, digest, task_type)
         if sandbox is None or sandbox.sandbox_id in self._starting or not sandbox.alive:
             return None
         sandbox.load += 1
         return sandbox
+
+    def _room(self, app_id: str, digest: str, task_type: str) -> tuple[Sandbox | None, bool]:
+        """(the sandbox of this version with room for the task, or None; whether the task runs
+        alone), the version noted as the app's active one."""
+        self.note_active(app_id, digest)
+        single = self._concurrency > 1 and self.alone(app_id, task_type)
+        return self._with_room(app_id, digest, single), single
 
     async def acquire(self, app_id: str, digest: str, module: str, bundle_dir: pathlib.Path,
                       task_type: str = "") -> Sandbox:
@@ -95,9 +100,7 @@ class SandboxPool:
         caller (give it back with release): the least loaded one, one being started, or a new
         one (SandboxStartFailed if it won't start). A task of a suspect type gets a sandbox
         that runs one task at a time, and no sandbox that runs several."""
-        self.note_active(app_id, digest)
-        single = self._concurrency > 1 and self.alone(app_id, task_type)
-        sandbox = self._with_room(app_id, digest, single)
+        sandbox, single = self._room(app_id, digest, task_type)
         if sandbox is None:
             sandbox = self._start(app_id, digest, module, bundle_dir, 1 if single else self._concurrency)
         sandbox.load += 1

@@ -250,17 +250,11 @@ class Sandbox:
         finally:
             self.exited.set()
 
-    async def run(self, message: dict, *, cancel: bool = False,
-                  on_checkpoint: Callable[[bytes], None] | None = None) -> RunEnd:
-        """Send a run frame (and a cancel right behind it if `cancel`) and wait
-        for its done frame or the process's end; checkpoints the handler takes
-        meanwhile go to on_checkpoint (JSON bytes, checked)."""
-        return await self.start_run(message, cancel=cancel, on_checkpoint=on_checkpoint)
-
     def start_run(self, message: dict, *, cancel: bool = False,
-              on_checkpoint: Callable[[bytes], None] | None = None) -> asyncio.Future:
-        """run without a coroutine: send the frame now and return the future of its RunEnd
-        (cancelling the future forgets the run, as cancelling run does)."""
+                  on_checkpoint: Callable[[bytes], None] | None = None) -> asyncio.Future:
+        """Send a run frame (and a cancel right behind it if `cancel`) now; the returned future
+        gets the RunEnd: its done frame or the process's end (cancelling the future forgets the
+        run). Checkpoints the handler takes meanwhile go to on_checkpoint (JSON bytes, checked)."""
         loop = asyncio.get_running_loop()
         future = loop.create_future()
         if not self.alive:
