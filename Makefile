@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed-stamp
 # ---- setup (shared) -------------------------------------------------------
 setup: $(STAMP)
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml setup.py libs/fastcheck/_fastcheck.c
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[dev]'

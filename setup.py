@@ -4,7 +4,7 @@ installs both get every subpackage."""
 
 import pathlib
 
-from setuptools import setup
+from setuptools import Extension, setup
 
 ROOT = pathlib.Path(__file__).parent
 PACKAGE_DIR = {
@@ -33,4 +33,8 @@ setup(
     packages=discover(),
     # SQL, migrations, the OpenAPI copy and sample apps ship with the code.
     package_data={"": ["*.sql", "*.json", "*.toml", "migrations/*.sql", "store/*.sql"]},
+    # The batch checks in C (libs/fastcheck): optional, so an install without a compiler
+    # still works on the Python twin (tests/unit/libs/test_fastcheck.py then fails).
+    ext_modules=[Extension("ratchet.libs.fastcheck._fastcheck", ["libs/fastcheck/_fastcheck.c"],
+                           extra_compile_args=["-O2"], optional=True)],
 )

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import re
 import time
+from itertools import compress
 from typing import Callable
 
 from google.protobuf import timestamp_pb2
@@ -249,11 +250,12 @@ class TaskApi:
                                      queue=plain.queue, retry=retry, timeouts=timeouts,
                                      non_retryable=retry.non_retryable)
         ids, payloads = plain.task_ids, plain.payloads
-        parts = [(s, chunk) for s, idx in self._plain_shards(ids) for chunk in _size_chunks(plain.sizes, idx)]
+        parts = self._plain_parts(plain)
         reqs = []
         for s, chunk in parts:
-            cols = (history_pb2.PlainTasks(task_ids=ids, payloads_json=payloads) if len(chunk) == len(ids) else
-                    history_pb2.PlainTasks(task_ids=[ids[i] for i in chunk], payloads_json=[payloads[i] for i in chunk]))
+            cols = (history_pb2.PlainTasks(task_ids=ids, payloads_json=payloads) if chunk is None else
+                    history_pb2.PlainTasks(task_ids=list(map(ids.__getitem__, chunk)),
+                                           payloads_json=list(map(payloads.__getitem__, chunk))))
             reqs.append(history_pb2.CreateTasksRequest(shard_id=s, shared=shared, plain=cols))
         if len(reqs) == 1:  # (the usual call: one shard; no task to gather)
             try:
@@ -269,20 +271,28 @@ class TaskApi:
                 raise outcome if isinstance(outcome, GatewayError) else GatewayError(f"shard call failed: {outcome}")
             if outcome is not None:  # answered per task (a resent id): the ids it names
                 out = list(out) if out is ids else out
-                for i, res in zip(chunk, outcome):
+                for i, res in zip(range(len(ids)) if chunk is None else chunk, outcome):
                     out[i] = res.task_id
         return tasks_pb2.EnqueueTasksResponse(task_ids=out)
 
-    def _plain_shards(self, ids: list[str]) -> list[tuple[int, list[int]]]:
-        """(shard, indexes of its ids) in shard order. A slot is read once per distinct slot prefix:
-        the SDK mints a call's ids in runs of 100 sharing one."""
-        shard_of = {pre: self.shard_map.shard_for_slot(slot_of_prefix(pre)) for pre in set(map(slot_prefix, ids))}
-        if len(set(shard_of.values())) == 1:
-            return [(next(iter(shard_of.values())), list(range(len(ids))))]
-        by_shard: dict[int, list[int]] = {}
-        for i, pre in enumerate(map(slot_prefix, ids)):
-            by_shard.setdefault(shard_of[pre], []).append(i)
-        return sorted(by_shard.items())
+    def _plain_parts(self, plain: validation.PlainBatch) -> list[tuple[int, list[int] | None]]:
+        """(shard, indexes of its tasks, or None for every task) of each CreateTasks call, in shard
+        order. A slot is read once per distinct slot prefix (the SDK mints a call's ids in runs of
+        100 sharing one), and the per-task steps are C loops (map, compress): a call of 1,000
+        spans most shards."""
+        ids, sizes = plain.task_ids, plain.sizes
+        n = len(ids)
+        prefixes = list(map(slot_prefix, ids))
+        shard_of = {pre: self.shard_map.shard_for_slot(slot_of_prefix(pre)) for pre in set(prefixes)}
+        shards = sorted(set(shard_of.values()))
+        if len(shards) == 1:
+            by_shard: list[tuple[int, list[int] | None]] = [(shards[0], None)]
+        else:
+            of = list(map(shard_of.__getitem__, prefixes))
+            by_shard = [(s, list(compress(range(n), map(s.__eq__, of)))) for s in shards]
+        if sum(sizes) + n * _TASK_OVERHEAD_BYTES <= CREATE_CHUNK_BYTES:  # (every part fits one call)
+            return by_shard
+        return [(s, chunk) for s, idx in by_shard for chunk in _size_chunks(sizes, list(range(n)) if idx is None else idx)]
 
     async def enqueue_scheduled(self, req: control_pb2.EnqueueScheduledRequest,
                                 timeout: float) -> control_pb2.EnqueueScheduledResponse:

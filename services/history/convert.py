@@ -12,6 +12,7 @@ from google.protobuf import duration_pb2, json_format, struct_pb2, timestamp_pb2
 from ratchet.api.tasks.v1 import tasks_pb2
 from ratchet.internal.history.v1 import history_pb2
 from ratchet.libs import taskstate
+from ratchet.libs.fastcheck import first_bad_json
 from ratchet.libs.shardmap import all_canonical, parse_task_id
 from ratchet.libs.taskstate import TaskState
 from ratchet.services.history import policy
@@ -51,17 +52,11 @@ def _name(value: str, where: str, *, required: bool = True) -> str:
     return value
 
 
-_scan_json = json.JSONDecoder().scan_once  # (the C scanner: json.loads without its Python wrappers)
-
-
 def _json_ok(raw: bytes) -> bool:
-    """Whether raw is one JSON value and nothing after it (what the gateway sends): the C
-    scanner, 0.4 us where json.loads takes 1.5."""
-    try:
-        text = raw.decode()
-        return _scan_json(text, 0)[1] == len(text)
-    except (UnicodeDecodeError, StopIteration, ValueError):
-        return False
+    """Whether raw is one UTF-8 JSON value and nothing around it (what the gateway sends):
+    libs/fastcheck's C check, ~50 ns where json.loads takes 1.5 us; _payload's json.loads
+    decides what it leaves undecided."""
+    return first_bad_json((raw,)) == -1
 
 
 def _payload(raw: bytes, where: str) -> bytes:
@@ -236,7 +231,7 @@ def plain(req: history_pb2.CreateTasksRequest) -> PlainIn:
             if v in seen:
                 raise InvalidArgument(f"plain.task_ids[{seen[v]}] and plain.task_ids[{i}] are the same task id")
             seen[v] = i
-    if not all(map(_json_ok, payloads)) or max(map(len, payloads)) > MAX_PAYLOAD_BYTES:
+    if first_bad_json(payloads) != -1 or max(map(len, payloads)) > MAX_PAYLOAD_BYTES:
         for i, raw in enumerate(payloads):
             _payload(raw, f"plain.payloads_json[{i}]")  # (raises for the first bad one)
     return PlainIn(task_ids=ids, payloads=payloads, tenant_id=sh.tenant_id, app_id=sh.app_id,
