@@ -83,26 +83,40 @@ def new_task_id(slot: int | None = None, *, now_ms: int | None = None) -> str:
 _HEX = "0123456789abcdef"
 
 
+# Where each of the 15 random hex digits new_task_ids draws per id sits in the id: 3 after
+# the version digit, the one that starts the last group (its top 2 bits are then the slot's),
+# and the 11 after it.
+_RANDOM_AT = (15, 16, 17, 24, 25, 26, 27, 28, 29, 30, 31, 32, 33, 34, 35)
+# digit -> the last group's first digit, per slot & 3 (the digit's low 2 bits kept)
+_LEAD = [bytes.maketrans(_HEX.encode(), bytes(_HEX.encode()[(hi << 2) | (i & 3)] for i in range(16)))
+         for hi in range(4)]
+
+
 def new_task_ids(n: int) -> list[str]:
     """n new_task_id()s for one batch call, their slots as SlotGroups gives them (one random
-    slot per run of SLOT_GROUP): one random read and one clock read for all of them, and each
-    id cut from their hex digits (~1/4 of new_task_id's cost per id). Per id, the layout's
-    random bits are the 3 hex digits after the version, the low 2 bits of the digit that
-    starts the last group (its high 2 are the slot's low 2) and the 11 digits after it; the
-    fourth group is the variant and the slot's high 14 bits, the same for a run."""
-    digits = os.urandom(8 * n).hex()  # 16 digits per id (15 used)
+    slot per run of SLOT_GROUP): one random read and one clock read for all of them, written
+    into one buffer of n ids a column at a time (extended-slice assignments, ~35 C steps per
+    call, not ~6 Python steps per id: ~0.1 us per id instead of ~1). Per id, the random bits
+    are the 3 hex digits after the version, the low 2 bits of the digit that starts the last
+    group (its high 2 are the slot's low 2) and the 11 digits after it; the fourth group is
+    the variant and the slot's high 14 bits, the same for a run."""
+    if n <= 0:
+        return []
+    digits = os.urandom(8 * n).hex().encode()  # 16 digits per id (15 used)
     ms = int(time.time() * 1000) & ((1 << 48) - 1)
-    head = "%08x-%04x-8" % (ms >> 16, ms & 0xFFFF)
-    out = []
-    mid, lead = "", {}
-    for k in range(n):
-        if k % SLOT_GROUP == 0:
-            slot = new_slot()
-            mid = "-%04x-" % (0x8000 | (slot >> 2))
-            lead = {c: _HEX[((slot & 3) << 2) | (i & 3)] for i, c in enumerate(_HEX)}
-        o = 16 * k
-        out.append(head + digits[o:o + 3] + mid + lead[digits[o + 3]] + digits[o + 4:o + 15])
-    return out
+    row = ("%08x-%04x-8000-8000-000000000000\n" % (ms >> 16, ms & 0xFFFF)).encode()
+    buf = bytearray(row * n)
+    for q, at in enumerate(_RANDOM_AT):
+        if at != 24:
+            buf[at::37] = digits[q::16]
+    for k in range(0, n, SLOT_GROUP):
+        m = min(SLOT_GROUP, n - k)
+        slot = new_slot()
+        a, b = 37 * k, 37 * (k + m)
+        for i, c in enumerate(b"%04x" % (0x8000 | (slot >> 2))):
+            buf[a + 19 + i:b:37] = bytes((c,)) * m
+        buf[a + 24:b:37] = digits[16 * k + 3:16 * (k + m):16].translate(_LEAD[slot & 3])
+    return buf[:-1].decode("ascii").split("\n")
 
 
 # A task id in canonical form (lowercase, version 8, RFC 4122 variant): what every id this
