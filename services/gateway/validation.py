@@ -374,7 +374,7 @@ def plain_batch(req: tasks_pb2.EnqueueTasksRequest, handlers: dict[str, apps_pb2
     if not all_canonical(ids) or len(set(ids)) != n:
         return None
     texts = [t.payload_json for t in tasks]
-    payloads = [x.encode() for x in texts]
+    payloads = list(map(str.encode, texts))
     sizes = list(map(len, payloads))
     if max(sizes) > max_payload_bytes:
         return None
@@ -425,7 +425,7 @@ def columns_batch(req: tasks_pb2.EnqueueTasksRequest, handlers: dict[str, apps_p
             seen[v] = i
     if not texts:
         texts = [""] * n
-    payloads = [x.encode() for x in texts]
+    payloads = list(map(str.encode, texts))
     sizes = list(map(len, payloads))
     if max(sizes) > max_payload_bytes:
         i = next(i for i, k in enumerate(sizes) if k > max_payload_bytes)
