@@ -22,10 +22,10 @@ CREATE TABLE tasks (
     schedule_id      text,
     scheduled_time   timestamptz,
     retry_of         uuid,
-    created_at       timestamptz NOT NULL,
+    created_at       timestamptz NOT NULL DEFAULT now(),  -- (defaults: migration 0015)
     -- Rewritten by a lease (or a retry wait), kept by the lease's end
     -- (migration 0012: in the prefix a completion's update does not log).
-    run_at           timestamptz NOT NULL,
+    run_at           timestamptz NOT NULL DEFAULT now(),
     cancel_requested boolean     NOT NULL DEFAULT false,
     attempt          integer     NOT NULL DEFAULT 0,
     lease_epoch      bigint      NOT NULL DEFAULT 0,
@@ -34,7 +34,7 @@ CREATE TABLE tasks (
     -- Rewritten by every state change.
     state            text        NOT NULL,
     version          bigint      NOT NULL DEFAULT 1,
-    updated_at       timestamptz NOT NULL,
+    updated_at       timestamptz NOT NULL DEFAULT now(),
     finished_at      timestamptz,
     attempt_deadline timestamptz,
     -- Also rewritten by heartbeats (HOT updates). The lease's `lease` timer

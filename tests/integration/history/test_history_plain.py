@@ -58,6 +58,57 @@ async def test_plain_columns_make_the_rows_tasks_with_the_same_fields_make(hist)
     assert await hist.state(ids[0], plain) == "ENQUEUED"
 
 
+@pytest.mark.parametrize("queue,non_retryable", [("q1", ["ValueError"]), ("", [])])
+async def test_plain_tasks_without_timeouts_are_copied_in_as_the_tasks_path_writes_them(hist, monkeypatch, queue,
+                                                                                        non_retryable):
+    # No schedule-to-start or schedule-to-close timeout: no timer rows, so the rows go in by
+    # COPY (Store.task_create_plain), their times from the column defaults (migration 0015).
+    alone, plain = unique("t"), unique("t")
+    payloads = [b'{"i":%d}' % i for i in range(3)] + [b"null", '"\u00e9t\u00e9"'.encode(), b'[1, {"a" : 2.50}]']
+
+    def shared(tenant):
+        sh = h.NewTask(tenant_id=tenant, app_id="app", task_type="work", queue=queue, non_retryable=non_retryable)
+        sh.retry.max_attempts = 4
+        return sh
+    spelled = [h.NewTask(task_id=new_task_id(), payload_json=p) for p in payloads]
+    r = await hist.stub.CreateTasks(h.CreateTasksRequest(shard_id=1, tasks=spelled, shared=shared(alone)),
+                                    timeout=RPC_TIMEOUT)
+    assert len(r.results) == 6
+    copies = []
+    real_copy = hist.server.servicer.store.__class__.task_create_plain
+
+    class Spy:  # the connection, with its COPY counted
+        def __init__(self, conn):
+            self._conn = conn
+
+        def __getattr__(self, name):
+            return getattr(self._conn, name)
+
+        async def copy_records_to_table(self, *a, **kw):
+            copies.append(len(kw["records"]))
+            return await self._conn.copy_records_to_table(*a, **kw)
+
+    async def counted(self, conn, *args):
+        return await real_copy(self, Spy(conn), *args)
+    monkeypatch.setattr(hist.server.servicer.store.__class__, "task_create_plain", counted)
+    ids = [new_task_id() for _ in payloads]
+    assert (await _plain(hist, shared(plain), ids, payloads)).all_created
+    assert copies == [6]
+    assert await _rows(hist, plain, ids) == await _rows(hist, alone, [t.task_id for t in spelled])
+    times = await hist.sql(1, "SELECT created_at, run_at, updated_at, version, attempt, lease_epoch, "
+                              "cancel_requested, state FROM tasks WHERE task_id = ANY($1::uuid[])", ids)
+    assert len({tuple(t.values()) for t in times}) == 1  # one instant for all three, every row
+    t = times[0]
+    assert t["created_at"] == t["run_at"] == t["updated_at"]
+    assert (t["version"], t["attempt"], t["lease_epoch"], t["cancel_requested"], t["state"]) == (
+        1, 0, 0, False, "ENQUEUED")
+    assert await hist.timers(ids[0]) == {}
+    # a resent call: the COPY's unique violation writes nothing and the per-task path answers it
+    r = await _plain(hist, shared(plain), ids, payloads)
+    assert not r.all_created and [x.deduplicated for x in r.results] == [True] * 6
+    assert await _written(hist, ids) == 6
+
+
 async def test_the_default_policy_and_queue_are_stored_as_null_and_set_no_timers(hist):
     tenant = unique("t")
     ids = [new_task_id(), new_task_id()]

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import pathlib
+import uuid
 
 import asyncpg
 
@@ -51,7 +53,7 @@ async def _catalog(dsn: str) -> list[tuple[str, str, str]]:
 
 async def test_migrations_produce_the_committed_schema(fresh_db):
     migrated, committed = fresh_db("hist_migrated"), fresh_db("hist_committed")
-    assert await migrate.apply(migrated, "history", HISTORY / "migrations") == [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14]
+    assert await migrate.apply(migrated, "history", HISTORY / "migrations") == [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15]
     assert await migrate.apply(migrated, "history", HISTORY / "migrations") == []  # idempotent
     conn = await asyncpg.connect(committed, timeout=10)
     try:
@@ -324,7 +326,7 @@ async def test_migrations_0012_and_0013_keep_every_task_row(fresh_db, tmp_path):
         before = [{k: v for k, v in dict(r).items() if k not in ("queue", "retry_policy", "timeouts")}
                   for r in await conn.fetch(read)]
         logs = await _logs_and_attempts(conn)
-        assert await migrate.apply(dsn, "history", HISTORY / "migrations") == [12, 13, 14]
+        assert await migrate.apply(dsn, "history", HISTORY / "migrations") == [12, 13, 14, 15]
         after = [dict(r) for r in await conn.fetch(read)]
         assert [{k: v for k, v in r.items() if k not in ("queue", "retry_policy", "timeouts")}
                 for r in after] == before
@@ -392,5 +394,30 @@ async def test_analyze_samples_tasks_coarsely(fresh_db):
             "SELECT attname, attstattarget FROM pg_attribute WHERE attrelid = 'tasks'::regclass AND attnum > 0 "
             "AND NOT attisdropped", timeout=10))
         assert set(targets.values()) == {0, 10}, targets  # (none left at the default, -1)
+    finally:
+        await conn.close()
+
+
+async def test_a_new_rows_times_default_to_the_transactions_start(fresh_db):
+    """Migration 0015: created_at, run_at and updated_at default to now() (what the COPY of
+    plain tasks leaves to the table), a stable default, so COPY keeps its multi-row insert."""
+    dsn = fresh_db("hist_times")
+    await migrate.apply(dsn, "history", HISTORY / "migrations")
+    conn = await asyncpg.connect(dsn, timeout=10)
+    try:
+        defaults = dict(await conn.fetch(
+            "SELECT a.attname, pg_get_expr(d.adbin, d.adrelid) FROM pg_attrdef d JOIN pg_attribute a "
+            "ON a.attrelid = d.adrelid AND a.attnum = d.adnum WHERE d.adrelid = 'tasks'::regclass "
+            "AND a.attname IN ('created_at', 'run_at', 'updated_at')", timeout=10))
+        assert defaults == {"created_at": "now()", "run_at": "now()", "updated_at": "now()"}
+        assert await conn.fetchval("SELECT provolatile::text FROM pg_proc WHERE proname = 'now'", timeout=10) == "s"
+        async with conn.transaction():
+            start = await conn.fetchval("SELECT now()")
+            await asyncio.sleep(0.02)
+            await conn.copy_records_to_table("tasks", columns=("task_id", "tenant_id", "app_id", "task_type", "state",
+                                                               "max_attempts", "payload"),
+                                             records=[(uuid.uuid4(), "t", "a", "x", "ENQUEUED", 1, b"null")])
+            row = await conn.fetchrow("SELECT created_at, run_at, updated_at FROM tasks")
+        assert row["created_at"] == row["run_at"] == row["updated_at"] == start
     finally:
         await conn.close()
