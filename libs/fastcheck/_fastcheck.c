@@ -11,6 +11,11 @@
  *
  * all_canonical_ids(ids) -> whether every item is a str task id in canonical form:
  *   8-4-4-4-12 lowercase hex, version nibble 8, variant [89ab].
+ *
+ * copy_rows(ids, payloads, nfields, shared) -> Postgres binary COPY data (header, one tuple
+ *   per id, trailer): each tuple is nfields fields, the id as a uuid, its payload as bytes,
+ *   then `shared` as given (the other fields, already encoded, the same for every row).
+ *   ValueError for an id not in canonical form; TypeError for a payload not bytes.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -250,11 +255,105 @@ static PyObject *all_canonical_ids(PyObject *self, PyObject *arg) {
     return PyBool_FromLong(ok);
 }
 
+static int hexval(unsigned char c) {
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    return -1;
+}
+
+static void put32(unsigned char *p, uint32_t v) {
+    p[0] = (unsigned char)(v >> 24);
+    p[1] = (unsigned char)(v >> 16);
+    p[2] = (unsigned char)(v >> 8);
+    p[3] = (unsigned char)v;
+}
+
+static const unsigned char COPY_HEADER[19] = {'P', 'G', 'C', 'O', 'P', 'Y', '\n', 0xff, '\r', '\n', 0,
+                                              0, 0, 0, 0, 0, 0, 0, 0};
+
+static PyObject *copy_rows(PyObject *self, PyObject *args) {
+    PyObject *ids_arg, *payloads_arg;
+    int nfields;
+    Py_buffer shared;
+    if (!PyArg_ParseTuple(args, "OOiy*", &ids_arg, &payloads_arg, &nfields, &shared))
+        return NULL;
+    PyObject *ids = NULL, *payloads = NULL, *out = NULL;
+    if (nfields < 2 || nfields > 1600) {
+        PyErr_SetString(PyExc_ValueError, "copy_rows: nfields must be 2..1600");
+        goto done;
+    }
+    ids = PySequence_Fast(ids_arg, "copy_rows: ids must be a list or tuple");
+    if (ids == NULL)
+        goto done;
+    payloads = PySequence_Fast(payloads_arg, "copy_rows: payloads must be a list or tuple");
+    if (payloads == NULL)
+        goto done;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(ids);
+    if (PySequence_Fast_GET_SIZE(payloads) != n) {
+        PyErr_SetString(PyExc_ValueError, "copy_rows: one payload per id");
+        goto done;
+    }
+    PyObject **id_items = PySequence_Fast_ITEMS(ids), **pay_items = PySequence_Fast_ITEMS(payloads);
+    Py_ssize_t size = sizeof(COPY_HEADER) + 2;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (!PyBytes_Check(pay_items[i])) {
+            PyErr_Format(PyExc_TypeError, "copy_rows: payloads[%zd] is not bytes", i);
+            goto done;
+        }
+        if (PyBytes_GET_SIZE(pay_items[i]) > 0x3fffffff) {
+            PyErr_Format(PyExc_ValueError, "copy_rows: payloads[%zd] is too large", i);
+            goto done;
+        }
+        size += 2 + 4 + 16 + 4 + PyBytes_GET_SIZE(pay_items[i]) + shared.len;
+    }
+    out = PyBytes_FromStringAndSize(NULL, size);
+    if (out == NULL)
+        goto done;
+    unsigned char *w = (unsigned char *)PyBytes_AS_STRING(out);
+    memcpy(w, COPY_HEADER, sizeof(COPY_HEADER));
+    w += sizeof(COPY_HEADER);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (!canonical(id_items[i])) {
+            PyErr_Format(PyExc_ValueError, "copy_rows: ids[%zd] is not a canonical task id", i);
+            Py_CLEAR(out);
+            goto done;
+        }
+        const unsigned char *h = PyUnicode_1BYTE_DATA(id_items[i]);
+        w[0] = (unsigned char)(nfields >> 8);
+        w[1] = (unsigned char)nfields;
+        put32(w + 2, 16);
+        w += 6;
+        for (int k = 0, j = 0; k < 16; k++) {
+            if (h[j] == '-')
+                j++;
+            *w++ = (unsigned char)(hexval(h[j]) << 4 | hexval(h[j + 1]));
+            j += 2;
+        }
+        Py_ssize_t plen = PyBytes_GET_SIZE(pay_items[i]);
+        put32(w, (uint32_t)plen);
+        memcpy(w + 4, PyBytes_AS_STRING(pay_items[i]), plen);
+        w += 4 + plen;
+        memcpy(w, shared.buf, shared.len);
+        w += shared.len;
+    }
+    w[0] = 0xff;
+    w[1] = 0xff;
+done:
+    Py_XDECREF(ids);
+    Py_XDECREF(payloads);
+    PyBuffer_Release(&shared);
+    return out;
+}
+
 static PyMethodDef methods[] = {
     {"first_bad_json", first_bad_json, METH_O,
      "Index of the first item that is not exactly one JSON value, or -1."},
     {"all_canonical_ids", all_canonical_ids, METH_O,
      "Whether every item is a canonical Ratchet task id."},
+    {"copy_rows", copy_rows, METH_VARARGS,
+     "Postgres binary COPY data: per row the id (uuid), the payload (bytes), then shared."},
     {NULL, NULL, 0, NULL},
 };
 

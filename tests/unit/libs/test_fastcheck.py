@@ -150,3 +150,34 @@ def test_canonical_ids_agree_with_the_regex():
     for ch in "89ab":
         v = good[:19] + ch + good[20:]
         assert fastcheck.all_canonical_ids([v]) is py_all_canonical_ids([v]) is True
+
+
+@native
+def test_copy_rows_writes_what_its_python_twin_writes():
+    ids = new_task_ids(150)
+    payloads = [b'{"n":%d}' % i for i in range(149)] + [b""]
+    shared = b"\x00\x00\x00\x02ab\xff\xff\xff\xff"
+    data = fastcheck.copy_rows(ids, payloads, 4, shared)
+    assert data == fastcheck.py_copy_rows(ids, payloads, 4, shared)
+    assert data.startswith(fastcheck.COPY_HEADER) and data.endswith(fastcheck.COPY_TRAILER)
+    first = data[len(fastcheck.COPY_HEADER):]
+    assert first[:2] == b"\x00\x04" and first[2:6] == b"\x00\x00\x00\x10"
+    assert first[6:22] == uuid.UUID(ids[0]).bytes and first[22:26] == b"\x00\x00\x00\x07"
+    assert first[26:33] == b'{"n":0}' and first[33:33 + len(shared)] == shared
+    assert fastcheck.copy_rows([], [], 2, b"") == fastcheck.COPY_HEADER + fastcheck.COPY_TRAILER
+
+
+@pytest.mark.parametrize("impl", ["c", "python"])
+def test_copy_rows_refuses_what_it_cannot_write(impl):
+    if impl == "c" and not fastcheck.NATIVE:
+        pytest.skip("checked by test_the_c_module_is_built")
+    copy_rows = fastcheck.copy_rows if impl == "c" else fastcheck.py_copy_rows
+    ids = new_task_ids(2)
+    with pytest.raises(ValueError, match="canonical"):
+        copy_rows([ids[0], ids[1].upper()], [b"1", b"2"], 3, b"")
+    with pytest.raises(TypeError, match=r"payloads\[1\]"):
+        copy_rows(ids, [b"1", "2"], 3, b"")
+    with pytest.raises(ValueError, match="one payload per id"):
+        copy_rows(ids, [b"1"], 3, b"")
+    with pytest.raises(ValueError, match="nfields"):
+        copy_rows(ids, [b"1", b"2"], 1, b"")
