@@ -11,6 +11,7 @@ import pytest
 from ratchet.internal.history.v1 import history_pb2 as h
 from ratchet.libs.shardmap import new_task_id
 from ratchet.services.history.policy import duration
+from ratchet.services.history.store import COPY_MIN_ROWS
 
 from .helpers import RPC_TIMEOUT, unique
 from .test_history_shared import _rows
@@ -64,7 +65,8 @@ async def test_plain_tasks_without_timeouts_are_copied_in_as_the_tasks_path_writ
     # No schedule-to-start or schedule-to-close timeout: no timer rows, so the rows go in by
     # COPY (Store.task_create_plain), their times from the column defaults (migration 0015).
     alone, plain = unique("t"), unique("t")
-    payloads = [b'{"i":%d}' % i for i in range(3)] + [b"null", '"\u00e9t\u00e9"'.encode(), b'[1, {"a" : 2.50}]']
+    payloads = [b'{"i":%d}' % i for i in range(COPY_MIN_ROWS)] + [b"null", '"\u00e9t\u00e9"'.encode(),
+                                                                  b'[1, {"a" : 2.50}]']
 
     def shared(tenant):
         sh = h.NewTask(tenant_id=tenant, app_id="app", task_type="work", queue=queue, non_retryable=non_retryable)
@@ -73,7 +75,7 @@ async def test_plain_tasks_without_timeouts_are_copied_in_as_the_tasks_path_writ
     spelled = [h.NewTask(task_id=new_task_id(), payload_json=p) for p in payloads]
     r = await hist.stub.CreateTasks(h.CreateTasksRequest(shard_id=1, tasks=spelled, shared=shared(alone)),
                                     timeout=RPC_TIMEOUT)
-    assert len(r.results) == 6
+    assert len(r.results) == len(payloads)
     copies = []
     real_copy = hist.server.servicer.store.__class__.task_create_plain
 
@@ -105,8 +107,13 @@ async def test_plain_tasks_without_timeouts_are_copied_in_as_the_tasks_path_writ
     assert await hist.timers(ids[0]) == {}
     # a resent call: the COPY's unique violation writes nothing and the per-task path answers it
     r = await _plain(hist, shared(plain), ids, payloads)
-    assert not r.all_created and [x.deduplicated for x in r.results] == [True] * 6
-    assert await _written(hist, ids) == 6
+    assert not r.all_created and [x.deduplicated for x in r.results] == [True] * len(ids)
+    assert await _written(hist, ids) == len(ids)
+    # fewer rows than COPY_MIN_ROWS: the statement, the same rows
+    few = [new_task_id() for _ in range(COPY_MIN_ROWS - 1)]
+    assert (await _plain(hist, shared(plain), few, payloads[:len(few)])).all_created
+    assert copies == ["binary", "binary"]  # (the resent call's COPY, which wrote nothing; none since)
+    assert await _rows(hist, plain, few) == (await _rows(hist, alone, [t.task_id for t in spelled]))[:len(few)]
 
 
 async def test_the_default_policy_and_queue_are_stored_as_null_and_set_no_timers(hist):
