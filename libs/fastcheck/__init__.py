@@ -38,7 +38,10 @@ def _no_constant(name: str):
 
 
 _scan = json.JSONDecoder(parse_constant=_no_constant).scan_once  # (C: json.loads without its wrappers)
-_CANONICAL_RUN = re.compile(r"(?:[0-9a-f]{8}-[0-9a-f]{4}-8[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}\n)*")
+# A task id in canonical form: lowercase, version 8, RFC 4122 variant (libs/shardmap matches
+# single ids with it; _fastcheck.c's `canonical` checks the same).
+CANONICAL_ID = r"[0-9a-f]{8}-[0-9a-f]{4}-8[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}"
+_CANONICAL_RUN = re.compile(f"(?:{CANONICAL_ID}\n)*")
 
 
 def json_value_ok(item: str | bytes) -> bool:

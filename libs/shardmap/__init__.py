@@ -20,7 +20,7 @@ import re
 import time
 import uuid
 
-from ratchet.libs.fastcheck import all_canonical_ids
+from ratchet.libs.fastcheck import CANONICAL_ID, all_canonical_ids
 
 SLOTS = 65536
 
@@ -122,7 +122,7 @@ def new_task_ids(n: int) -> list[str]:
 # A task id in canonical form (lowercase, version 8, RFC 4122 variant): what every id this
 # platform mints and stores looks like. Matching it is ~20x cheaper than uuid.UUID + str, and
 # both run per task on the enqueue path (gateway and history); other spellings parse below.
-_CANONICAL = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-8[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}")
+_CANONICAL = re.compile(CANONICAL_ID)
 
 
 def all_canonical(task_ids: list[str]) -> bool:

@@ -122,6 +122,11 @@ def json_text_ok(text: str) -> bool:
     return first_bad_json((text,)) == -1 or json_value_ok(text)
 
 
+def _present(texts: list[str]) -> list[str]:
+    """The payloads a batch sets (an empty one is stored as null, not checked)."""
+    return texts if "" not in texts else [x for x in texts if x]
+
+
 def check_json_text(text: str, where: str) -> None:
     """INVALID_ARGUMENT naming `where` unless text is one JSON value (whitespace around it allowed)."""
     if json_text_ok(text):
@@ -380,8 +385,8 @@ def plain_batch(req: tasks_pb2.EnqueueTasksRequest, handlers: dict[str, apps_pb2
         return None
     if req.ByteSize() != _plain_size(len(task_type.encode()), len(queue.encode()), sizes):
         return None  # some item sets another field (or one unknown to this gateway)
-    check = texts if "" not in texts else [x for x in texts if x]
-    if first_bad_json(check) != -1 and not all(map(json_text_ok, check)):
+    check = _present(texts)
+    if first_bad_json(check) != -1 and not all(map(json_value_ok, check)):
         return None
     if 0 in sizes:
         payloads = [p or b"null" for p in payloads]
@@ -431,7 +436,7 @@ def columns_batch(req: tasks_pb2.EnqueueTasksRequest, handlers: dict[str, apps_p
         i = next(i for i, k in enumerate(sizes) if k > max_payload_bytes)
         raise TooLarge(f"columns.payloads_json[{i}] is {sizes[i]} bytes; the limit is {max_payload_bytes} bytes: "
                        f"store large data elsewhere and pass a reference")
-    if first_bad_json(texts if "" not in texts else [x for x in texts if x]) != -1:
+    if first_bad_json(_present(texts)) != -1:
         for i, x in enumerate(texts):
             if x:
                 check_json_text(x, f"columns.payloads_json[{i}]")  # (raises for one not JSON)

@@ -27,12 +27,12 @@ QUERIES = load_queries(*sorted(_HERE.glob("*.sql")))
 
 Hook = Callable[[str], Awaitable[None]]
 
-# What the COPY of plain tasks (Store.task_create_plain) writes; every other column takes its
-# default: version 1, attempt 0, lease_epoch 0, cancel_requested false, NULL, and the
-# transaction's now() for created_at, run_at and updated_at (migration 0015). The default
-# queue, policy and timeouts go as NULL, as the statements store them (migration 0013).
-# The id and the payload first, then the fields every row of a call shares, encoded once per
-# call (binary COPY: libs/fastcheck.copy_rows writes the rows in C).
+# What the COPY of plain tasks (Store.task_create_plain) writes: the id and the payload first,
+# then the fields every row of a call shares, encoded once per call (libs/fastcheck.copy_rows
+# writes the rows in C). Every other column takes its default: version 1, attempt 0,
+# lease_epoch 0, cancel_requested false, NULL, and the transaction's now() for created_at,
+# run_at and updated_at (migration 0015). The default queue, policy and timeouts go as NULL,
+# as the statements store them (migration 0013).
 _PLAIN_COPY_COLUMNS = ("task_id", "payload", "tenant_id", "app_id", "queue", "task_type", "state", "max_attempts",
                        "retry_policy", "timeouts", "non_retryable", "retry_rules")
 
@@ -58,6 +58,7 @@ _ENQUEUED = _field(b"ENQUEUED")
 # The fewest rows Store.task_create_plain copies in (a batch call's part for a shard: 100 rows
 # a slot run); fewer go by the statement.
 COPY_MIN_ROWS = 50
+
 Key = tuple[str, str, str]  # (tenant_id, app_id, key)
 TypeKey = tuple[str, str, str]  # (tenant_id, app_id, task_type)
 
@@ -184,14 +185,14 @@ class Store:
         ids must be canonical and each payload one JSON value alone (convert.plain checks).
 
         COPY_MIN_ROWS or more without schedule-to-start or schedule-to-close timeouts (no
-        timer rows: the usual plain batch) go in by a binary COPY: Postgres' multi-row heap insert, one WAL
-        record per page, no executor projection per row: ~25 % less backend CPU and ~11 % less
-        WAL per row than the statement (250-row calls; also less at 2 and 20 rows). Its data is
-        built in one C call (copy_rows; asyncpg's records cost ~2 us per row to encode here).
-        Fewer rows (the single enqueues' groups) keep the statement: a COPY's fixed cost here
-        (asyncpg's copy-in, a second round trip) outweighs what it saves on a few rows (single
-        enqueues, 32 producers: history 226 -> 263 us per task with COPY). One statement either
-        way: one transaction."""
+        timer rows: the usual plain batch) go in by a binary COPY: Postgres' multi-row heap
+        insert, one WAL record per page, no executor projection per row: ~25 % less backend
+        CPU and ~11 % less WAL per row than the statement (250-row calls). Its data is built in
+        one C call (copy_rows; asyncpg's records cost ~2 us per row to encode here). Fewer
+        rows (the single enqueues' groups) keep the statement: there the COPY's fixed cost in
+        history (asyncpg's copy-in, a second round trip) outweighs what Postgres saves (single
+        enqueues, 32 producers: history 226 -> 263 us per task with COPY). One statement
+        either way: one transaction."""
         rp = json.dumps(retry_policy) if retry_policy else None
         to = json.dumps(timeouts) if timeouts else None
         rr = json.dumps(retry_rules) if retry_rules else None

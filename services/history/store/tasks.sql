@@ -188,9 +188,10 @@ SELECT i.task_id, ins.task_id IS NOT NULL AS inserted, COALESCE(ins.run_at <= in
 
 -- name: task_create_plain
 -- transitions: (create)->ENQUEUED
--- Plain tasks whose policy sets a schedule-to-start or schedule-to-close
--- timeout (they need timer rows); without one, Store.task_create_plain
--- writes the same rows by COPY (the times from migration 0015's defaults).
+-- Used for fewer than COPY_MIN_ROWS plain tasks, or for plain tasks whose
+-- policy sets a schedule-to-start or schedule-to-close timeout (timer rows);
+-- otherwise Store.task_create_plain writes the same rows, ENQUEUED, by a
+-- binary COPY (the times from migration 0015's defaults).
 -- A request of plain tasks (CreateTasksRequest.plain): ids $1 and payloads
 -- $2 as the only columns, every other value given once ($3..$13: tenant,
 -- app, type, queue, then the policy as stored: max attempts, retry policy,
