@@ -37,37 +37,13 @@ test-fast: setup
 
 # ---- run (owned by the CLI/platform work) ----------------------------------
 # BEGIN run
-# `make run`: start the local platform, deploy examples/hello, run a few
-# tasks over the SDK, REST (curl) and the CLI, print where everything is,
-# then serve until Ctrl-C, which stops everything (`ratchet dev down`).
-RATCHET := $(VENV)/bin/ratchet
+# `make run`: scripts/run_local.sh starts the local platform, deploys
+# examples/hello, runs a few tasks over the SDK, REST (curl) and the CLI, then
+# serves until Ctrl-C, which stops everything at any moment (`ratchet dev down`).
 STATE_DIR ?= .ratchet
-RUN_ARGS := --state-dir $(STATE_DIR)
 
 run: setup
-	@$(RATCHET) dev up --detach $(RUN_ARGS)
-	@echo; echo '$$ ratchet deploy examples/hello --app default'
-	@$(RATCHET) deploy examples/hello --app default $(RUN_ARGS) | $(PY) -c 'import json,sys; d=json.load(sys.stdin); print("  deployed", d["digest"][:19] + "...", "handlers:", ", ".join(h["name"] for h in d["handlers"]))'
-	@echo; $(PY) examples/demo.py $(RUN_ARGS)
-	@echo; eval "$$($(RATCHET) dev env $(RUN_ARGS))" && \
-	  echo "Enqueueing over REST:" && \
-	  echo "  \$$ curl -X POST $$RATCHET_REST/v1/tasks -H 'Authorization: Bearer ...' -d '{\"task_type\": \"greet\", \"payload\": {\"name\": \"curl\"}}'" && \
-	  RESP=$$(curl -sS -X POST "$$RATCHET_REST/v1/tasks" -H "Authorization: Bearer $$RATCHET_API_KEY" \
-	    -H 'Content-Type: application/json' -d '{"task_type": "greet", "payload": {"name": "curl"}}') && \
-	  echo "  $$RESP" && \
-	  TASK=$$(echo "$$RESP" | $(PY) -c 'import json,sys; print(json.load(sys.stdin)["task_id"])') && \
-	  echo "  \$$ ratchet tasks wait $$TASK" && \
-	  $(RATCHET) tasks wait $$TASK $(RUN_ARGS) | $(PY) -c 'import json,sys; d=json.load(sys.stdin); print("  ", d["state"], json.dumps(d["result"]))'
-	@echo; $(RATCHET) dev status $(RUN_ARGS) | sed 's/^/  /'
-	@echo; eval "$$($(RATCHET) dev env $(RUN_ARGS))" && \
-	  echo "Ratchet is serving (state in $(STATE_DIR)/, logs in $(STATE_DIR)/logs/):" && \
-	  echo "  REST     $$RATCHET_REST   (OpenAPI: $$RATCHET_REST/openapi.json)" && \
-	  echo "  gRPC     $$RATCHET_ENDPOINT" && \
-	  echo "  API key  $$RATCHET_API_KEY" && \
-	  echo "  Try:     eval \"\$$(.venv/bin/ratchet dev env)\"; .venv/bin/ratchet tasks enqueue greet --payload '{\"name\": \"you\"}' --wait 30" && \
-	  echo "Press Ctrl-C to stop." && \
-	  trap 'echo; $(RATCHET) dev down $(RUN_ARGS); exit 0' INT TERM && \
-	  while true; do sleep 1; done
+	@bash scripts/run_local.sh $(VENV) $(STATE_DIR)
 # END run
 
 # ---- long tiers ---------------------------------------------------------------

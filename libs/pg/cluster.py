@@ -7,6 +7,8 @@ root the cluster runs as an unprivileged user (postgres, else nobody).
 from __future__ import annotations
 
 import glob
+import grp
+import hashlib
 import os
 import pathlib
 import pwd
@@ -14,6 +16,7 @@ import random
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import time
 from typing import Collection
@@ -85,6 +88,30 @@ def pg_bindir() -> pathlib.Path:
     raise RuntimeError("PostgreSQL binaries not found: install the Debian package postgresql-15")
 
 
+# Where a root-run cluster's data goes when its own folder is closed to the
+# server's user (see LocalCluster._relocate_if_unreachable).
+RELOCATED_ROOT = "/var/tmp/ratchet-pg"
+
+
+def _reachable(folder: pathlib.Path, user: pwd.struct_passwd) -> bool:
+    """Whether user can pass through every folder from / down to folder."""
+    groups = {user.pw_gid, *(g.gr_gid for g in grp.getgrall() if user.pw_name in g.gr_mem)}
+    for part in (folder, *folder.parents):
+        try:
+            st = part.stat()
+        except FileNotFoundError:
+            continue
+        if st.st_uid == user.pw_uid:
+            bit = stat.S_IXUSR
+        elif st.st_gid in groups:
+            bit = stat.S_IXGRP
+        else:
+            bit = stat.S_IXOTH
+        if not st.st_mode & bit:
+            return False
+    return True
+
+
 def _run_as() -> pwd.struct_passwd | None:
     if os.geteuid() != 0:
         return None
@@ -106,7 +133,38 @@ class LocalCluster:
         self.user = "ratchet"
         self.bindir = pg_bindir()
         self._as = _run_as()
-        self.log_file = self.data_dir.parent / f"{self.data_dir.name}.log"
+        self.log_file = self._log_path()
+
+    def _log_path(self) -> pathlib.Path:
+        return self.data_dir.parent / f"{self.data_dir.name}.log"
+
+    def _relocate_if_unreachable(self) -> None:
+        """Keep the data where the unprivileged server can reach it.
+
+        As root, the server runs as another user, who cannot pass through a
+        0700 folder of root's (a container's /root, a mktemp -d folder). The
+        data then lives in a folder of that user's under /var/tmp, and
+        data_dir becomes a link to it, so every later LocalCluster(data_dir)
+        resolves to the same cluster.
+        """
+        if self._as is None or _reachable(self.data_dir.parent, self._as):
+            return
+        digest = hashlib.sha256(str(self.data_dir).encode()).hexdigest()[:16]
+        base = pathlib.Path(RELOCATED_ROOT)
+        base.mkdir(mode=0o711, exist_ok=True)
+        home = base / digest
+        home.mkdir(mode=0o700, exist_ok=True)
+        self._chown(home)
+        real = home / self.data_dir.name
+        real.mkdir(exist_ok=True)
+        self._chown(real)
+        if self.data_dir.is_symlink():
+            self.data_dir.unlink()
+        elif self.data_dir.exists():
+            self.data_dir.rmdir()  # init() made it just now; initdb has not run
+        self.data_dir.symlink_to(real, target_is_directory=True)
+        self.data_dir = real
+        self.log_file = self._log_path()
 
     # -- process plumbing -------------------------------------------------
     def _cmd(self, *args: str, check: bool = True, timeout: float = 120,
@@ -128,12 +186,13 @@ class LocalCluster:
     def init(self) -> None:
         """initdb (trust auth on loopback only) and write our settings."""
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        self._chown(self.data_dir)
         if self._as is not None:
             # The unprivileged server must be able to reach its folder.
             parent = self.data_dir.parent
             if parent.stat().st_uid == os.geteuid():
                 parent.chmod(parent.stat().st_mode | 0o711)
+        self._relocate_if_unreachable()
+        self._chown(self.data_dir)
         self.log_file.touch()
         self._chown(self.log_file)
         try:
