@@ -11,11 +11,8 @@ RATCHET="$VENV/bin/ratchet"
 PY="$VENV/bin/python"
 ARGS=(--state-dir "$STATE_DIR")
 
-stopping=0
 stop() {
   # A second Ctrl-C while stopping must not leave half the platform up.
-  [ "$stopping" = 1 ] && return
-  stopping=1
   trap '' INT TERM
   echo
   "$RATCHET" dev down "${ARGS[@]}"

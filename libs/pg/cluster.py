@@ -156,7 +156,10 @@ class LocalCluster:
         home.mkdir(mode=0o700, exist_ok=True)
         self._chown(home)
         real = home / self.data_dir.name
-        real.mkdir(exist_ok=True)
+        # init() runs only when data_dir holds no cluster, so a folder left
+        # here belonged to a state dir since deleted: initdb needs it empty.
+        shutil.rmtree(real, ignore_errors=True)
+        real.mkdir()
         self._chown(real)
         if self.data_dir.is_symlink():
             self.data_dir.unlink()

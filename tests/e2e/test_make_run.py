@@ -15,6 +15,8 @@ import time
 
 import pytest
 
+from ratchet.cli.procs import is_ours
+
 REPO = pathlib.Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.skipif(shutil.which("make") is None or shutil.which("git") is None,
                                 reason="needs make and git")
@@ -32,15 +34,7 @@ def _copy_tree(dest: pathlib.Path) -> None:
 
 
 def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    # A zombie of ours is gone for the user's purposes.
-    try:
-        return pathlib.Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
-    except FileNotFoundError:
-        return False
+    return is_ours(pid, None)   # alive and not a zombie
 
 
 def _platform_pids(state: pathlib.Path) -> set[int]:
