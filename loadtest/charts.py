@@ -58,7 +58,7 @@ def draw(cells: list[Cell], out_dir: pathlib.Path, prefix: str, subtitle: str) -
         for i, (k, label) in enumerate(keys):
             vals = [data[s][k] or 0.0 for s in names]
             bars = ax.bar([x + (i - 1) * width for x in range(len(names))], vals, width, label=label)
-            for bar, v in zip(bars, vals):
+            for bar, v in zip(bars, vals, strict=True):
                 if v:
                     ax.annotate(f"{v:,.0f}", (bar.get_x() + bar.get_width() / 2, v), ha="center", va="bottom",
                                 fontsize=7, rotation=90, xytext=(0, 2), textcoords="offset points")
@@ -81,7 +81,7 @@ def draw(cells: list[Cell], out_dir: pathlib.Path, prefix: str, subtitle: str) -
     lat = latency_data(cells)
     if lat:
         fig, axes = plt.subplots(1, 3, figsize=(12, 4.5), sharey=True)
-        for ax, pct in zip(axes, ("p50", "p99", "p999")):
+        for ax, pct in zip(axes, ("p50", "p99", "p999"), strict=True):
             for s, by_load in lat.items():
                 xs = sorted(by_load)
                 ys = [by_load[x].get(pct) for x in xs]

@@ -5,7 +5,8 @@ the issue-5 bar verdicts, and their Markdown. Unit-tested (tests/unit/loadtest).
 from __future__ import annotations
 
 import statistics
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from loadtest.results import Cell
 

@@ -129,7 +129,7 @@ async def closed_loop(gw: Gateway, producers: int, seconds: float, *, keyed: boo
                 res.task_ids.append(await gw.enqueue(make(n)))
                 res.latency_ms.append((time.perf_counter() - t) * 1000)
                 res.acked += 1
-            except (grpc.aio.AioRpcError, RatchetError, asyncio.TimeoutError) as e:
+            except (TimeoutError, grpc.aio.AioRpcError, RatchetError) as e:
                 res.errors[_code(e)] += 1
     t0 = time.monotonic()
     await asyncio.gather(*(producer() for _ in range(producers)))
@@ -151,7 +151,7 @@ async def open_loop(gw: Gateway, rate: float, seconds: float, *, seed: int = 1, 
             res.task_ids.append(await gw.enqueue(gw.request(n, keyed)))
             res.latency_ms.append((time.perf_counter() - scheduled) * 1000)
             res.acked += 1
-        except (grpc.aio.AioRpcError, RatchetError, asyncio.TimeoutError) as e:
+        except (TimeoutError, grpc.aio.AioRpcError, RatchetError) as e:
             res.errors[_code(e)] += 1
 
     t0 = time.perf_counter()
@@ -214,7 +214,7 @@ async def batches(gw: Gateway, batch: int, producers: int, total: int, *, keyed:
                 res.latency_ms.append((time.perf_counter() - t) * 1000)
                 res.acked += len(ids)
                 res.task_ids.extend(ids)
-            except (grpc.aio.AioRpcError, RatchetError, asyncio.TimeoutError) as e:
+            except (TimeoutError, grpc.aio.AioRpcError, RatchetError) as e:
                 res.errors[_code(e)] += 1
     t0 = time.monotonic()
     await asyncio.gather(*(producer() for _ in range(producers)))

@@ -46,7 +46,7 @@ def describe(data_dir: str) -> dict[str, str]:
     mem_kb = _first("/proc/meminfo", "MemTotal").split()[0] if _first("/proc/meminfo", "MemTotal") != "?" else "0"
     load1, load5, _ = os.getloadavg()
     return {
-        "date_utc": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "date_utc": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "cpu": _first("/proc/cpuinfo", "model name"),
         "cores": str(os.cpu_count()),
         "memory": f"{int(mem_kb) // 1024} MiB",

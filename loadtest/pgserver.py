@@ -12,9 +12,8 @@ import time
 
 import asyncpg
 
-from ratchet.libs.pg.cluster import LocalCluster
-
 from loadtest.procs import Registry, proc_start_ticks, stop_pid
+from ratchet.libs.pg.cluster import LocalCluster
 
 # Durability stays on: the numbers must describe what a customer would run.
 BENCH_SETTINGS = {

@@ -20,12 +20,11 @@ import time
 
 import asyncpg
 
-from ratchet.libs.pg.queries import load_queries
-
 from loadtest import cpu, dbstats
 from loadtest.pgserver import BenchPostgres
 from loadtest.procs import Registry
 from loadtest.results import Cell
+from ratchet.libs.pg.queries import load_queries
 
 SQL_DIR = pathlib.Path(__file__).parent / "sql"
 Q = load_queries(SQL_DIR / "phys_schema.sql", SQL_DIR / "phys_batched.sql")
@@ -51,7 +50,7 @@ class Physical:
         self.seconds = seconds
         self.admin: asyncpg.Connection | None = None
 
-    async def __aenter__(self) -> "Physical":
+    async def __aenter__(self) -> Physical:
         self.pg.create_database(DB)
         self.admin = await asyncpg.connect(self.pg.dsn("postgres"), timeout=10)
         return self

@@ -51,7 +51,7 @@ class PlatformUnderTest:
         """Record every live service pid and its descendants, to stop them by PID later."""
         procs = cpu.all_procs()
         for pid in self.service_pids().values():
-            for p in cpu._tree(pid, procs):  # noqa: SLF001 - same package helper
+            for p in cpu._tree(pid, procs):
                 self.seen.setdefault(p.pid, p.start)
 
     def stop(self) -> None:

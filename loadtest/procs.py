@@ -13,7 +13,7 @@ import signal
 import subprocess
 import sys
 import time
-from typing import Callable
+from collections.abc import Callable
 
 
 def proc_start_ticks(pid: int) -> int | None:
@@ -128,7 +128,7 @@ class Registry:
         for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
             self._old_handlers[sig] = signal.signal(sig, _stop)
 
-    def __enter__(self) -> "Registry":
+    def __enter__(self) -> Registry:
         self.install_signal_handlers()
         return self
 

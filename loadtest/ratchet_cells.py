@@ -23,16 +23,16 @@ import asyncio
 import pathlib
 import time
 import traceback
-from typing import Any, Awaitable, Callable
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 import asyncpg
-
-from ratchet.api.tasks.v1 import tasks_pb2
-from ratchet.libs.pg.queries import load_queries
 
 from loadtest import cpu, dbstats, loadgen, sizes
 from loadtest.platform_run import PlatformUnderTest
 from loadtest.results import Cell
+from ratchet.api.tasks.v1 import tasks_pb2
+from ratchet.libs.pg.queries import load_queries
 
 Q = load_queries(pathlib.Path(__file__).parent / "sql" / "ratchet_probe.sql")
 CONTROL_DB = "ratchet_control"

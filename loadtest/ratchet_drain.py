@@ -13,7 +13,7 @@ import asyncio
 import time
 
 from loadtest import dbstats, loadgen
-from loadtest.ratchet_cells import Q, Bench
+from loadtest.ratchet_cells import Bench, Q
 
 
 async def top_up(b: Bench, want: int) -> int:

@@ -22,12 +22,11 @@ import time
 
 import asyncpg
 
+from loadtest import cpu, dbstats, loadgen, sizes
+from loadtest.ratchet_cells import Bench, Q, guarded, warmup
 from ratchet.api.tasks.v1 import tasks_pb2
 
-from loadtest import cpu, dbstats, loadgen, sizes
-from loadtest.ratchet_cells import Q, Bench, guarded, warmup
-
-UTC = datetime.timezone.utc
+UTC = datetime.UTC
 
 
 async def timings(b: Bench, ids: list[str]) -> dict[str, dict]:
@@ -103,7 +102,7 @@ async def cell_timers(b: Bench, n: int, window_s: float, lead_s: float = 5.0, wa
                 req = b.gw.request(k)
                 req.run_at.FromNanoseconds(int(dues[k] * 1e9))
                 reqs.append(req)
-            for tid, k in zip(await b.gw.enqueue_batch(reqs), range(start, start + len(reqs))):
+            for tid, k in zip(await b.gw.enqueue_batch(reqs), range(start, start + len(reqs)), strict=True):
                 ids[tid] = dues[k]
         enqueue_s = time.time() - t0
         deadline = time.monotonic() + lead_s + window_s + wait_s
@@ -125,7 +124,7 @@ async def cell_timers(b: Bench, n: int, window_s: float, lead_s: float = 5.0, wa
 
 
 def _kill_tree(pid: int) -> None:
-    for p in cpu._tree(pid, cpu.all_procs()):  # noqa: SLF001 - same package helper
+    for p in cpu._tree(pid, cpu.all_procs()):
         try:
             os.kill(p.pid, signal.SIGKILL)
         except ProcessLookupError:

@@ -42,14 +42,13 @@ import time
 
 import asyncpg
 
-from ratchet.libs.pg.queries import load_queries
-
 from loadtest import dbstats, loadgen
 from loadtest.pgserver import BenchPostgres
 from loadtest.physical import DB as PHYS_DB
 from loadtest.physical import Physical
 from loadtest.platform_run import PlatformUnderTest
 from loadtest.procs import Registry
+from ratchet.libs.pg.queries import load_queries
 
 HERE = pathlib.Path(__file__).parent
 Q = load_queries(HERE / "sql" / "walprobe.sql")
@@ -192,16 +191,16 @@ class Probe:
         async with phys:
             names = Names(self.pg, [])
             for rnd in ("cold", "warm"):
-                await phys._reset()  # noqa: SLF001 - same package: fresh tables, then CHECKPOINT
+                await phys._reset()
                 if rnd == "warm":
                     # Touch every page the run will touch once more, so the measured run takes no FPI
                     # for them: a first pgbench run (unmeasured), without the reset's checkpoint after it.
-                    await asyncio.to_thread(phys._pgbench, "phys_job.pgbench", 8)  # noqa: SLF001
+                    await asyncio.to_thread(phys._pgbench, "phys_job.pgbench", 8)
 
                 async def run() -> int:
-                    before = await phys._count("phys_job_count_done")  # noqa: SLF001
-                    await asyncio.to_thread(phys._pgbench, "phys_job.pgbench", 8)  # noqa: SLF001
-                    return await phys._count("phys_job_count_done") - before  # noqa: SLF001
+                    before = await phys._count("phys_job_count_done")
+                    await asyncio.to_thread(phys._pgbench, "phys_job.pgbench", 8)
+                    return await phys._count("phys_job_count_done") - before
                 await self.measure("PHYS_job (8 clients)", rnd, run, names, [PHYS_DB], checkpoint=False,
                                    settle_s=1.1)
 

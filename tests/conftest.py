@@ -11,7 +11,7 @@ import os
 # Postgres or services from a test). It must be set before grpc is imported.
 os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "0")
 
-import itertools  # noqa: E402 -- after the fork-support switch above
+import itertools
 import pathlib
 import tempfile
 

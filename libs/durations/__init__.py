@@ -33,7 +33,7 @@ def format_duration(seconds: float) -> str:
     """A short human form: 0.25 -> '250ms', 90 -> '1m30s'."""
     if seconds < 1:
         return f"{round(seconds * 1000)}ms"
-    out, rest = [], int(round(seconds))
+    out, rest = [], round(seconds)
     for unit, size in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
         if rest >= size:
             out.append(f"{rest // size}{unit}")

@@ -30,7 +30,7 @@ import json
 import re
 import struct
 import uuid
-from typing import Sequence
+from collections.abc import Sequence
 
 
 def _no_constant(name: str):
@@ -82,7 +82,7 @@ def py_copy_rows(ids: Sequence[str], payloads: Sequence[bytes], nfields: int, sh
         raise ValueError("copy_rows: one payload per id")
     head = struct.pack("!hi", nfields, 16)
     parts = [COPY_HEADER]
-    for i, (task_id, payload) in enumerate(zip(ids, payloads)):
+    for i, (task_id, payload) in enumerate(zip(ids, payloads, strict=True)):
         if type(payload) is not bytes:
             raise TypeError(f"copy_rows: payloads[{i}] is not bytes")
         if not py_all_canonical_ids([task_id]):
@@ -93,7 +93,7 @@ def py_copy_rows(ids: Sequence[str], payloads: Sequence[bytes], nfields: int, sh
 
 
 try:
-    from ratchet.libs.fastcheck._fastcheck import all_canonical_ids, copy_rows, first_bad_json  # noqa: F401
+    from ratchet.libs.fastcheck._fastcheck import all_canonical_ids, copy_rows, first_bad_json
     NATIVE = True
 except ImportError:  # built without a compiler: the same answers, slower
     first_bad_json = py_first_bad_json

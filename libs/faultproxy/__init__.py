@@ -139,7 +139,7 @@ class Link:
         return asyncio.run_coroutine_threadsafe(wrapped(), self.loop).result(timeout=10)
 
     # -- the proxy (on the loop) --------------------------------------------
-    async def start(self) -> "Link":
+    async def start(self) -> Link:
         self._server = await asyncio.start_server(self._accept, *self.listen)
         self.port = self._server.sockets[0].getsockname()[1]
         return self
@@ -176,7 +176,7 @@ class Link:
         try:
             up_reader, up_writer = await asyncio.wait_for(asyncio.open_connection(*self.upstream),
                                                           self.connect_timeout_s)
-        except (OSError, asyncio.TimeoutError):
+        except (TimeoutError, OSError):
             _rst(writer)  # upstream down: the client sees what it would see without us
             return
         conn = (writer, up_writer)
@@ -245,7 +245,7 @@ class ProxyThread:
         self.links: dict[str, Link] = {}
         self._thread = threading.Thread(target=self.loop.run_forever, name="faultproxy", daemon=True)
 
-    def start(self) -> "ProxyThread":
+    def start(self) -> ProxyThread:
         self._thread.start()
         return self
 

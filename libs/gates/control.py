@@ -30,7 +30,7 @@ class GateNotReached(AssertionError):
 class Gate:
     """One armed gate."""
 
-    def __init__(self, gates: "Gates", name: str, hits: int):
+    def __init__(self, gates: Gates, name: str, hits: int):
         self.gates, self.name, self.hits = gates, name, hits
 
     def _path(self, suffix: str) -> pathlib.Path:

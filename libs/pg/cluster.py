@@ -19,7 +19,7 @@ import socket
 import stat
 import subprocess
 import time
-from typing import Collection
+from collections.abc import Collection
 
 DEFAULT_SETTINGS = {
     "listen_addresses": "'127.0.0.1'",

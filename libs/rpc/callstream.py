@@ -33,7 +33,8 @@ import asyncio
 import itertools
 import logging
 import time
-from typing import Any, AsyncIterator, Awaitable, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from typing import Any
 
 import grpc
 
@@ -256,7 +257,7 @@ class CallStream:
         for _ in range(3):  # a call the server never started goes again, twice at most
             left = deadline - self._clock()
             if left <= 0:
-                raise asyncio.TimeoutError()
+                raise TimeoutError()
             if self._clock() < self._unary_until:
                 return await self._unary(req, left)
             try:
@@ -319,7 +320,7 @@ class CallStream:
                 except TimeoutError:
                     ids = list(self._outbox)
                     self._outbox.clear()
-                    self._fail(ids, asyncio.TimeoutError())
+                    self._fail(ids, TimeoutError())
                     continue
             call, framed, version = self._call, self._framed, self._version
             batch, size = [], 0
@@ -437,7 +438,7 @@ async def _final_status(call, e: BaseException, peer: str) -> tuple[grpc.StatusC
             return code, f"the {peer} ended the call stream"
         if code is not None:
             return code, (await call.details()) or code.name
-    except (asyncio.TimeoutError, grpc.aio.AioRpcError):
+    except (TimeoutError, grpc.aio.AioRpcError):
         pass
     return _failure(e, peer)
 

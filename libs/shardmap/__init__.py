@@ -203,7 +203,7 @@ class ShardMap:
         self._lookup = table
 
     @classmethod
-    def even(cls, shard_ids: list[int]) -> "ShardMap":
+    def even(cls, shard_ids: list[int]) -> ShardMap:
         """Split the slot space evenly over the given shards."""
         if not shard_ids:
             raise ValueError("at least one shard is required")
@@ -229,5 +229,5 @@ class ShardMap:
         return [dataclasses.asdict(r) for r in self.ranges]
 
     @classmethod
-    def from_json(cls, data: list[dict]) -> "ShardMap":
+    def from_json(cls, data: list[dict]) -> ShardMap:
         return cls([SlotRange(int(d["lo"]), int(d["hi"]), int(d["shard_id"])) for d in data])

@@ -152,7 +152,7 @@ class Peer:
         if self.worker is None or self.worker.poll() is not None:
             return
         procs = cpu.all_procs()
-        tree = cpu._tree(self.worker.pid, procs)  # noqa: SLF001 - same package helper
+        tree = cpu._tree(self.worker.pid, procs)
         for p in tree:
             try:
                 os.kill(p.pid, signal.SIGKILL)
@@ -225,6 +225,6 @@ async def wait_port(port: int, timeout: float = 30.0) -> None:
             _, w = await asyncio.wait_for(asyncio.open_connection("127.0.0.1", port), 2)
             w.close()
             return
-        except (OSError, asyncio.TimeoutError):
+        except (TimeoutError, OSError):
             await asyncio.sleep(0.1)
     raise RuntimeError(f"nothing listens on 127.0.0.1:{port} after {timeout:g}s")

@@ -10,6 +10,7 @@ from celery import Celery
 
 from loadtest.peers import probe
 
+
 def noop(payload: dict) -> None:
     """The workload: nothing, unless the bench asked for a probe or a sleep."""
     probe.record(payload)

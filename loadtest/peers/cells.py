@@ -18,7 +18,8 @@ from __future__ import annotations
 import asyncio
 import time
 import traceback
-from typing import Any, Awaitable, Callable
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 import asyncpg
 

@@ -60,7 +60,7 @@ class ProcrastinatePeer(Peer):
     async def send(self, n, *, probe=None, delay_s=None, sleep_s=None):
         payload = self.payload(n, probe, sleep_s)
         if delay_s is not None:
-            at = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(seconds=max(0.0, delay_s))
+            at = datetime.datetime.now(datetime.UTC) + datetime.timedelta(seconds=max(0.0, delay_s))
             await self.task.configure(schedule_at=at).defer_async(**payload)
         else:
             await self.task.defer_async(**payload)
@@ -71,8 +71,8 @@ class ProcrastinatePeer(Peer):
             await self.task.batch_defer_async(*payloads)
             return
         # batch_defer takes one schedule for the whole call: group per due instant.
-        now = datetime.datetime.now(datetime.timezone.utc)
-        for p, d in zip(payloads, delays):
+        now = datetime.datetime.now(datetime.UTC)
+        for p, d in zip(payloads, delays, strict=True):
             at = now + datetime.timedelta(seconds=max(0.0, d))
             await self.task.configure(schedule_at=at).defer_async(**p)
 

@@ -35,7 +35,7 @@ _LAZY = {
     "TaskInfo": "ratchet.client",
 }
 
-__all__ = ["task", "RetryPolicy", "RetryableError", "FatalError", "TaskContext", "Client", "AsyncClient", "TaskInfo"]
+__all__ = ["AsyncClient", "Client", "FatalError", "RetryPolicy", "RetryableError", "TaskContext", "TaskInfo", "task"]
 
 
 def _bind(name: str, module: str) -> object:

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import datetime as dt
 import time
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 from ratchet._transport import invalid, new_request_id
 from ratchet._wire import moment, operation_info, task_filter, task_info, task_state
@@ -19,7 +20,7 @@ def _absolute(value: Any, what: str) -> Any:
     # A relative bound ("2h") must resolve once: every page of one search needs the same filter.
     if value is None:
         return None
-    return moment(value, what).ToDatetime(tzinfo=dt.timezone.utc)
+    return moment(value, what).ToDatetime(tzinfo=dt.UTC)
 
 
 class TaskSearchCalls:

@@ -6,13 +6,14 @@ Mixed into ratchet.Client; uses its transport (`_t`) and the ScheduleService
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import grpc
 
 from ratchet._transport import UNSENT, new_request_id
-from ratchet._wire import (breaker_info, duration, overlap_policy as overlap_enum, retry_message,
-                           schedule_info, timeouts_message, to_value)
+from ratchet._wire import breaker_info, duration, retry_message, schedule_info, timeouts_message, to_value
+from ratchet._wire import overlap_policy as overlap_enum
 from ratchet.api.schedules.v1 import schedules_pb2
 from ratchet.api.tasks.v1 import breakers_pb2
 from ratchet.models import BreakerInfo, ScheduleInfo, SchedulePage, TriggerResult

@@ -42,12 +42,12 @@ _aio_lock = threading.Lock()
 
 
 # Every client of this process, to end their streams before fork() (see the module docstring).
-_live: "weakref.WeakSet[StreamEnqueuer]" = weakref.WeakSet()
+_live: weakref.WeakSet[StreamEnqueuer] = weakref.WeakSet()
 
 
 def _before_fork() -> None:
     for enq in list(_live):
-        enq._pause()  # noqa: SLF001 - this module's own
+        enq._pause()
 
 
 if hasattr(os, "register_at_fork"):
@@ -93,7 +93,7 @@ class StreamEnqueuer:
     @property
     def stream(self):
         """The CallStream in use (tests read its counters), or None before the first enqueue."""
-        return self._client._stream if self._client is not None else None  # noqa: SLF001 - same SDK
+        return self._client._stream if self._client is not None else None
 
     def _running(self):
         with self._lock:

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from google.protobuf import duration_pb2, json_format, struct_pb2, timestamp_pb2
 
@@ -18,8 +19,17 @@ from ratchet._transport import invalid
 from ratchet.api.schedules.v1 import schedules_pb2
 from ratchet.api.tasks.v1 import breakers_pb2, tasks_pb2
 from ratchet.libs.durations import parse_duration
-from ratchet.models import (OVERLAP_POLICIES, AttemptInfo, BreakerCrash, BreakerInfo, ItemFailure, OperationInfo,
-                            ScheduleInfo, TaskError, TaskInfo)
+from ratchet.models import (
+    OVERLAP_POLICIES,
+    AttemptInfo,
+    BreakerCrash,
+    BreakerInfo,
+    ItemFailure,
+    OperationInfo,
+    ScheduleInfo,
+    TaskError,
+    TaskInfo,
+)
 
 
 # -- in ----------------------------------------------------------------------
@@ -56,7 +66,7 @@ def timestamp(value: Any, what: str = "run_at") -> timestamp_pb2.Timestamp:
 
 def moment(value: Any, what: str, now: dt.datetime | None = None) -> timestamp_pb2.Timestamp:
     """A bound of a search: what timestamp() takes, or a time ago (a timedelta, or "2h")."""
-    now = now or dt.datetime.now(dt.timezone.utc)
+    now = now or dt.datetime.now(dt.UTC)
     if isinstance(value, dt.timedelta):
         return timestamp(now - value, what)
     if isinstance(value, str):
@@ -176,7 +186,7 @@ def task_state(name: Any) -> int:
     try:
         return tasks_pb2.TaskState.Value(text if text.startswith("TASK_STATE_") else f"TASK_STATE_{text}")
     except ValueError:
-        names = [n.removeprefix("TASK_STATE_") for n in tasks_pb2.TaskState.keys()][1:]
+        names = [n.removeprefix("TASK_STATE_") for n in tasks_pb2.TaskState][1:]
         raise invalid(f"unknown task state {name!r}; use one of {', '.join(names)}") from None
 
 
@@ -218,7 +228,7 @@ def _ints(value: Any) -> Any:
 
 
 def _when(msg: Any, name: str) -> dt.datetime | None:
-    return getattr(msg, name).ToDatetime(tzinfo=dt.timezone.utc) if msg.HasField(name) else None
+    return getattr(msg, name).ToDatetime(tzinfo=dt.UTC) if msg.HasField(name) else None
 
 
 def _value(msg: Any, name: str) -> Any:

@@ -24,12 +24,20 @@ from __future__ import annotations
 
 import asyncio
 import random
-from typing import Any, Awaitable, Callable
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 import grpc
 
-from ratchet._transport import TRANSIENT, DeadlineExceeded, RatchetError, Unavailable, error_from_rpc, \
-    error_from_status, status_code
+from ratchet._transport import (
+    TRANSIENT,
+    DeadlineExceeded,
+    RatchetError,
+    Unavailable,
+    error_from_rpc,
+    error_from_status,
+    status_code,
+)
 from ratchet._wire import task_info
 from ratchet.api.tasks.v1 import tasks_pb2, tasks_pb2_grpc
 from ratchet.client import Poll, batch_request, enqueue_request, items_request
@@ -66,7 +74,7 @@ class AsyncClient:
             needs=_needs)
         self.sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
 
-    async def __aenter__(self) -> "AsyncClient":
+    async def __aenter__(self) -> AsyncClient:
         return self
 
     async def __aexit__(self, *exc: Any) -> None:
@@ -142,7 +150,7 @@ class AsyncClient:
         except StreamBroken as e:
             raise Unavailable(f"the enqueue stream to the gateway ended before the answer ({e.details}); "
                               f"{_what(req)} may or may not have been committed", "UNAVAILABLE") from None
-        except asyncio.TimeoutError:
+        except TimeoutError:
             raise DeadlineExceeded(f"no answer from the gateway within {self.timeout:g}s; {_what(req)} may "
                                    f"or may not have been committed", "DEADLINE_EXCEEDED") from None
         except grpc.aio.AioRpcError as e:  # the unary fallback's failure

@@ -37,25 +37,73 @@ import grpc
 from ratchet._bulk import TaskSearchCalls
 from ratchet._schedules import ScheduleCalls
 from ratchet._sync_stream import StreamEnqueuer
-from ratchet._transport import (Conflict, DeadlineExceeded, InvalidArgument, NotFound, PayloadTooLarge,
-                                PermissionDenied, RatchetError, Unauthenticated, Unavailable, _Transport,
-                                error_from_rpc, invalid, new_idempotency_key, new_request_id)
-from ratchet._wire import (duration, from_value, retry_message, task_info, timeouts_message, timestamp,
-                           to_json, to_value)
+from ratchet._transport import (
+    Conflict,
+    DeadlineExceeded,
+    InvalidArgument,
+    NotFound,
+    PayloadTooLarge,
+    PermissionDenied,
+    RatchetError,
+    Unauthenticated,
+    Unavailable,
+    _Transport,
+    error_from_rpc,
+    invalid,
+    new_idempotency_key,
+    new_request_id,
+)
+from ratchet._wire import duration, from_value, retry_message, task_info, timeouts_message, timestamp, to_json, to_value
 from ratchet.api.apps.v1 import apps_pb2, apps_pb2_grpc
 from ratchet.api.schedules.v1 import schedules_pb2_grpc
 from ratchet.api.tasks.v1 import breakers_pb2_grpc, tasks_pb2, tasks_pb2_grpc
 from ratchet.api.tenants.v1 import tenants_pb2, tenants_pb2_grpc
 from ratchet.libs.shardmap import new_task_id, new_task_ids
-from ratchet.models import (TERMINAL_STATES, AttemptInfo, BreakerInfo, BulkResult, OperationInfo, ScheduleInfo,
-                            SchedulePage, TaskError, TaskInfo, TaskPage, TriggerResult)
+from ratchet.models import (
+    TERMINAL_STATES,
+    AttemptInfo,
+    BreakerInfo,
+    BulkResult,
+    OperationInfo,
+    ScheduleInfo,
+    SchedulePage,
+    TaskError,
+    TaskInfo,
+    TaskPage,
+    TriggerResult,
+)
 
 __all__ = [
-    "Client", "AdminClient", "RatchetError", "InvalidArgument", "NotFound", "Conflict", "Unauthenticated",
-    "PermissionDenied", "PayloadTooLarge", "Unavailable", "DeadlineExceeded", "TaskInfo", "TaskError",
-    "AttemptInfo", "TaskPage", "OperationInfo", "BulkResult", "ScheduleInfo", "SchedulePage", "TriggerResult",
-    "BreakerInfo", "TERMINAL_STATES", "error_from_rpc", "to_value", "from_value", "retry_message",
-    "timeouts_message", "task_info", "new_idempotency_key", "new_request_id",
+    "TERMINAL_STATES",
+    "AdminClient",
+    "AttemptInfo",
+    "BreakerInfo",
+    "BulkResult",
+    "Client",
+    "Conflict",
+    "DeadlineExceeded",
+    "InvalidArgument",
+    "NotFound",
+    "OperationInfo",
+    "PayloadTooLarge",
+    "PermissionDenied",
+    "RatchetError",
+    "ScheduleInfo",
+    "SchedulePage",
+    "TaskError",
+    "TaskInfo",
+    "TaskPage",
+    "TriggerResult",
+    "Unauthenticated",
+    "Unavailable",
+    "error_from_rpc",
+    "from_value",
+    "new_idempotency_key",
+    "new_request_id",
+    "retry_message",
+    "task_info",
+    "timeouts_message",
+    "to_value",
 ]
 
 
@@ -86,7 +134,7 @@ class Client(TaskSearchCalls, ScheduleCalls):
         return self._t.endpoint
 
     @classmethod
-    def from_env(cls, **kwargs: Any) -> "Client":
+    def from_env(cls, **kwargs: Any) -> Client:
         """From RATCHET_ENDPOINT and RATCHET_API_KEY."""
         endpoint, key = os.environ.get("RATCHET_ENDPOINT"), os.environ.get("RATCHET_API_KEY")
         if not endpoint or not key:
@@ -94,7 +142,7 @@ class Client(TaskSearchCalls, ScheduleCalls):
         return cls(endpoint, key, **kwargs)
 
     @classmethod
-    def from_state_dir(cls, state_dir: str | os.PathLike = ".ratchet", **kwargs: Any) -> "Client":
+    def from_state_dir(cls, state_dir: str | os.PathLike = ".ratchet", **kwargs: Any) -> Client:
         """From the endpoints.json that `ratchet dev up` wrote in state_dir."""
         path = pathlib.Path(state_dir) / "endpoints.json"
         try:
@@ -103,7 +151,7 @@ class Client(TaskSearchCalls, ScheduleCalls):
             raise ValueError(f"{path} not found: start the platform with `ratchet dev up`") from None
         return cls(data["grpc"], data["api_key"], **kwargs)
 
-    def __enter__(self) -> "Client":
+    def __enter__(self) -> Client:
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -272,7 +320,7 @@ def items_request(req: tasks_pb2.EnqueueTasksRequest) -> tasks_pb2.EnqueueTasksR
     add = out.tasks.add
     ids = list(cols.task_ids) or [""] * len(cols.payloads_json)
     texts = list(cols.payloads_json) or [""] * len(ids)
-    for task_id, text in zip(ids, texts):
+    for task_id, text in zip(ids, texts, strict=True):
         add(task_type=cols.task_type, queue=cols.queue, task_id=task_id, payload_json=text)
     return out
 
@@ -330,7 +378,7 @@ class AdminClient:
     def close(self) -> None:
         self._t.close()
 
-    def __enter__(self) -> "AdminClient":
+    def __enter__(self) -> AdminClient:
         return self
 
     def __exit__(self, *exc: Any) -> None:

@@ -6,7 +6,8 @@ import datetime as dt
 import json
 import threading
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from ratchet.errors import CheckpointNotSerializable, CheckpointTooLarge
 
@@ -34,8 +35,8 @@ def encode_checkpoint(value: Any) -> str:
 def utc(when: dt.datetime) -> dt.datetime:
     """when as an aware UTC datetime (a naive one is taken to be UTC already)."""
     if when.tzinfo is None:
-        return when.replace(tzinfo=dt.timezone.utc)
-    return when.astimezone(dt.timezone.utc)
+        return when.replace(tzinfo=dt.UTC)
+    return when.astimezone(dt.UTC)
 
 
 class TaskContext:

@@ -21,7 +21,8 @@ from __future__ import annotations
 import dataclasses
 import random
 import re
-from typing import Any, Iterable, Mapping
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 from ratchet.errors import TaskDefinitionError
 from ratchet.libs.durations import parse_duration
@@ -98,14 +99,14 @@ class RetryPolicy:
     cap_s: float
     jitter: bool
     non_retryable: tuple[str, ...]
-    rules: Mapping[str, "RetryPolicy | str"] = dataclasses.field(hash=False)
+    rules: Mapping[str, RetryPolicy | str] = dataclasses.field(hash=False)
     # The fields the caller gave; a rule overrides only these.
     explicit: frozenset[str] = dataclasses.field(repr=False)
 
     def __init__(self, max_attempts: int = _Default(5), backoff: str = _Default("exp"),
                  base: str | int | float = _Default("1s"), factor: float = _Default(2.0),
                  cap: str | int | float = _Default("1h"), jitter: bool = _Default(True),
-                 non_retryable: Iterable[Any] = (), rules: Mapping[Any, "RetryPolicy | str"] | None = None):
+                 non_retryable: Iterable[Any] = (), rules: Mapping[Any, RetryPolicy | str] | None = None):
         args = {"max_attempts": max_attempts, "backoff": backoff, "base": base, "factor": factor, "cap": cap,
                 "jitter": jitter}
         explicit = frozenset(k for k, v in args.items() if not isinstance(v, _Default))
@@ -135,7 +136,7 @@ class RetryPolicy:
         set_(self, "explicit", explicit)
         set_(self, "rules", self._rules(rules or {}))
 
-    def _rules(self, rules: Mapping[Any, Any]) -> dict[str, "RetryPolicy | str"]:
+    def _rules(self, rules: Mapping[Any, Any]) -> dict[str, RetryPolicy | str]:
         if not isinstance(rules, Mapping):
             raise TaskDefinitionError(f"RetryPolicy rules must be a dict of exception class -> RetryPolicy "
                                       f"or 'fatal', got {rules!r}")
@@ -173,7 +174,7 @@ class RetryPolicy:
             return ceiling
         return (rng or random).uniform(0.0, ceiling)
 
-    def for_error(self, error_class: str) -> "RetryPolicy":
+    def for_error(self, error_class: str) -> RetryPolicy:
         """The policy a failure of error_class is retried with (its rule merged in)."""
         rule = self.rules.get(error_class)
         if not isinstance(rule, RetryPolicy):

@@ -16,8 +16,9 @@ import dataclasses
 import functools
 import inspect
 import re
+from collections.abc import Callable
 from types import ModuleType
-from typing import Any, Callable
+from typing import Any
 
 from ratchet.errors import DiscoveryError, TaskDefinitionError
 from ratchet.libs.durations import parse_duration

@@ -24,12 +24,13 @@ import datetime as dt
 import json
 import threading
 import uuid
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from ratchet.context import TaskContext, utc
-from ratchet.sandbox.execute import Outcome, execute
 from ratchet.libs.durations import parse_duration
 from ratchet.retry import RetryPolicy
+from ratchet.sandbox.execute import Outcome, execute
 from ratchet.task import DEFAULT_TIMEOUT, TaskSpec, spec_of
 
 

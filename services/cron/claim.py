@@ -57,7 +57,7 @@ async def _claim_one(tx: Tx, row: ScheduleRow, now, grace_s: float) -> bool:
         # Stored schedules were valid when created; pause rather than fail every tick.
         log.error("schedule %s: stored expression no longer parses (%s); pausing it", row.schedule_id, e)
         if not await tx.schedule_advance(row.schedule_id, row.next_fire_time, None):
-            raise LostRace(row.schedule_id)
+            raise LostRace(row.schedule_id) from e
         return False
     plan = plan_due(expr, tz, row.next_fire_time, now, row.catchup_window_ms / 1000, grace_s)
     recorded = plan.slot is not None and await tx.slot_insert(row.schedule_id, plan.slot, plan.kind)

@@ -44,7 +44,7 @@ def _ts(value: dt.datetime | None) -> timestamp_pb2.Timestamp | None:
     if value is None:
         return None
     ts = timestamp_pb2.Timestamp()
-    ts.FromDatetime(value.astimezone(dt.timezone.utc))
+    ts.FromDatetime(value.astimezone(dt.UTC))
     return ts
 
 

@@ -105,7 +105,7 @@ def parse(text: str) -> CronExpr:
                         f"day-of-month month day-of-week) or 6 (second minute hour day-of-month month day-of-week)")
     has_seconds = len(fields) == 6
     specs = (SECOND, *FIVE) if has_seconds else FIVE
-    values = [_parse_field(f, spec) for f, spec in zip(fields, specs)]
+    values = [_parse_field(f, spec) for f, spec in zip(fields, specs, strict=True)]
     if not has_seconds:
         values.insert(0, (0,))
     seconds, minutes, hours, days, months, weekdays = values

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import functools
 import logging
-from typing import Any, Awaitable, Callable
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 import grpc
 
@@ -23,7 +24,7 @@ TRIGGER_WAIT_S = 10.0
 
 def _edge(fn: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
     @functools.wraps(fn)
-    async def wrapper(self: "CronServicer", request, context: grpc.aio.ServicerContext):
+    async def wrapper(self: CronServicer, request, context: grpc.aio.ServicerContext):
         try:
             return await fn(self, _caller(request), request.request, context)
         except errors.CronServiceError as e:

@@ -20,10 +20,11 @@ import bisect
 import calendar
 import datetime as dt
 import zoneinfo
+from itertools import pairwise
 
 from ratchet.services.cron.cronexpr import CronError, CronExpr, parse
 
-UTC = dt.timezone.utc
+UTC = dt.UTC
 ONE_SECOND = dt.timedelta(seconds=1)
 # Feb 29 under the AND rule fires only in leap years, and 2100 is not one:
 # eight years separate 2096 and 2104, so search a little further than that.
@@ -171,7 +172,7 @@ def smallest_gap(expr: CronExpr, tz: dt.tzinfo, start: dt.datetime, sample: int 
     """
     gaps: list[float] = []
     times = sorted(h * 3600 + m * 60 + s for h in expr.hours for m in expr.minutes for s in expr.seconds)
-    gaps.extend(b - a for a, b in zip(times, times[1:]))
+    gaps.extend(b - a for a, b in pairwise(times))
     previous = next_after(expr, tz, start)
     for _ in range(sample):
         if previous is None:

@@ -23,7 +23,7 @@ TERMINAL = frozenset({tasks_pb2.TASK_STATE_SUCCEEDED, tasks_pb2.TASK_STATE_FAILE
 
 def timestamp(value: dt.datetime) -> timestamp_pb2.Timestamp:
     ts = timestamp_pb2.Timestamp()
-    ts.FromDatetime(value.astimezone(dt.timezone.utc))
+    ts.FromDatetime(value.astimezone(dt.UTC))
     return ts
 
 

@@ -16,7 +16,7 @@ import json
 import logging
 import time
 import uuid
-from typing import Callable
+from collections.abc import Callable
 
 from ratchet.api.schedules.v1 import schedules_pb2 as spb
 from ratchet.services.cron import convert, errors

@@ -4,7 +4,7 @@ SIGTERM/SIGINT."""
 
 from __future__ import annotations
 
-import ratchet.libs.rpc.grpc_env  # noqa: F401,I001 - first: sets grpc's core settings before grpc loads
+import ratchet.libs.rpc.grpc_env  # noqa: F401 - first: sets grpc's core settings before grpc loads
 import argparse
 import asyncio
 import sys

@@ -16,7 +16,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import ipaddress
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 import grpc
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from typing import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from ratchet.internal.history.v1 import history_pb2 as hpb
 from ratchet.libs.clock import Clock

@@ -16,12 +16,12 @@ import asyncio
 import dataclasses
 import datetime as dt
 import logging
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 from ratchet.internal.history.v1 import history_pb2 as hpb
 from ratchet.services.dispatcher import breakers as machine
 from ratchet.services.dispatcher.breaker_gate import BreakerGate
-from ratchet.services.dispatcher.breakers import HALF_OPEN, OPEN, Breaker, BreakerKey, Outcome, Settings
+from ratchet.services.dispatcher.breakers import OPEN, Breaker, BreakerKey, Outcome, Settings
 from ratchet.services.dispatcher.errors import BreakersUnavailable
 from ratchet.services.dispatcher.store import Store
 
@@ -201,7 +201,7 @@ class BreakerKeeper:
             self.gate.grant(key, s.probe_timeout_s - margin)
         return w.new
 
-    async def _change(self, key: BreakerKey, decide: Decide, create: bool = False) -> "Written":
+    async def _change(self, key: BreakerKey, decide: Decide, create: bool = False) -> Written:
         """Lock, decide with the database's now, compare-and-set."""
         async with self.store.tx() as tx:
             old = await tx.breaker_lock(key, create)

@@ -68,7 +68,7 @@ class Crash:
                 "message": self.message, "at": self.at.isoformat()}
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> "Crash":
+    def from_json(cls, data: dict[str, Any]) -> Crash:
         """The inverse of to_json."""
         return cls(str(data["task_id"]), int(data.get("lease_epoch", 0)), str(data.get("error_class", "")),
                    str(data.get("message", "")), dt.datetime.fromisoformat(data["at"]))

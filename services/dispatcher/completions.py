@@ -15,7 +15,7 @@ import asyncio
 import collections
 import dataclasses
 import logging
-from typing import Sequence
+from collections.abc import Sequence
 
 from ratchet.internal.history.v1 import history_pb2 as hpb
 from ratchet.services.dispatcher.errors import CallUnavailable, HistoryRejected, ShardUnavailable
@@ -188,7 +188,7 @@ async def complete(batcher: CompletionBatcher, completions: Sequence[hpb.Complet
     outcomes = await asyncio.gather(*(_bounded(batcher.complete(shard, pick(completions, groups[shard])), shard,
                                                timeout) for shard in shards), return_exceptions=True)
     answers, failed = {}, []
-    for shard, outcome in zip(shards, outcomes):
+    for shard, outcome in zip(shards, outcomes, strict=True):
         if isinstance(outcome, ShardUnavailable):
             failed.append(outcome)
         elif isinstance(outcome, BaseException):

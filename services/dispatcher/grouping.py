@@ -3,7 +3,8 @@ request order. Pure functions: no I/O."""
 
 from __future__ import annotations
 
-from typing import Callable, Hashable, Mapping, Sequence, TypeVar
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from typing import TypeVar
 
 from ratchet.services.dispatcher.errors import DispatcherError
 
@@ -45,7 +46,7 @@ def merge_in_order(total: int, groups: Mapping[Hashable, Sequence[int]],
         if len(answer) != len(indices):
             raise MismatchedAnswer(f"history answered {len(answer)} results for {len(indices)} items "
                                    f"on shard {shard}")
-        for index, value in zip(indices, answer):
+        for index, value in zip(indices, answer, strict=True):
             merged[index] = value
     missing = [i for i, v in enumerate(merged) if v is None]
     if missing:

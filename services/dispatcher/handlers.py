@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Sequence
+from collections.abc import Sequence
 
 from ratchet.api.tasks.v1 import breakers_pb2 as bpb
 from ratchet.internal.dispatcher.v1 import dispatcher_pb2 as dpb

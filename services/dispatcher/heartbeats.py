@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Sequence
+from collections.abc import Sequence
 
 from ratchet.internal.history.v1 import history_pb2 as hpb
 from ratchet.services.dispatcher.errors import CallUnavailable, ShardUnavailable
@@ -53,7 +53,7 @@ async def record_heartbeats(history: HistoryClient, leases: Sequence[hpb.LeaseRe
         return_exceptions=True)
     answers: dict[tuple[int, int], Sequence[hpb.HeartbeatResult]] = {}
     failed: list[ShardUnavailable] = []
-    for key, outcome in zip(keys, outcomes):
+    for key, outcome in zip(keys, outcomes, strict=True):
         if isinstance(outcome, ShardUnavailable):
             failed.append(outcome)
             answers[key] = unchanged(pick(leases, groups[key]))

@@ -4,7 +4,7 @@ gRPC, each with a deadline, failures classified into domain errors."""
 from __future__ import annotations
 
 import asyncio
-from typing import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Sequence
 
 import grpc
 from google.protobuf import duration_pb2
@@ -12,7 +12,6 @@ from google.protobuf import duration_pb2
 from ratchet.internal.history.v1 import history_pb2 as hpb
 from ratchet.internal.history.v1 import history_pb2_grpc as hgrpc
 from ratchet.services.dispatcher.errors import from_rpc_error
-
 
 # Time kept back from a caller's deadline to send our answer.
 CALLER_MARGIN_S = 0.1
@@ -22,7 +21,7 @@ MIN_BUDGET_S = 0.05
 def duration(seconds: float) -> duration_pb2.Duration:
     """A protobuf Duration of `seconds`."""
     d = duration_pb2.Duration()
-    d.FromNanoseconds(int(round(seconds * 1e9)))
+    d.FromNanoseconds(round(seconds * 1e9))
     return d
 
 

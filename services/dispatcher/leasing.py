@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-from typing import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 
 from ratchet.internal.history.v1 import history_pb2 as hpb
 from ratchet.libs.clock import Clock

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
 
 from ratchet.libs.clock import Clock, SystemClock
 
@@ -32,9 +32,9 @@ STUCK_S = 0.5
 class Waiter:
     """One parked poll: the shards it was signalled about, and a wake-up event."""
 
-    __slots__ = ("poll_class", "signalled", "busy_since", "_event", "_lot")
+    __slots__ = ("_event", "_lot", "busy_since", "poll_class", "signalled")
 
-    def __init__(self, lot: "ParkingLot", poll_class: PollClass):
+    def __init__(self, lot: ParkingLot, poll_class: PollClass):
         self.poll_class = poll_class
         self.signalled: set[int] = set()
         # Set while the poll runs a leasing round (clock.monotonic()).
@@ -52,7 +52,7 @@ class Waiter:
         if not self.signalled and not self._lot.closed:
             try:
                 await asyncio.wait_for(self._event.wait(), max(0.0, timeout))
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 return None
         self._event.clear()
         if self._lot.closed:

@@ -5,7 +5,7 @@ max_wait. The stream closes after the first round that leased anything."""
 from __future__ import annotations
 
 import dataclasses
-from typing import Sequence
+from collections.abc import Sequence
 
 from ratchet.libs.clock import Clock
 from ratchet.services.dispatcher.leasing import Emit, LeaseAsk, Leaser, RoundResult

@@ -3,7 +3,7 @@ shards it asks at once. Pure functions and one counter: no I/O."""
 
 from __future__ import annotations
 
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 
 class ShardRotation:

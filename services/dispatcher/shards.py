@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from typing import Iterable
+from collections.abc import Iterable
 
 from ratchet.libs.clock import Clock
 

@@ -4,7 +4,7 @@ history for a refused request."""
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from ratchet.internal.dispatcher.v1 import dispatcher_pb2 as dpb
 from ratchet.internal.history.v1 import history_pb2 as hpb

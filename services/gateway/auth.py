@@ -13,7 +13,7 @@ import hashlib
 import hmac
 import secrets
 import time
-from typing import Callable, Mapping
+from collections.abc import Callable, Mapping
 
 from ratchet.services.gateway.errors import PermissionDenied, Unauthenticated
 from ratchet.services.gateway.store import ControlStore, KeyOwner

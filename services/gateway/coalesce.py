@@ -119,7 +119,7 @@ class CoalescedCreates:
                 return
             results = None  # maybe one item's fault: each on its own below
         if results is not None and (len(batch) == 1 or not any(r.conflict for r in results)):
-            for item, result in zip(batch, results):
+            for item, result in zip(batch, results, strict=True):
                 _settle(item, result=result)
             return
         # History rolled the whole request back (or refused it): the conflicting callers

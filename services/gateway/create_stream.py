@@ -16,12 +16,12 @@ during an upgrade) gets unary calls, and the stream is tried again later.
 from __future__ import annotations
 
 import time
-from typing import Awaitable, Callable
+from collections.abc import Awaitable, Callable
 
 from ratchet.internal.history.v1 import history_pb2, history_pb2_grpc
 from ratchet.libs.rpc.callstream import RETRY_STREAM_AFTER_S, STREAM_HEADER, CallStream, StreamBroken
 
-__all__ = ["CreateStream", "StreamBroken", "STREAM_HEADER", "RETRY_STREAM_AFTER_S"]
+__all__ = ["RETRY_STREAM_AFTER_S", "STREAM_HEADER", "CreateStream", "StreamBroken"]
 
 
 class CreateStream(CallStream):
@@ -47,7 +47,7 @@ def unplain(req: history_pb2.CreateTasksRequest) -> history_pb2.CreateTasksReque
         return req
     out = history_pb2.CreateTasksRequest(shard_id=req.shard_id, shared=req.shared)
     add = out.tasks.add
-    for task_id, payload in zip(req.plain.task_ids, req.plain.payloads_json):
+    for task_id, payload in zip(req.plain.task_ids, req.plain.payloads_json, strict=True):
         add(task_id=task_id, payload_json=payload)
     return out
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import re
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from google.protobuf import json_format, timestamp_pb2
 

@@ -8,7 +8,8 @@ naming every shard that did not answer, never a silently partial answer.
 from __future__ import annotations
 
 import asyncio
-from typing import Awaitable, Callable, Iterable, TypeVar
+from collections.abc import Awaitable, Callable, Iterable
+from typing import TypeVar
 
 from ratchet.services.gateway import errors
 
@@ -37,7 +38,7 @@ async def each_shard(shards: Iterable[int], call: Callable[[int], Awaitable[T]],
     out: dict[int, T | None] = {}
     down: list[tuple[int, errors.GatewayError]] = []
     failed: list[BaseException] = []
-    for s, o in zip(shards, outcomes):
+    for s, o in zip(shards, outcomes, strict=True):
         if isinstance(o, (errors.Unavailable, errors.DeadlineExceeded)):
             down.append((s, o))
         elif missing_ok and isinstance(o, errors.NotFound):

@@ -6,8 +6,6 @@ shard, and an ambiguous outcome (deadline passed after sending) says so.
 
 from __future__ import annotations
 
-import asyncio
-
 import grpc
 
 from ratchet.api.tasks.v1 import tasks_pb2
@@ -66,7 +64,7 @@ class HistoryClient:
             raise self._error(e, shard_id, timeout) from None
         except StreamBroken as e:
             raise self._status(e.code, e.details, shard_id, timeout) from None
-        except asyncio.TimeoutError:
+        except TimeoutError:
             raise self._status(grpc.StatusCode.DEADLINE_EXCEEDED, "", shard_id, timeout) from None
         if isinstance(resp, history_pb2.CallError):
             raise self._status(_CODES.get(resp.code, grpc.StatusCode.UNKNOWN), resp.message, shard_id, timeout)

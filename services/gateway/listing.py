@@ -79,7 +79,7 @@ def sort_key(t: tasks_pb2.Task) -> tuple[int, int, str]:
 def cursor_of(t: tasks_pb2.Task) -> str:
     """The history cursor naming t: "<sort time RFC 3339, microseconds>|<task_id>"."""
     seconds, nanos, task_id = sort_key(t)
-    at = dt.datetime.fromtimestamp(seconds, dt.timezone.utc) + dt.timedelta(microseconds=nanos // 1000)
+    at = dt.datetime.fromtimestamp(seconds, dt.UTC) + dt.timedelta(microseconds=nanos // 1000)
     return f"{at.isoformat(timespec='microseconds').replace('+00:00', 'Z')}|{task_id}"
 
 
@@ -92,7 +92,7 @@ def merge(pages: dict[int, history_pb2.ListTasksResponse], cursors: dict[int, st
     """
     heads = [(_Newest(sort_key(p.tasks[0])), s, 0) for s, p in pages.items() if p.tasks]
     heapq.heapify(heads)
-    taken: dict[int, int] = {s: 0 for s in pages}
+    taken: dict[int, int] = dict.fromkeys(pages, 0)
     out: list[tasks_pb2.Task] = []
     while heads and len(out) < page_size:
         _, s, i = heapq.heappop(heads)
@@ -117,7 +117,7 @@ class _Newest:
     def __init__(self, key: tuple[int, int, str]):
         self.key = key
 
-    def __lt__(self, other: "_Newest") -> bool:
+    def __lt__(self, other: _Newest) -> bool:
         return self.key > other.key
 
 
@@ -135,7 +135,7 @@ class TaskLister:
         size = filters.page_size(req.page_size)
         fhash = filters.filter_hash(p.tenant_id, p.app_id, f)
         cursors = decode_token(req.page_token, fhash, self.shard_ids) if req.page_token \
-            else {s: "" for s in self.shard_ids}
+            else dict.fromkeys(self.shard_ids, "")
         if not cursors:
             return tasks_pb2.ListTasksResponse()
 

@@ -18,7 +18,6 @@ leaves the handler's rules.
 from __future__ import annotations
 
 import collections
-
 import re
 
 from google.protobuf import duration_pb2
@@ -36,7 +35,7 @@ def seconds(d: duration_pb2.Duration) -> float:
 
 def duration(s: float) -> duration_pb2.Duration:
     d = duration_pb2.Duration()
-    d.FromNanoseconds(int(round(s * 1e9)))
+    d.FromNanoseconds(round(s * 1e9))
     return d
 
 

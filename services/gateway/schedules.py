@@ -14,7 +14,7 @@ then.
 from __future__ import annotations
 
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import grpc
 

@@ -14,18 +14,26 @@ from __future__ import annotations
 import asyncio
 import re
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from google.protobuf import timestamp_pb2
 
 from ratchet.api.tasks.v1 import tasks_pb2
 from ratchet.internal.gateway.v1 import control_pb2
 from ratchet.internal.history.v1 import history_pb2
-from ratchet.libs.shardmap import (ShardMap, SlotGroups, new_task_id, parse_task_id, slot_for_key,
-                                   slot_of_canonical, slot_of_prefix, slot_prefix)
+from ratchet.libs.shardmap import (
+    ShardMap,
+    SlotGroups,
+    new_task_id,
+    parse_task_id,
+    slot_for_key,
+    slot_of_canonical,
+    slot_of_prefix,
+    slot_prefix,
+)
 from ratchet.services.gateway import policy, validation
-from ratchet.services.gateway.coalesce import CoalescedCreates
 from ratchet.services.gateway.auth import Principal
+from ratchet.services.gateway.coalesce import CoalescedCreates
 from ratchet.services.gateway.deployments import Deployments
 from ratchet.services.gateway.errors import AlreadyExists, GatewayError, Internal, InvalidArgument, NotFound
 from ratchet.services.gateway.history_client import HistoryClient
@@ -219,13 +227,13 @@ class TaskApi:
         ids: list[str] = [""] * len(valid)
         conflicts: list[tuple[int, str]] = []
         failures: list[BaseException] = []
-        for (_, chunk), outcome in zip(parts, outcomes):
+        for (_, chunk), outcome in zip(parts, outcomes, strict=True):
             if isinstance(outcome, BaseException):
                 failures.append(outcome)
                 continue
             if outcome is None:  # (never for `tasks`: all_created answers plain requests only)
                 raise Internal("history answered all_created to a request of tasks")
-            for i, res in zip(chunk, outcome):
+            for i, res in zip(chunk, outcome, strict=True):
                 ids[i] = res.task_id
                 if res.conflict:
                     conflicts.append((i, res.task_id))
@@ -265,12 +273,12 @@ class TaskApi:
             outcomes = await asyncio.gather(*(self.history.create(req, timeout) for req in reqs),
                                             return_exceptions=True)
         out = ids
-        for (_, chunk), outcome in zip(parts, outcomes):
+        for (_, chunk), outcome in zip(parts, outcomes, strict=True):
             if isinstance(outcome, BaseException):
                 raise outcome if isinstance(outcome, GatewayError) else GatewayError(f"shard call failed: {outcome}")
             if outcome is not None:  # answered per task (a resent id): the ids it names
                 out = list(out) if out is ids else out
-                for i, res in zip(range(len(ids)) if chunk is None else chunk, outcome):
+                for i, res in zip(range(len(ids)) if chunk is None else chunk, outcome, strict=True):
                     out[i] = res.task_id
         return tasks_pb2.EnqueueTasksResponse(task_ids=out)
 

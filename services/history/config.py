@@ -40,7 +40,7 @@ class Guards:
                   "again, so one dead letter can become several new tasks.")
 
     @classmethod
-    def from_value(cls, value: object) -> "Guards":
+    def from_value(cls, value: object) -> Guards:
         """Guards from a Guards, a dict, or a JSON object string (env var)."""
         if isinstance(value, Guards):
             return value

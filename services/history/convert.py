@@ -163,13 +163,13 @@ def new_task(p: history_pb2.NewTask, i: int, sh: Shared = NO_SHARED) -> tuple[Ne
         if delay_s < 0:
             raise InvalidArgument(f"{w}.delay must not be negative")
     elif p.HasField("run_at"):
-        run_at = p.run_at.ToDatetime(tzinfo=dt.timezone.utc)
+        run_at = p.run_at.ToDatetime(tzinfo=dt.UTC)
     key = _idempotency_key(p.idempotency_key, f"{w}.idempotency_key") if p.idempotency_key else None
     if key is not None and not p.fingerprint:
         raise InvalidArgument(f"{w}.fingerprint is required with an idempotency_key")
     pol = _task_policy(p, sh, w)
     schedule_id = _name(p.schedule_id, f"{w}.schedule_id") if p.schedule_id else None
-    scheduled_time = p.scheduled_time.ToDatetime(tzinfo=dt.timezone.utc) if p.HasField("scheduled_time") else None
+    scheduled_time = p.scheduled_time.ToDatetime(tzinfo=dt.UTC) if p.HasField("scheduled_time") else None
     row = NewRow(
         task_id=task_id(p.task_id, f"{w}.task_id"),
         tenant_id=_own_or_shared(p.tenant_id, sh.tenant_id, f"{w}.tenant_id"),
@@ -205,7 +205,7 @@ class PlainIn:
                                  timeouts=pol.timeouts_json, non_retryable=pol.non_retryable,
                                  retry_rules=pol.rules_json),
                           "", pol.schedule_to_start_s, pol.schedule_to_close_s)
-                for tid, payload in zip(self.task_ids, self.payloads)]
+                for tid, payload in zip(self.task_ids, self.payloads, strict=True)]
 
 
 def plain(req: history_pb2.CreateTasksRequest) -> PlainIn:
@@ -365,7 +365,7 @@ def lease_seconds(d, default_s: float, where: str = "lease_duration") -> float:
     return value
 
 
-_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 
 
 def timestamp(value: dt.datetime | None) -> timestamp_pb2.Timestamp | None:
@@ -375,7 +375,7 @@ def timestamp(value: dt.datetime | None) -> timestamp_pb2.Timestamp | None:
     if value is None:
         return None
     if value.tzinfo is None:
-        value = value.replace(tzinfo=dt.timezone.utc)
+        value = value.replace(tzinfo=dt.UTC)
     d = value - _EPOCH
     return timestamp_pb2.Timestamp(seconds=d.days * 86400 + d.seconds, nanos=d.microseconds * 1000)
 
@@ -475,8 +475,8 @@ def task_filter(p: tasks_pb2.TaskFilter, where: str = "filter") -> TaskFilter:
             states.append(taskstate.from_proto(v))
         except ValueError:
             raise InvalidArgument(f"{where}.states[{i}] must be a task state, got {v}") from None
-    since = p.since.ToDatetime(tzinfo=dt.timezone.utc) if p.HasField("since") else None
-    until = p.until.ToDatetime(tzinfo=dt.timezone.utc) if p.HasField("until") else None
+    since = p.since.ToDatetime(tzinfo=dt.UTC) if p.HasField("since") else None
+    until = p.until.ToDatetime(tzinfo=dt.UTC) if p.HasField("until") else None
     if since is not None and until is not None and since >= until:
         raise InvalidArgument(f"{where}.since must be before {where}.until")
     return TaskFilter(states=tuple(dict.fromkeys(states)),
@@ -518,7 +518,7 @@ def list_cursor(value: str) -> tuple[dt.datetime, str] | None:
 
 def format_cursor(sort_at: dt.datetime, tid) -> str:
     """The cursor naming one listed task (microsecond precision, UTC)."""
-    return f"{sort_at.astimezone(dt.timezone.utc).isoformat(timespec='microseconds').replace('+00:00', 'Z')}|{tid}"
+    return f"{sort_at.astimezone(dt.UTC).isoformat(timespec='microseconds').replace('+00:00', 'Z')}|{tid}"
 
 
 def bulk_kind(value: int) -> str:

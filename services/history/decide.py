@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import random
-from typing import Callable
+from collections.abc import Callable
 
 from ratchet.libs.taskstate import AttemptOutcome, CancelReason, ErrorClass, TaskState
 from ratchet.services.history.model import CompletionIn, ErrorInfo, TaskView, TimerDue, Transition

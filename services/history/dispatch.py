@@ -15,7 +15,7 @@ the fair share-out then runs without it.
 from __future__ import annotations
 
 import dataclasses
-from typing import Sequence
+from collections.abc import Sequence
 
 import asyncpg
 
@@ -78,7 +78,7 @@ async def claim_fair(conn, store: Store, tenants: list[str], max_tasks: int, app
         if remaining <= 0 or not candidates:
             break
         candidates = candidates[:remaining]
-        quotas = {t: q for t, q in zip(candidates, fair_shares(len(candidates), remaining)) if q > 0}
+        quotas = {t: q for t, q in zip(candidates, fair_shares(len(candidates), remaining), strict=True) if q > 0}
         got = await store.task_claim_ready(conn, quotas, app_ids, already + taken, excluded)
         per: dict[str, int] = {}
         for task_id, tenant in got:

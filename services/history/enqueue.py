@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from datetime import datetime, timezone
-from typing import Sequence
+from collections.abc import Sequence
+from datetime import UTC, datetime
 
 import asyncpg
 
@@ -61,7 +61,7 @@ def first_timer_s(items: Sequence[NewTaskIn]) -> float | None:
             if s is not None and s < best:
                 best = s
         if row.run_at is not None:
-            now = now or datetime.now(timezone.utc)
+            now = now or datetime.now(UTC)
             best = min(best, (row.run_at - now).total_seconds())
     return None if best == math.inf else max(0.0, best)
 

@@ -22,11 +22,11 @@ import asyncio
 import collections
 import dataclasses
 import logging
-from typing import Callable
+from collections.abc import Callable
 
 from ratchet.services.history import enqueue
 from ratchet.services.history.enqueue import CreateOut, NewTaskIn
-from ratchet.services.history.errors import HistoryError, ShardTimeout, ShardUnavailable
+from ratchet.services.history.errors import ShardTimeout, ShardUnavailable
 from ratchet.services.history.shards import Shard
 from ratchet.services.history.store import Store
 
@@ -114,7 +114,7 @@ class CreateGroups:
         if any(o is not None for o in outcomes):
             self._on_timer(shard.id, enqueue.first_timer_s(items))
         alone = [(entry, i) for i, entry in enumerate(group) if outcomes[i] is None]
-        for (_, future), outcome in zip(group, outcomes):
+        for (_, future), outcome in zip(group, outcomes, strict=True):
             if outcome is not None and not future.done():
                 if isinstance(outcome, BaseException):
                     future.set_exception(outcome)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from typing import Callable
+from collections.abc import Callable
 
 from ratchet.internal.history.v1 import history_pb2, history_pb2_grpc
 from ratchet.libs import gates, taskstate

@@ -88,7 +88,7 @@ class TaskView:
     rules: dict[str, Rule] = dataclasses.field(default_factory=dict)
 
     @classmethod
-    def from_row(cls, row) -> "TaskView":
+    def from_row(cls, row) -> TaskView:
         """From a record with the columns selected by task_complete_lock / timer_claim_due."""
         rules = row.get("retry_rules")
         if isinstance(rules, str):
@@ -139,7 +139,7 @@ class TimerDue:
     kill_passed: bool
 
 
-_UTC = dt.timezone.utc
+_UTC = dt.UTC
 # Bounds passed instead of NULL (asyncpg sends these as -infinity/infinity),
 # so range conditions stay index conditions in generic plans.
 NEVER = dt.datetime.max.replace(tzinfo=_UTC)
@@ -184,7 +184,7 @@ class TaskFilter:
         return out
 
     @classmethod
-    def from_json(cls, data: dict | str) -> "TaskFilter":
+    def from_json(cls, data: dict | str) -> TaskFilter:
         """From the stored jsonb form."""
         if isinstance(data, str):
             data = json.loads(data)

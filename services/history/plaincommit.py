@@ -26,7 +26,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-from typing import Awaitable, Callable
+from collections.abc import Awaitable, Callable
 
 from ratchet.internal.history.v1 import history_pb2
 from ratchet.services.history import enqueue

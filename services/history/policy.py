@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import random
-from typing import Callable
+from collections.abc import Callable
 
 from google.protobuf import duration_pb2
 
@@ -32,7 +32,7 @@ class Retry:
         return {k: v for k, v in dataclasses.asdict(self).items() if v != STORED_RETRY_BASE[k]}
 
     @classmethod
-    def from_json(cls, data: dict) -> "Retry":
+    def from_json(cls, data: dict) -> Retry:
         """From the stored jsonb form: an absent field is STORED_RETRY_BASE's (rows written before
         issue 5 store every field)."""
         return cls(**{k: data.get(k, v) for k, v in STORED_RETRY_BASE.items()})
@@ -65,7 +65,7 @@ class Timeouts:
         return out
 
     @classmethod
-    def from_json(cls, data: dict) -> "Timeouts":
+    def from_json(cls, data: dict) -> Timeouts:
         """From the stored jsonb form: an absent schedule_to_* key is unset (None), an absent
         start_to_close is STORED_START_TO_CLOSE_S; rows written before issue 5 store every key."""
         return cls(schedule_to_start_s=data.get("schedule_to_start_s"),
@@ -86,7 +86,7 @@ def seconds(d: duration_pb2.Duration) -> float:
 def duration(s: float) -> duration_pb2.Duration:
     """Seconds as a Duration (negative values clamp to zero)."""
     out = duration_pb2.Duration()
-    out.FromNanoseconds(max(0, int(round(s * 1e9))))
+    out.FromNanoseconds(max(0, round(s * 1e9)))
     return out
 
 
@@ -114,7 +114,7 @@ def retry_from_proto(p: tasks_pb2.RetryPolicy, where: str = "retry") -> Retry:
     return Retry(max_attempts=max_attempts, base_s=base, factor=factor, cap_s=cap, jitter=jitter)
 
 
-def retry_to_proto(r: Retry, non_retryable=(), rules: "dict[str, Rule] | None" = None) -> tasks_pb2.RetryPolicy:
+def retry_to_proto(r: Retry, non_retryable=(), rules: dict[str, Rule] | None = None) -> tasks_pb2.RetryPolicy:
     """A resolved policy (with its non-retryable classes and rules) in the public RetryPolicy shape."""
     out = tasks_pb2.RetryPolicy(max_attempts=r.max_attempts, base=duration(r.base_s), factor=r.factor,
                                 cap=duration(r.cap_s), jitter=r.jitter, non_retryable=sorted(non_retryable))
@@ -142,7 +142,7 @@ class Rule:
         return out
 
     @classmethod
-    def from_json(cls, data: dict) -> "Rule":
+    def from_json(cls, data: dict) -> Rule:
         """From the stored jsonb form."""
         return cls(**{f.name: data[f.name] for f in dataclasses.fields(cls) if f.name in data})
 

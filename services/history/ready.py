@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import math
-from typing import Iterable
+from collections.abc import Iterable
 
 
 class Watcher:
@@ -133,7 +133,7 @@ class ReadyHub:
         for w in self._watchers:
             w.hint(shard_id, due_at)
 
-    def firing(self, shard_id: int) -> "_Firing":
+    def firing(self, shard_id: int) -> _Firing:
         """`async with hub.firing(shard)` around a FireTimers call; report its next_in inside."""
         return _Firing(self, shard_id)
 
@@ -155,13 +155,13 @@ class _Firing:
     def __init__(self, hub: ReadyHub, shard_id: int):
         self._hub, self._shard = hub, shard_id
 
-    async def __aenter__(self) -> "_Firing":
-        firing = self._hub._firing  # noqa: SLF001 - the hub's own helper
+    async def __aenter__(self) -> _Firing:
+        firing = self._hub._firing
         firing[self._shard] = firing.get(self._shard, 0) + 1
         return self
 
     async def __aexit__(self, *exc) -> None:
-        firing = self._hub._firing  # noqa: SLF001
+        firing = self._hub._firing
         firing[self._shard] -= 1
         if not firing[self._shard]:
             del firing[self._shard]
@@ -170,4 +170,4 @@ class _Firing:
         """The call's answer: the earliest pending timer is due in next_in_s (None: none). Hints
         sent while it ran went out already, so the report may be later than they are."""
         at = math.inf if next_in_s is None else asyncio.get_running_loop().time() + max(0.0, next_in_s)
-        self._hub._reported[self._shard] = at  # noqa: SLF001
+        self._hub._reported[self._shard] = at

@@ -9,7 +9,7 @@ import asyncio
 import contextlib
 import logging
 import pathlib
-from typing import AsyncIterator
+from collections.abc import AsyncIterator
 
 import asyncpg
 
@@ -65,7 +65,7 @@ class Shard:
                                 statement_timeout_ms=self._cfg.statement_timeout_ms,
                                 command_timeout=self._cfg.statement_timeout_ms / 1000 + 5, settings=settings),
                     CONNECT_TIMEOUT_S)
-            except (asyncio.TimeoutError, OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as e:
+            except (TimeoutError, OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as e:
                 self.last_error = f"{type(e).__name__}: {e}"[:300]
                 return False
             log.info("shard %s connected and migrated", self.id)
@@ -144,7 +144,7 @@ class Shard:
                 await pool.release(conn)
             try:
                 await asyncio.wait_for(pool.close(), 5)
-            except (asyncio.TimeoutError, OSError, asyncpg.PostgresError, asyncpg.InterfaceError):
+            except (TimeoutError, OSError, asyncpg.PostgresError, asyncpg.InterfaceError):
                 pool.terminate()
 
 
@@ -183,7 +183,7 @@ class ShardSet:
     async def connect_all(self) -> None:
         """Connect every shard at once; failures are logged and left to the reconnect loop."""
         results = await asyncio.gather(*(s.connect() for s in self._shards.values()))
-        for shard, ok in zip(self._shards.values(), results):
+        for shard, ok in zip(self._shards.values(), results, strict=True):
             if not ok:
                 log.warning("shard %s unavailable at start-up: %s", shard.id, shard.last_error)
 

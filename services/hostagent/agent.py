@@ -19,7 +19,7 @@ import asyncio
 import dataclasses
 import datetime as dt
 import logging
-from typing import Callable
+from collections.abc import Callable
 
 from ratchet.internal.history.v1 import history_pb2
 from ratchet.services.hostagent import outcomes
@@ -103,7 +103,7 @@ class Agent:
             self._slot_freed.clear()
             try:
                 await asyncio.wait_for(self._slot_freed.wait(), left)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 return
 
     def _release_slot(self, lease: Lease) -> None:
@@ -246,7 +246,7 @@ class Agent:
     @staticmethod
     def _run_frame(task: history_pb2.LeasedTask) -> dict:
         # Only what the handler needs: no lease id, no shard, no credential.
-        scheduled = (task.scheduled_time.ToDatetime(tzinfo=dt.timezone.utc).isoformat()
+        scheduled = (task.scheduled_time.ToDatetime(tzinfo=dt.UTC).isoformat()
                      if task.HasField("scheduled_time") else None)
         last = task.last_checkpoint_json.decode("utf-8", "replace") if task.HasField("last_checkpoint_json") else None
         return {"type": "run", "task_id": task.task_id, "attempt": task.attempt,
@@ -328,7 +328,7 @@ class Agent:
             self._slot_freed.clear()
             try:
                 await asyncio.wait_for(self._slot_freed.wait(), left)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 return
 
     async def close(self) -> None:

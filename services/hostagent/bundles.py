@@ -12,7 +12,7 @@ import re
 import shutil
 import tarfile
 import uuid
-from typing import Awaitable, Callable
+from collections.abc import Awaitable, Callable
 
 from ratchet.services.hostagent.errors import BundleInvalid
 
@@ -52,7 +52,7 @@ def _check_members(tar: tarfile.TarFile) -> None:
 
 def _make_read_only(root: pathlib.Path) -> None:
     # Sandboxes of one version share the folder: none may change the code the next one runs.
-    for dirpath, dirnames, filenames in os.walk(root, topdown=False):
+    for dirpath, _dirnames, filenames in os.walk(root, topdown=False):
         for f in filenames:
             p = os.path.join(dirpath, f)
             if not os.path.islink(p):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
-from typing import Awaitable, Callable
+from collections.abc import Awaitable, Callable
 
 import grpc
 

@@ -22,7 +22,7 @@ import socket
 import struct
 import subprocess
 import uuid
-from typing import Callable
+from collections.abc import Callable
 
 from ratchet.context import MAX_CHECKPOINT_BYTES
 from ratchet.sandbox.protocol import ProtocolError, encode, read_frame
@@ -51,7 +51,7 @@ class SandboxDirs:
     logs: pathlib.Path
 
     @classmethod
-    def under(cls, work_dir: pathlib.Path) -> "SandboxDirs":
+    def under(cls, work_dir: pathlib.Path) -> SandboxDirs:
         dirs = cls(work_dir / "sockets", work_dir / "homes", work_dir / "logs")
         for d in (dirs.sockets, dirs.homes, dirs.logs):
             d.mkdir(parents=True, exist_ok=True)
@@ -144,7 +144,7 @@ class Sandbox:
         try:
             await self._spawn(python, sock_path)
             await asyncio.wait_for(self._handshake(connected), timeout_s)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             self.kill()
             raise SandboxStartFailed(f"sandbox for {self.digest} did not become ready within {timeout_s:g}s"
                                      f"{self._log_tail_suffix()}") from None
@@ -307,7 +307,7 @@ class Sandbox:
         self.send({"type": "shutdown"})
         try:
             await asyncio.wait_for(self.exited.wait(), STOP_GRACE_S)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             self.kill()
             await self.exited.wait()
 

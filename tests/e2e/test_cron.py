@@ -34,7 +34,7 @@ from ratchet.libs.pg.cluster import free_port
 from tests.e2e.conftest import wait_for
 
 pytestmark = pytest.mark.timeout(120)
-UTC = dt.timezone.utc
+UTC = dt.UTC
 SEND_LEASE_S = 3.0  # the cron service's default send_lease_s
 
 APP = textwrap.dedent('''

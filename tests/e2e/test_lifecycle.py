@@ -12,8 +12,8 @@ import uuid
 import httpx
 import pytest
 
-from ratchet.libs.shardmap import new_task_id
 from ratchet.client import Client, Conflict, InvalidArgument, NotFound, PayloadTooLarge, Unauthenticated
+from ratchet.libs.shardmap import new_task_id
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -142,9 +142,8 @@ def test_unknown_task_type_is_invalid(client):
 
 
 def test_bad_api_key_is_unauthenticated(platform):
-    with Client(platform.grpc_address("gateway"), "rk_wrong") as c:
-        with pytest.raises(Unauthenticated):
-            c.enqueue("echo", {})
+    with Client(platform.grpc_address("gateway"), "rk_wrong") as c, pytest.raises(Unauthenticated):
+        c.enqueue("echo", {})
 
 
 def _rest(platform) -> httpx.Client:

@@ -101,7 +101,7 @@ MUTATIONS = {
                         ("single_completion",)),
     # Handlers that never return: every attempt is revoked after start_to_close + grace. Uncharged
     # attempts never run out, so the task never reaches FAILED.
-    "mut_charge_at_lease": (_sc("mut_charge_at_lease", lambda: [], duration_s=8, settle_timeout_s=25,
+    "mut_charge_at_lease": (_sc("mut_charge_at_lease", list, duration_s=8, settle_timeout_s=25,
                                 guards={"charge_attempt_at_lease": False},
                                 workload=WorkloadConfig(clients=2, mix=HANG_MIX)),
                             ("acked_terminal", "attempt_accounting", "handler_outcomes")),

@@ -17,8 +17,18 @@ from ratchet.cli.discovery import Target
 from ratchet.cli.errors import CLIError
 from ratchet.client import AdminClient, Client, retry_message, timeouts_message
 
-__all__ = ["EXIT_NOT_SUCCEEDED", "emit", "parse_payload", "tenants_create", "handler_messages", "deploy",
-           "tasks_enqueue", "tasks_get", "tasks_cancel", "tasks_wait"]
+__all__ = [
+    "EXIT_NOT_SUCCEEDED",
+    "deploy",
+    "emit",
+    "handler_messages",
+    "parse_payload",
+    "tasks_cancel",
+    "tasks_enqueue",
+    "tasks_get",
+    "tasks_wait",
+    "tenants_create",
+]
 
 
 def tenants_create(target: Target, name: str) -> int:

@@ -146,7 +146,7 @@ def down(state_dir: pathlib.Path, timeout: float = 60.0) -> int:
         procs.terminate(rec["pid"], rec.get("start_time"), grace=timeout)
     endpoints = _endpoints(state_dir, required=False) or {}
     leftovers = 0
-    for name, svc in (endpoints.get("services") or {}).items():
+    for _name, svc in (endpoints.get("services") or {}).items():
         if procs.is_ours(svc.get("pid"), svc.get("start_time")):
             leftovers += 1
             procs.terminate(svc["pid"], svc.get("start_time"))
@@ -182,7 +182,7 @@ def status(state_dir: pathlib.Path, as_json: bool = False) -> int:
     else:
         for name, row in rows.items():
             where = row.get("grpc") or (f"127.0.0.1:{row['port']}" if row.get("port") else "")
-            print(f"{name:<11} {row['status']:<12} pid {str(row['pid'] or '-'):<8} {where}")
+            print(f"{name:<11} {row['status']:<12} pid {row['pid'] or '-'!s:<8} {where}")
     ok = all(rows[name]["status"] == "SERVING" for name in SERVICES)
     return 0 if ok else 1
 

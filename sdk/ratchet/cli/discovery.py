@@ -13,7 +13,7 @@ import dataclasses
 import json
 import os
 import pathlib
-from typing import Mapping
+from collections.abc import Mapping
 
 from ratchet.cli.errors import CLIError
 

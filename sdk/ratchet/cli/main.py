@@ -26,7 +26,7 @@ import os
 # gRPC; gRPC's fork handlers can block fork() forever there. Set before grpc loads.
 os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "0")
 
-import argparse  # noqa: E402 -- after the fork-support switch above
+import argparse
 import pathlib
 import sys
 

@@ -86,7 +86,7 @@ class LocalPlatform:
         self._spawner: concurrent.futures.ThreadPoolExecutor | None = None
 
     # -- lifecycle ------------------------------------------------------------
-    def start(self) -> "LocalPlatform":
+    def start(self) -> LocalPlatform:
         """Start Postgres and every service, wait for SERVING, create the dev tenant."""
         for sub in ("secrets", "config", "logs", "blobs", "hostagent", "run"):
             (self.dir / sub).mkdir(parents=True, exist_ok=True)
@@ -118,7 +118,7 @@ class LocalPlatform:
             self._spawner = None
         self.write_endpoints()
 
-    def __enter__(self) -> "LocalPlatform":
+    def __enter__(self) -> LocalPlatform:
         return self.start()
 
     def __exit__(self, *exc: Any) -> None:

@@ -26,7 +26,7 @@ STABLE_AFTER_S = 30.0
 class Supervisor:
     """Watches the platform's service processes every 200 ms."""
 
-    def __init__(self, platform: "LocalPlatform", interval: float = 0.2):
+    def __init__(self, platform: LocalPlatform, interval: float = 0.2):
         self.platform = platform
         self.interval = interval
         self.restarts: dict[str, int] = {}
@@ -43,7 +43,7 @@ class Supervisor:
     def start(self) -> None:
         self._stop.clear()
         now = time.monotonic()
-        self._started_at = {name: now for name in self.platform.procs}
+        self._started_at = dict.fromkeys(self.platform.procs, now)
         self._thread = threading.Thread(target=self._run, name="ratchet-supervisor", daemon=True)
         self._thread.start()
 
@@ -57,7 +57,7 @@ class Supervisor:
         while not self._stop.wait(self.interval):
             try:
                 self.check()
-            except Exception:  # noqa: BLE001 - the watcher must outlive one bad round
+            except Exception:
                 log.exception("supervisor round failed")
 
     def check(self) -> None:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from typing import Callable
+from collections.abc import Callable
 
 from ratchet.services.cron import errors
 from ratchet.services.cron.delivery import Delivery

@@ -4,15 +4,16 @@ wake the delivery loop so the slot goes out at once.
 When to look again: at once after a full batch; tick_interval_s (0.2 s)
 after claiming some, or when one is due but was not claimed (another process
 holds it); else when the next schedule is due (the look's read says when), or
-after idle_s (1 s; at most half the misfire grace) if that is sooner. A schedule created or resumed here, or a slot this process closed
-(which may make its schedule claimable), wakes the loop at once; what other
+after idle_s (1 s; at most half the misfire grace) if that is sooner. A
+schedule created or resumed here, or a slot this process closed (which may
+make its schedule claimable), wakes the loop at once; what other
 cron processes change on the shared database is seen within idle_s."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Callable
+from collections.abc import Callable
 
 from ratchet.libs.clock import Clock, sleep_unless
 from ratchet.services.cron import errors
@@ -69,7 +70,7 @@ class FireLoop:
         self._wake.set()
 
     def _next_sleep(self, fired: list[str], due_in: float | None) -> float:
-        if fired or due_in is not None and due_in <= 0:
+        if fired or (due_in is not None and due_in <= 0):
             return self._interval_s  # claimed some, or one is due that another process holds
         if due_in is None:
             return self._idle_s

@@ -15,7 +15,7 @@ import datetime as dt
 import json
 import pathlib
 import uuid
-from typing import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 import asyncpg
 
@@ -51,7 +51,7 @@ class ScheduleRow:
     updated_at: dt.datetime
 
     @classmethod
-    def of(cls, row: asyncpg.Record) -> "ScheduleRow":
+    def of(cls, row: asyncpg.Record) -> ScheduleRow:
         data = dict(row)
         data["schedule_id"] = str(data["schedule_id"])
         if isinstance(data["task_template"], str):
@@ -76,7 +76,7 @@ class SlotRow:
     finished_at: dt.datetime | None
 
     @classmethod
-    def of(cls, row: asyncpg.Record) -> "SlotRow":
+    def of(cls, row: asyncpg.Record) -> SlotRow:
         data = dict(row)
         data["schedule_id"] = str(data["schedule_id"])
         return cls(**data)

@@ -14,7 +14,7 @@ LeaseTasks per shard for the woken poll: on an idle platform with 4 shards,
 
 from __future__ import annotations
 
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
 
 from ratchet.libs.clock import Clock
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
 
 from ratchet.libs.clock import Clock, sleep_unless
 from ratchet.services.dispatcher.errors import DispatcherError, ShardUnavailable

@@ -24,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from typing import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 
 import grpc
 
@@ -100,7 +100,7 @@ class WatchLoop:
             left = self._idle_since + self._hold_s - self._clock.monotonic() if sent and not self._demand else None
             try:
                 await asyncio.wait_for(self._changed.wait(), None if left is None else max(0.01, left))
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass
 
     def _events(self) -> AsyncIterator[int]:

@@ -11,7 +11,7 @@ import contextlib
 import datetime as dt
 import json
 import pathlib
-from typing import AsyncIterator
+from collections.abc import AsyncIterator
 
 import asyncpg
 

@@ -16,7 +16,8 @@ from aiohttp import web
 from google.protobuf import json_format, message_factory
 from google.protobuf.message import Message
 
-from ratchet.services.gateway import errors, handlers as _handlers
+from ratchet.services.gateway import errors
+from ratchet.services.gateway import handlers as _handlers
 from ratchet.services.gateway.rest import openapi
 from ratchet.services.gateway.rest import query as query_params
 from ratchet.services.gateway.rest.routes import Route, needs_large_body, routes_for

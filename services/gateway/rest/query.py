@@ -12,7 +12,7 @@ parameters and bad values are refused with a message naming the parameter.
 from __future__ import annotations
 
 import re
-from typing import Iterable
+from collections.abc import Iterable
 
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import json_format

@@ -112,8 +112,7 @@ class Route:
 
 def _bindings(rule: http_pb2.HttpRule):
     yield rule
-    for extra in rule.additional_bindings:
-        yield extra
+    yield from rule.additional_bindings
 
 
 def routes_for(services: list[_descriptor.ServiceDescriptor]) -> list[Route]:

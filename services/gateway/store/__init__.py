@@ -12,7 +12,8 @@ import functools
 import json
 import pathlib
 import uuid
-from typing import Any, Awaitable, Callable, TypeVar
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 import asyncpg
 

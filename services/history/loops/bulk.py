@@ -71,7 +71,7 @@ class BulkLoop:
             if not busy:
                 try:
                     await asyncio.wait_for(self._wake.wait(), self._cfg.bulk_interval_s)
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     pass
 
     async def round(self, shard: Shard) -> bool:

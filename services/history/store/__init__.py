@@ -13,14 +13,15 @@ import json
 import pathlib
 import struct
 import uuid
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime
-from typing import Any, Awaitable, Callable, Sequence
+from typing import Any
 
 import asyncpg
 
 from ratchet.libs.fastcheck import copy_rows
 from ratchet.libs.pg.queries import load_queries
-from ratchet.services.history.model import MAX_ID, NEVER, NIL_ID, DAWN, TaskFilter, Transition
+from ratchet.services.history.model import DAWN, MAX_ID, NEVER, NIL_ID, TaskFilter, Transition
 
 _HERE = pathlib.Path(__file__).parent
 QUERIES = load_queries(*sorted(_HERE.glob("*.sql")))

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from typing import Callable
+from collections.abc import Callable
 
 import grpc
 
@@ -60,7 +60,7 @@ class CompletionSender:
         try:
             await asyncio.wait_for(self._idle.wait(), timeout_s)
             return True
-        except asyncio.TimeoutError:
+        except TimeoutError:
             return False
 
     async def _deliver(self, batch: list[history_pb2.Completion]) -> None:
@@ -85,7 +85,7 @@ class CompletionSender:
             self._on_settled(c.task_id, c.lease_epoch)
 
     def _record(self, batch: list[history_pb2.Completion], response: dispatcher_pb2.CompleteResponse) -> None:
-        for completion, result in zip(batch, response.results):
+        for completion, result in zip(batch, response.results, strict=True):
             if not result.accepted:
                 log.info("completion of task %s epoch %d not accepted: %s", completion.task_id,
                          completion.lease_epoch, result.reason or "stale lease")

@@ -46,7 +46,7 @@ class HeartbeatLoop:
                 else:
                     try:
                         await asyncio.wait_for(wanted.wait(), left)
-                    except asyncio.TimeoutError:
+                    except TimeoutError:
                         pass
                 continue
             wanted.clear()  # a checkpoint arriving during the call asks for the next early beat

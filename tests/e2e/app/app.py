@@ -4,7 +4,7 @@ its payload so one deployment serves every scenario."""
 import os
 import time
 
-from ratchet import FatalError, RetryPolicy, RetryableError, task
+from ratchet import FatalError, RetryableError, RetryPolicy, task
 
 FAST_RETRY = RetryPolicy(max_attempts=3, base="100ms", cap="200ms")
 

@@ -9,7 +9,7 @@ registry and the verdict, ``invariants/`` for the checks.
 from .core import MODULES, check, invariant
 from .model import Run
 
-__all__ = ["MODULES", "Run", "check", "invariant", "check_dir"]
+__all__ = ["MODULES", "Run", "check", "check_dir", "invariant"]
 
 
 def check_dir(run_dir, write: bool = True) -> dict:

@@ -14,7 +14,8 @@ import dataclasses
 import importlib
 import shlex
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from .model import Run
 
@@ -27,7 +28,7 @@ MODULES = [
 ]
 MAX_EXAMPLES = 5  # counterexamples kept per invariant (the total is still counted)
 
-_REGISTRY: dict[str, "Invariant"] = {}
+_REGISTRY: dict[str, Invariant] = {}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -35,7 +36,7 @@ class Invariant:
     name: str
     promise: str  # which promise of docs/reliability.md it guards (P1..)
     doc: str
-    fn: Callable[[Run, "Result"], None]
+    fn: Callable[[Run, Result], None]
     module: str
 
 

@@ -22,7 +22,7 @@ from typing import Any
 
 from .model import Run, pick
 
-UTC = dt.timezone.utc
+UTC = dt.UTC
 EPOCH = dt.datetime(1970, 1, 1, tzinfo=UTC)
 OPEN_STATES = ("PENDING", "BUFFERED", "SENDING")
 # A nemesis window is widened by this much before it starts (the two clocks are read
@@ -61,7 +61,7 @@ class Every:
         self.every_s = every_s
 
     @classmethod
-    def parse(cls, cron: str, timezone: str | None) -> "Every | None":
+    def parse(cls, cron: str, timezone: str | None) -> Every | None:
         m = cls._FORM.fullmatch(" ".join(str(cron).split()))
         if m is None or (timezone or "UTC") not in ("UTC", "Etc/UTC"):
             return None

@@ -30,7 +30,8 @@ import dataclasses
 import json
 import pathlib
 from collections import defaultdict
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 NEMESIS = "nemesis"
 _STATES = ["UNSPECIFIED", "ENQUEUED", "LEASED", "RETRY_WAIT", "SUCCEEDED", "FAILED", "CANCELED", "EXPIRED"]
@@ -322,7 +323,7 @@ class Run:
     meta: dict
 
     @classmethod
-    def load(cls, run_dir: str | pathlib.Path) -> "Run":
+    def load(cls, run_dir: str | pathlib.Path) -> Run:
         d = pathlib.Path(run_dir)
         ops, nemesis = pair_ops(read_jsonl(d / "history.jsonl"))
         dump = json.loads((d / "dump.json").read_text()) if (d / "dump.json").exists() else {"shards": {}}
@@ -331,7 +332,7 @@ class Run:
         return cls(ops, nemesis, read_jsonl(d / "ledger.jsonl"), Dump(dump), meta)
 
     @classmethod
-    def from_parts(cls, history: list[dict], ledger: list[dict], dump: dict, meta: dict | None = None) -> "Run":
+    def from_parts(cls, history: list[dict], ledger: list[dict], dump: dict, meta: dict | None = None) -> Run:
         ops, nemesis = pair_ops(history)
         return cls(ops, nemesis, ledger, Dump(dump), dict(meta or {}))
 

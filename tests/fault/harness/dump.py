@@ -45,7 +45,7 @@ async def _dump_shard(dsn: str, tables: tuple[str, ...]) -> tuple[dict, str]:
             for table in tables:
                 if table not in present:
                     continue
-                rows = await conn.fetch(f'SELECT * FROM "{table}"', timeout=60)  # noqa: S608 - fixed names
+                rows = await conn.fetch(f'SELECT * FROM "{table}"', timeout=60)
                 out[table] = [{k: _plain(v) for k, v in r.items()} for r in rows]
         return out, now.isoformat()
     finally:
@@ -60,7 +60,7 @@ def dump_shards(dsns: dict[str, str], path: str | pathlib.Path | None = None,
         return await asyncio.gather(*(_dump_shard(dsn, tables) for dsn in dsns.values()))
     results = asyncio.run(run())
     dump = {"db_now": max(now for _, now in results) if results else None,
-            "shards": {sid: tables_ for sid, (tables_, _) in zip(dsns, results)}}
+            "shards": {sid: tables_ for sid, (tables_, _) in zip(dsns, results, strict=True)}}
     if cron_dsn is not None:
         cron, now = asyncio.run(_dump_shard(cron_dsn, CRON_TABLES))
         dump["cron"] = {"db_now": now, **cron}

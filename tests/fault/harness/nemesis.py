@@ -21,7 +21,6 @@ import random
 import signal
 import threading
 import time
-from typing import Any
 
 SERVICES = ("history", "gateway", "dispatcher", "hostagent")
 
@@ -325,7 +324,7 @@ class NemesisRunner:
         self.errors: list[str] = []
         self.injected = 0
 
-    def start(self) -> "NemesisRunner":
+    def start(self) -> NemesisRunner:
         self._t0 = time.monotonic()
         self._thread.start()
         return self

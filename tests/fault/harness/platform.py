@@ -80,7 +80,7 @@ class FaultPlatform(LocalPlatform):
         """Every service process this platform runs, the extra cron processes included."""
         return (*SERVICES, *self.extra_services)
 
-    def start(self) -> "FaultPlatform":
+    def start(self) -> FaultPlatform:
         super().start()
         try:
             for name in self.extra_services:

@@ -15,7 +15,7 @@ import pathlib
 import shutil
 import tempfile
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from tests.fault.checker import check_dir
 from tests.fault.checker.__main__ import summary

@@ -106,7 +106,7 @@ class ClientProcess:
         kind, res = self.call("enqueue_batch", {"items": [_public(r) for r in reqs]},
                               lambda: {"task_ids": self.client.enqueue_batch(items)})
         if kind == "ok":
-            for r, tid in zip(reqs, res["task_ids"]):
+            for r, tid in zip(reqs, res["task_ids"], strict=True):
                 self.acked.append(tid)
                 if r["kind"] == "cancelled":
                     self.cancellable.append(tid)
@@ -127,11 +127,11 @@ class ClientProcess:
                     break
         req = batch_request([{"task_type": r["task_type"], "payload": r["payload"]} for r in reqs])
         # The ids the SDK minted: resends carry them, so each op has at most this one task.
-        value = {"plain": True, "items": [{**_public(r), "minted_id": t.task_id} for r, t in zip(reqs, req.tasks)]}
+        value = {"plain": True, "items": [{**_public(r), "minted_id": t.task_id} for r, t in zip(reqs, req.tasks, strict=True)]}
         kind, res = self.call("enqueue_batch", value,
                               lambda: {"task_ids": list(self.client.send_enqueue_batch(req).task_ids)})
         if kind == "ok":
-            for r, tid in zip(reqs, res["task_ids"]):
+            for r, tid in zip(reqs, res["task_ids"], strict=True):
                 self.acked.append(tid)
                 if r["kind"] == "cancelled":
                     self.cancellable.append(tid)
@@ -197,7 +197,7 @@ class Workload:
                          for p in self.procs]
         self.errors: list[str] = []
 
-    def start(self) -> "Workload":
+    def start(self) -> Workload:
         for t in self._threads:
             t.start()
         return self

@@ -155,7 +155,7 @@ BASE = 1_800_000_000
 
 def iso(seconds: float) -> str:
     """An epoch-seconds instant as the dump writes timestamps."""
-    return dt.datetime.fromtimestamp(seconds, dt.timezone.utc).isoformat()
+    return dt.datetime.fromtimestamp(seconds, dt.UTC).isoformat()
 
 
 def add_schedule(b: Builder, first: int = 1001, count: int = 10, cron: str = "* * * * * *",
@@ -205,7 +205,7 @@ def add_slot(b: Builder, sid: str, second: float, task_id: str | None, state: st
 
 def add_scheduled_task(b: Builder, task_id: str, sid: str, at: float, key: bool = True) -> None:
     """A task cron enqueued for slot `at` of schedule `sid`: no client op, payload without an op id."""
-    stamp = dt.datetime.fromtimestamp(at, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    stamp = dt.datetime.fromtimestamp(at, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     b.task(task_id, None, ["ok"], key=f"sched:{sid}@{stamp}" if key else None)
     b.tables["tasks"][-1].update(schedule_id=sid, scheduled_time=iso(at))
 

@@ -41,7 +41,7 @@ def assert_fails(verdict: dict, name: str, words: str = "") -> dict:
 
 
 def test_clean_run_passes_every_invariant():
-    b, ids = clean()
+    b, _ids = clean()
     verdict = verdict_of(b)
     assert verdict["valid"], summary(verdict)
     inv = verdict["invariants"]
@@ -229,7 +229,7 @@ def test_acked_task_answered_not_found():
 
 
 def test_one_key_two_tasks():
-    b, ids = clean()
+    b, _ids = clean()
     other = b.enqueue("c2", "op-e2", key="k-e")
     b.task(other, "op-e2", ["ok"], key="k-e")
     res = assert_fails(verdict_of(b), "idempotency", "different task ids")
@@ -240,7 +240,7 @@ def _plain_batch(b: Builder, ops: list[str], outcome: str = "info") -> list[str]
     """An unkeyed batch whose task ids the client minted (workload.enqueue_plain_batch)."""
     minted = [new_task_id() for _ in ops]
     items = [{"op": o, "task_type": "work", "mode": "ok", "expect": ["SUCCEEDED"], "key": None, "minted_id": m}
-             for o, m in zip(ops, minted)]
+             for o, m in zip(ops, minted, strict=True)]
     b.op("c2", "enqueue_batch", {"plain": True, "items": items}, outcome,
          {"task_ids": minted} if outcome == "ok" else {"error": "x", "code": "UNAVAILABLE"})
     return minted
@@ -292,7 +292,7 @@ def test_timer_left_behind_by_a_finished_task():
 
 
 def test_waiting_task_without_its_timer():
-    b, ids = clean()
+    b, _ids = clean()
     b.enqueue("c3", "op-w", outcome="info")
     tid = "0190b7a0-0000-8000-8000-000000000003"
     b.task(tid, "op-w", ["raise"])  # left in ENQUEUED after the retry; make it RETRY_WAIT, timer lost
@@ -304,7 +304,7 @@ def test_waiting_task_without_its_timer():
 
 
 def test_due_timer_never_fired():
-    b, ids = clean()
+    b, _ids = clean()
     tid = "0190b7a0-0000-8000-8000-000000000004"
     b.enqueue("c3", "op-v", outcome="info")
     b.task(tid, "op-v", ["raise"])

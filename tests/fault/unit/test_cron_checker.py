@@ -9,8 +9,18 @@ import uuid
 from ratchet.libs.shardmap import new_task_id
 from tests.fault.checker.__main__ import summary
 
-from .histories import (BASE, Builder, add_schedule, add_scheduled_task, add_slot, clean, drop_slots, drop_task,
-                        iso, nemesis_step)
+from .histories import (
+    BASE,
+    Builder,
+    add_schedule,
+    add_scheduled_task,
+    add_slot,
+    clean,
+    drop_slots,
+    drop_task,
+    iso,
+    nemesis_step,
+)
 from .test_checker import assert_fails, task_row, verdict_of
 
 
@@ -25,7 +35,7 @@ def slot_row(b: Builder, sid: str, second: float) -> dict:
 
 
 def test_clean_cron_run_passes_every_invariant():
-    b, _, sc = cron_run()
+    b, _, _sc = cron_run()
     verdict = verdict_of(b)
     assert verdict["valid"], summary(verdict)
     inv = verdict["invariants"]
@@ -165,7 +175,7 @@ def test_cron_stopped_firing_before_the_pause():  # (d), the tail
 
 
 def test_expression_the_checker_cannot_read_fails_rather_than_passes():
-    b, _, sc = cron_run(cron="0 * * * * *")
+    b, _, _sc = cron_run(cron="0 * * * * *")
     assert_fails(verdict_of(b), "cron_catchup", "cannot evaluate")
 
 

@@ -15,12 +15,20 @@ import sys
 import tempfile
 import time
 import types
+from itertools import pairwise
 
 import pytest
 
 from ratchet.libs.pg.cluster import LocalCluster
-from tests.fault.harness.nemesis import (CrashPostgres, KillService, NemesisRunner, PauseService,
-                                         TerminateBackends, make_schedule, pid_alive)
+from tests.fault.harness.nemesis import (
+    CrashPostgres,
+    KillService,
+    NemesisRunner,
+    PauseService,
+    TerminateBackends,
+    make_schedule,
+    pid_alive,
+)
 from tests.fault.harness.platform import FaultPlatform, faketime_library
 from tests.fault.harness.recorder import Recorder
 
@@ -70,7 +78,7 @@ def test_a_seed_gives_one_schedule_bounded_in_time():
     assert a == make_schedule(42, names, 30.0, (1, 3), (1, 4))
     assert a != make_schedule(43, names, 30.0, (1, 3), (1, 4))
     assert all(s.at_s < 30.0 and 1 <= s.hold_s <= 4 for s in a)
-    assert all(b.at_s >= x.at_s + x.hold_s for x, b in zip(a, a[1:])), "one fault at a time"
+    assert all(b.at_s >= x.at_s + x.hold_s for x, b in pairwise(a)), "one fault at a time"
     assert make_schedule(1, [], 30.0) == []
 
 
@@ -111,7 +119,7 @@ def test_kill_then_heal_restarts(env):
     assert runner.wait(10)
     runner.stop()
     assert env.platform.proc.pid != old and env.platform.proc.poll() is None
-    injected = [e for e in events(env) if e["f"] == "kill-history" and e["type"] == "info"][0]
+    injected = next(e for e in events(env) if e["f"] == "kill-history" and e["type"] == "info")
     assert injected["value"]["injected"] == {"target": "history", "pid": old, "signalled": True}
 
 

@@ -121,7 +121,7 @@ def test_plain_batches_record_the_ids_the_sdk_minted_and_are_not_resent(tmp_path
     rec.close()
     ops, _ = pair_ops([json.loads(x) for x in (tmp_path / "h.jsonl").read_text().splitlines()])
     assert [o.type for o in ops] == ["ok", "info"]
-    for op, req in zip(ops, client.sent):
+    for op, req in zip(ops, client.sent, strict=True):
         # No keys, no options, one type: the gateway's plain path.
         assert all(not t.idempotency_key and not t.HasField("delay") and t.task_type == "work" for t in req.tasks)
         assert [i["minted_id"] for i in op.value["items"]] == [t.task_id for t in req.tasks]

@@ -27,5 +27,5 @@ def state_dir():
 
 def fake_options(**overrides) -> dict:
     """LocalPlatform options that run the fake service in place of every real one."""
-    return {"service_modules": {name: FAKE for name in SERVICES}, "env": {"PYTHONPATH": str(REPO)},
+    return {"service_modules": dict.fromkeys(SERVICES, FAKE), "env": {"PYTHONPATH": str(REPO)},
             "pg_settings": {"fsync": "off", "synchronous_commit": "off"}, "overrides": overrides}

@@ -13,7 +13,6 @@ import pytest
 
 from ratchet.cli import procs
 from ratchet.cli.platform import SERVICES
-
 from tests.integration.cli.conftest import REPO
 
 MISSING = [s for s in SERVICES if importlib.util.find_spec(f"ratchet.services.{s}.__main__") is None]
@@ -39,7 +38,7 @@ def test_dev_up_status_down(state_dir):
         status = ratchet("dev", "status", "--json", *sd)
         assert status.returncode == 0, status.stdout
         rows = json.loads(status.stdout)
-        assert {s: rows[s]["status"] for s in SERVICES} == {s: "SERVING" for s in SERVICES}
+        assert {s: rows[s]["status"] for s in SERVICES} == dict.fromkeys(SERVICES, "SERVING")
         assert rows["postgres"]["status"] == "RUNNING"
 
         with urllib.request.urlopen(endpoints["openapi"], timeout=10) as resp:

@@ -17,7 +17,6 @@ import textwrap
 import pytest
 
 from ratchet.cli.platform import SERVICES, LocalPlatform
-
 from tests.integration.cli.conftest import REPO
 
 MISSING = [s for s in SERVICES if importlib.util.find_spec(f"ratchet.services.{s}.__main__") is None]

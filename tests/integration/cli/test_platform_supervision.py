@@ -11,7 +11,6 @@ import pytest
 
 from ratchet.cli import procs
 from ratchet.cli.platform import SERVICES, LocalPlatform, PlatformError
-
 from tests.integration.cli.conftest import fake_options
 
 

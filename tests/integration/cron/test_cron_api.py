@@ -33,8 +33,8 @@ async def test_create_get_and_defaults(cron, db):
     assert s.schedule_id and s.cron == "*/5 * * * *" and s.timezone == "Europe/Berlin"
     assert s.overlap_policy == spb.OVERLAP_POLICY_ALLOW and s.state == spb.SCHEDULE_STATE_ACTIVE
     assert s.catchup_window.ToSeconds() == 0 and s.task_template.task_type == "tick"
-    nxt = s.next_fire_time.ToDatetime(dt.timezone.utc)
-    assert nxt.minute % 5 == 0 and nxt.second == 0 and nxt > dt.datetime.now(dt.timezone.utc)
+    nxt = s.next_fire_time.ToDatetime(dt.UTC)
+    assert nxt.minute % 5 == 0 and nxt.second == 0 and nxt > dt.datetime.now(dt.UTC)
     assert not s.HasField("last_fire_time") and s.last_task_id == ""
     got = (await call(c.stub, "GetSchedule", s.schedule_id)).schedule
     assert got == s
@@ -134,12 +134,12 @@ async def test_pause_stops_firing_and_resume_starts_from_the_next_occurrence(cro
     await holds(lambda: len(mesh.tasks_of(s.schedule_id)) == count, 1.5, what="no firing while paused")
     resumed = (await call(c.stub, "ResumeSchedule", s.schedule_id)).schedule
     assert resumed.state == spb.SCHEDULE_STATE_ACTIVE
-    resumed_at = dt.datetime.now(dt.timezone.utc)
-    assert resumed.next_fire_time.ToDatetime(dt.timezone.utc) > resumed_at - dt.timedelta(seconds=1)
+    resumed_at = dt.datetime.now(dt.UTC)
+    assert resumed.next_fire_time.ToDatetime(dt.UTC) > resumed_at - dt.timedelta(seconds=1)
     await wait_for(lambda: len(mesh.tasks_of(s.schedule_id)) > count, what="firing after resume")
     # Slots missed while paused were not replayed: every task after the resume is newer than it.
     after = mesh.tasks_of(s.schedule_id)[count:]
-    assert all(t.scheduled_time >= resumed.next_fire_time.ToDatetime(dt.timezone.utc).timestamp() for t in after)
+    assert all(t.scheduled_time >= resumed.next_fire_time.ToDatetime(dt.UTC).timestamp() for t in after)
     assert (await call(c.stub, "ResumeSchedule", s.schedule_id)).schedule.next_fire_time.seconds > 0
 
 
@@ -163,7 +163,7 @@ async def test_delete_removes_the_schedule_and_its_slots(cron, mesh, db):
 async def test_trigger_fires_now_through_the_same_path(cron, mesh, db):
     c = await cron()
     s = await create(c.stub, "0 0 1 1 *")  # far away: only triggers fire
-    before = dt.datetime.now(dt.timezone.utc)
+    before = dt.datetime.now(dt.UTC)
     resp = await call(c.stub, "TriggerSchedule", s.schedule_id)
     assert resp.task_id and not resp.skipped
     task = mesh.tasks[resp.task_id]
@@ -171,7 +171,7 @@ async def test_trigger_fires_now_through_the_same_path(cron, mesh, db):
     [row] = await slots(db, s.schedule_id)
     assert (row["kind"], row["state"], row["task_id"]) == ("TRIGGER", "FIRED", resp.task_id)
     got = (await call(c.stub, "GetSchedule", s.schedule_id)).schedule
-    assert got.last_task_id == resp.task_id and got.last_fire_time.ToDatetime(dt.timezone.utc) == row["slot"]
+    assert got.last_task_id == resp.task_id and got.last_fire_time.ToDatetime(dt.UTC) == row["slot"]
     again = await call(c.stub, "TriggerSchedule", s.schedule_id)
     assert again.task_id and again.task_id != resp.task_id
 
@@ -238,6 +238,6 @@ async def test_a_schedule_is_created_at_the_clock_reading_its_first_occurrence_c
     c = await cron()
     s = await create(c.stub, "* * * * * *")
     row = await db.fetchrow("SELECT created_at FROM schedules WHERE schedule_id = $1::uuid", s.schedule_id)
-    first = s.next_fire_time.ToDatetime(dt.timezone.utc)  # the create's answer: the first occurrence
+    first = s.next_fire_time.ToDatetime(dt.UTC)  # the create's answer: the first occurrence
     assert row["created_at"] < first <= row["created_at"] + dt.timedelta(seconds=1)
-    assert s.created_at.ToDatetime(dt.timezone.utc) == row["created_at"]
+    assert s.created_at.ToDatetime(dt.UTC) == row["created_at"]

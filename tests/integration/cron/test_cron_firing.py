@@ -10,6 +10,7 @@ import asyncio
 import datetime as dt
 import logging
 import time
+from itertools import pairwise
 
 import pytest
 
@@ -19,13 +20,13 @@ from ratchet.api.tasks.v1 import tasks_pb2
 from .conftest import create, fired, holds, slots, wait_for
 
 pytestmark = pytest.mark.timeout(60)
-UTC = dt.timezone.utc
+UTC = dt.UTC
 
 
 def no_silent_gap(times: list[float], schedule_id: str, log_text: str) -> bool:
     """Per-second slots are consecutive, except where the service logged that it passed slots over
     (a loop so late, on a loaded machine, that a newer slot was already due)."""
-    for a, b in zip(times, times[1:]):
+    for a, b in pairwise(times):
         first_missing = dt.datetime.fromtimestamp(a + 1, UTC).isoformat()
         if b - a != 1 and f"schedule {schedule_id}: missed slots from {first_missing}" not in log_text:
             return False
@@ -156,7 +157,7 @@ async def test_catch_up_fires_only_the_most_recent_missed_slot(cron, mesh, db):
 
 async def test_downtime_beyond_the_catch_up_window_fires_nothing(cron, mesh, db):
     now = dt.datetime.now(UTC)
-    if now.minute == 59 and now.second > 50 or now.minute == 0 and now.second < 5:
+    if (now.minute == 59 and now.second > 50) or (now.minute == 0 and now.second < 5):
         pytest.skip("too close to the hour for this hourly schedule")
     s = await _stopped_with_next_fire_moved_back(cron, db, 5, catchup_window=_duration(60))
     await cron()

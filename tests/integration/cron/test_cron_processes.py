@@ -11,6 +11,7 @@ import os
 import signal
 import subprocess
 import sys
+from itertools import pairwise
 
 import grpc
 import pytest
@@ -22,7 +23,7 @@ from ratchet.libs.pg.cluster import free_port
 from .conftest import MESH_TOKEN, SHARDS, create, slots, wait_for
 
 pytestmark = pytest.mark.timeout(90)
-UTC = dt.timezone.utc
+UTC = dt.UTC
 
 
 def _key(schedule_id: str, t: float) -> str:
@@ -35,7 +36,7 @@ def _iso(t: float) -> str:
 
 def _gap_starts(times: list[float]) -> list[float]:
     """The first missing slot of every gap in a per-second sequence."""
-    return [a + 1 for a, b in zip(times, times[1:]) if b - a > 1]
+    return [a + 1 for a, b in pairwise(times) if b - a > 1]
 
 
 async def _serving(target: str) -> bool:

@@ -26,8 +26,8 @@ import contextlib
 import hashlib
 import json
 import pathlib
-import statistics
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -51,6 +51,7 @@ PY = sys.executable
 def _fake_history_main(port: int) -> None:
     """Child process: the fake history with a modelled commit cost."""
     from dispatch_fake_history import FakeHistory
+
     from ratchet.internal.history.v1 import history_pb2_grpc as hgrpc
 
     class CostlyHistory(FakeHistory):

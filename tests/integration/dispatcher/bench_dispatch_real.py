@@ -4,7 +4,6 @@ two shards. Not collected by pytest."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import pathlib
 import shutil

@@ -5,13 +5,13 @@ DispatchService stub."""
 from __future__ import annotations
 
 import hashlib
-from typing import Awaitable, Callable
+from collections.abc import Awaitable, Callable
 
 import grpc
 import pytest
-
 from dispatch_fake_history import FakeHistoryServer
 from dispatch_helpers import TOKEN
+
 from ratchet.internal.dispatcher.v1 import dispatcher_pb2_grpc as dgrpc
 from ratchet.services.dispatcher.config import DispatcherConfig
 from ratchet.services.dispatcher.server import DispatcherServer

@@ -11,8 +11,8 @@ import asyncio
 
 import grpc
 import pytest
-
 from dispatch_helpers import AUTH, poll, wait_until
+
 from ratchet.api.tasks.v1 import breakers_pb2 as bpb
 from ratchet.internal.dispatcher.v1 import dispatcher_pb2 as dpb
 from ratchet.internal.dispatcher.v1 import dispatcher_pb2_grpc as dgrpc
@@ -195,7 +195,7 @@ async def test_a_restarted_dispatcher_keeps_the_breaker_from_its_first_poll(brea
     await server.stop(grace=0.5)
     calls = len(history.fake.calls_of("LeaseTasks"))
     add(history, 2)
-    fresh, stub2, admin2 = await breakers(refresh_s=30.0)  # no refresh tick: only the start-up load
+    _fresh, stub2, admin2 = await breakers(refresh_s=30.0)  # no refresh tick: only the start-up load
     assert not await poll(stub2, capacity=10, max_wait=0.3)
     assert lease_limits(history, calls) and all(limits == {POISON: 0} for limits in lease_limits(history, calls))
     b = (await listed(admin2))["poison"]

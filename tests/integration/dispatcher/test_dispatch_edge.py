@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import grpc
 import pytest
+from dispatch_helpers import AUTH, poll, seconds, wait_until
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from dispatch_helpers import AUTH, poll, seconds, wait_until
 from ratchet.internal.dispatcher.v1 import dispatcher_pb2 as dpb
 from ratchet.internal.history.v1 import history_pb2 as hpb
 

@@ -8,8 +8,8 @@ import time
 
 import grpc
 import pytest
-
 from dispatch_helpers import AUTH, poll, wait_until
+
 from ratchet.internal.dispatcher.v1 import dispatcher_pb2 as dpb
 
 

@@ -13,10 +13,10 @@ import sys
 import time
 
 import grpc
+from dispatch_helpers import TOKEN, poll, wait_until
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
-from dispatch_helpers import TOKEN, poll, wait_until
 from ratchet.libs.pg.cluster import free_port
 
 

@@ -20,9 +20,9 @@ import time
 import grpc
 import pytest
 import pytest_asyncio
+from dispatch_helpers import AUTH, TOKEN, poll, seconds
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from dispatch_helpers import AUTH, TOKEN, poll, seconds
 from ratchet.api.tasks.v1 import tasks_pb2 as tpb
 from ratchet.internal.dispatcher.v1 import dispatcher_pb2 as dpb
 from ratchet.internal.dispatcher.v1 import dispatcher_pb2_grpc as dgrpc

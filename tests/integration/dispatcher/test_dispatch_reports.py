@@ -7,8 +7,8 @@ import asyncio
 
 import grpc
 import pytest
-
 from dispatch_helpers import AUTH, poll
+
 from ratchet.api.tasks.v1 import tasks_pb2 as tpb
 from ratchet.internal.dispatcher.v1 import dispatcher_pb2 as dpb
 from ratchet.internal.history.v1 import history_pb2 as hpb

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import time
+from itertools import pairwise
 
 from dispatch_helpers import poll, wait_until
+
 from ratchet.internal.history.v1 import history_pb2 as hpb
 
 
@@ -17,7 +19,7 @@ async def test_fire_timers_is_called_for_every_owned_shard(make_dispatcher, hist
     assert not history.fake.calls_of("FireTimers", 1)
     assert {c.request.max_timers for c in history.fake.calls_of("FireTimers")} == {500}
     times = [c.at for c in history.fake.calls_of("FireTimers", 0)]
-    gaps = [b - a for a, b in zip(times, times[1:])]
+    gaps = [b - a for a, b in pairwise(times)]
     assert min(gaps) >= 0.03, "an idle shard is asked about every timer_interval_s, not in a hot loop"
 
 

@@ -25,7 +25,7 @@ from ratchet.libs.shardmap import ShardMap, new_task_id
 
 S = tasks_pb2
 TERMINAL = {S.TASK_STATE_SUCCEEDED, S.TASK_STATE_FAILED, S.TASK_STATE_CANCELED, S.TASK_STATE_EXPIRED}
-UTC = dt.timezone.utc
+UTC = dt.UTC
 
 
 def stamp(when: dt.datetime) -> timestamp_pb2.Timestamp:

@@ -46,7 +46,7 @@ class Scripted(history_pb2_grpc.HistoryServiceServicer):
         self.requests: list[history_pb2.CreateTasksRequest] = []
         self.behave = None
         if not streaming:
-            self.CreateTasksStream = None  # noqa: N815 - grpc method name
+            self.CreateTasksStream = None
 
     async def _create(self, request) -> history_pb2.CreateTasksResponse:
         self.seen.extend(t.task_id for t in request.tasks)
@@ -63,7 +63,7 @@ class Scripted(history_pb2_grpc.HistoryServiceServicer):
         self.unary_calls += 1
         return await self._create(request)
 
-    async def CreateTasksStream(self, request_iterator, context):  # noqa: N802 - grpc method name
+    async def CreateTasksStream(self, request_iterator, context):
         self.streams += 1
         await context.send_initial_metadata((("ratchet-call-stream", str(self.version)),))
         framed = self.version >= 2 and callstream.peer_version(context.invocation_metadata()) >= 2
@@ -290,7 +290,7 @@ async def test_shared_fields_go_once_only_to_a_history_that_reads_them(version, 
             assert list(req.tasks) == bare
         else:
             assert not req.HasField("shared")
-            for t, b in zip(req.tasks, bare):
+            for t, b in zip(req.tasks, bare, strict=True):
                 assert (t.task_id, t.tenant_id, t.app_id, t.task_type, t.retry.max_attempts, list(t.non_retryable),
                         t.queue) == (b.task_id, "tn", "app", "noop", 4, ["E"], b.queue)
     finally:
@@ -323,7 +323,7 @@ async def test_plain_columns_go_only_to_a_history_that_reads_them(version, strea
             return
         assert [r.task_id for r in results] == ids
         assert not got.HasField("plain")
-        assert [(t.task_id, t.payload_json) for t in got.tasks] == list(zip(ids, payloads))
+        assert [(t.task_id, t.payload_json) for t in got.tasks] == list(zip(ids, payloads, strict=True))
         if version == 3:
             assert got.shared == shared and {t.tenant_id for t in got.tasks} == {""}
         else:

@@ -13,8 +13,7 @@ import pytest
 
 from ratchet.aio import AsyncClient
 from ratchet.api.tasks.v1 import tasks_pb2
-from ratchet.client import Conflict, DeadlineExceeded, InvalidArgument, PayloadTooLarge, Unauthenticated, \
-    batch_request
+from ratchet.client import Conflict, DeadlineExceeded, InvalidArgument, PayloadTooLarge, Unauthenticated, batch_request
 from ratchet.libs.pg.cluster import free_port
 from ratchet.libs.rpc.callstream import STREAM_HEADER
 
@@ -39,7 +38,7 @@ async def test_concurrent_enqueues_share_one_stream_and_each_reaches_history(env
         assert client._stream.opened == 1 and client._stream.stream_calls == 50
         # Calls made while a write was in progress went out together.
         assert client._stream.writes < 50
-    for k, task_id in zip(keys, ids):
+    for k, task_id in zip(keys, ids, strict=True):
         (call,) = _created(env, k)
         (t,) = [t for t in call.tasks if t.idempotency_key == k]
         assert t.task_id == task_id and t.task_type == "send" and t.tenant_id == env.tenant_id

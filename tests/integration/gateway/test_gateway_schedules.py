@@ -4,8 +4,6 @@ retry rules on enqueue, through the gateway over REST and gRPC."""
 
 from __future__ import annotations
 
-import datetime as dt
-
 import grpc
 import httpx
 import pytest

@@ -16,7 +16,7 @@ from .conftest import SHARDS
 
 pytestmark = pytest.mark.timeout(60)
 S = tasks_pb2
-UTC = dt.timezone.utc
+UTC = dt.UTC
 T0 = dt.datetime(2026, 11, 30, 2, 0, tzinfo=UTC)
 
 

@@ -11,7 +11,6 @@ from google.protobuf import json_format
 from ratchet.api.tasks.v1 import tasks_pb2
 from ratchet.libs.pg.cluster import free_port
 from ratchet.libs.shardmap import ShardMap, new_task_id, slot_for_key, slot_of
-
 from ratchet.services.gateway import tasks as gw_tasks
 
 from .conftest import SHARDS, start_gateway
@@ -163,7 +162,7 @@ async def test_a_plain_batch_goes_per_shard_in_bounded_calls_and_answers_in_requ
     assert sorted(per_shard) == sorted(SHARDS)
     for s, chunks in per_shard.items():
         assert [len(c) for c in chunks] == [4, 2]  # (40 kB: four 9 kB payloads and their overhead)
-        assert [i for c in chunks for i in c] == [it["task_id"] for it, o in zip(items, order) if o == s]
+        assert [i for c in chunks for i in c] == [it["task_id"] for it, o in zip(items, order, strict=True) if o == s]
     for it in items:
         stored = env.history.tasks[it["task_id"]]
         assert stored.payload_json == it["payload_json"].encode() and stored.task_type == "send"
@@ -185,7 +184,7 @@ async def test_batch_with_ids_and_keys_of_every_shard_is_one_call_per_shard_in_r
     assert ids[:len(slots)] == [it["task_id"] for it in items[:len(slots)]]
     calls = [c for n, c in env.history.calls[before:] if n == "CreateTasks"]
     assert sorted(c.shard_id for c in calls) == sorted(SHARDS)
-    for task_id, item in zip(ids, items):
+    for task_id, item in zip(ids, items, strict=True):
         assert env.history.tasks[task_id].payload_json == f'{{"i":{item["payload"]["i"]}}}'.encode()
 
 

@@ -11,6 +11,7 @@ import pathlib
 import subprocess
 import sys
 import time
+from itertools import pairwise
 
 import asyncpg
 import grpc
@@ -216,7 +217,7 @@ async def test_a_batch_that_differs_per_item_keeps_each_items_own_fields(real):
     assert [g["max_attempts"] for g in got] == [5, 3, 5, 9, 5, 5]
     runs = [dt.datetime.fromisoformat(g["run_at"].replace("Z", "+00:00")) for g in got]
     made = [dt.datetime.fromisoformat(g["created_at"].replace("Z", "+00:00")) for g in got]
-    assert [(a - b).total_seconds() > 30 for a, b in zip(runs, made)] == [False] * 4 + [True, False]
+    assert [(a - b).total_seconds() > 30 for a, b in zip(runs, made, strict=True)] == [False] * 4 + [True, False]
 
 
 async def test_an_sdk_batch_goes_as_columns_and_its_resend_returns_the_same_tasks(real):
@@ -289,7 +290,7 @@ async def test_list_tasks_pages_the_real_shards_exactly_once_in_order(real):
     assert sorted(x["task_id"] for x in got) == sorted(ids) and pages >= 8
     keys = [(x.get("finished_at") if x["state"] == "TASK_STATE_CANCELED" else x["created_at"], x["task_id"])
             for x in got]
-    assert all(_instant(a[0]) > _instant(b[0]) or (a[0] == b[0] and a[1] > b[1]) for a, b in zip(keys, keys[1:]))
+    assert all(_instant(a[0]) > _instant(b[0]) or (a[0] == b[0] and a[1] > b[1]) for a, b in pairwise(keys))
     canceled = await real.http.get("/v1/tasks", params={"state": "CANCELED"}, headers=real.auth(t.api_key))
     assert sorted(x["task_id"] for x in canceled.json()["tasks"]) == sorted(ids[:7])
     dry = await real.http.post("/v1/tasks:cancel", json={"dry_run": True, "filter": {"task_type": "send"}},

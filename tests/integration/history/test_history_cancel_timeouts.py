@@ -175,7 +175,7 @@ async def test_a_cancel_landing_between_a_completions_read_and_its_update_is_not
     async def read_then_cancel(self, conn, ids, epochs):
         rows = await real(self, conn, ids, epochs)
         if not raced:
-            raced.append((await hist.cancel(task_id, tenant)))  # another transaction commits in between
+            raced.append(await hist.cancel(task_id, tenant))  # another transaction commits in between
         return rows
     monkeypatch.setattr(Store, "task_complete_read", read_then_cancel)
     r = await hist.complete_one(leased, outcome, error=tasks_pb2.TaskError(error_class="Boom"),

@@ -219,7 +219,7 @@ async def test_a_mixed_batch_of_successes_and_failures_closes_every_attempt(hist
              for i, t in enumerate(leased)]
     r = await hist.complete(*comps)
     assert all(x.accepted for x in r)
-    for i, (t, x) in enumerate(zip(leased, r)):
+    for i, (t, x) in enumerate(zip(leased, r, strict=True)):
         assert x.state == (tasks_pb2.TASK_STATE_SUCCEEDED if i % 2 else tasks_pb2.TASK_STATE_RETRY_WAIT)
         got = await hist.get(t.task_id, tenant)
         assert got.attempts[0].HasField("finished_at") and got.version == 3

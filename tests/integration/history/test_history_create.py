@@ -63,7 +63,7 @@ async def test_a_retried_create_with_the_same_ids_writes_nothing_new(hist):
     await hist.create(*tasks)
     before = [await hist.snapshot(t.task_id) for t in tasks]
     again = await hist.create(*tasks)
-    assert all(r.deduplicated and r.task_id == t.task_id for r, t in zip(again.results, tasks))
+    assert all(r.deduplicated and r.task_id == t.task_id for r, t in zip(again.results, tasks, strict=True))
     assert [await hist.snapshot(t.task_id) for t in tasks] == before
 
 
@@ -75,7 +75,7 @@ async def test_delayed_tasks_wait_for_run_at_with_a_wake_up_timer(hist):
     past = hist.task(tenant, app)
     past.run_at.FromSeconds(int(time.time()) - 60)
     await hist.create(d, future, past)
-    assert set((await hist.timers(d.task_id))) == {"delay"}
+    assert set(await hist.timers(d.task_id)) == {"delay"}
     assert (await hist.timers(future.task_id))["delay"]["fire_at"].timestamp() == pytest.approx(time.time() + 3600, abs=5)
     first = await hist.lease(app)
     assert [t.task_id for t in first.tasks] == [past.task_id]  # only the due one
@@ -259,7 +259,7 @@ async def test_on_demand_watchers_hear_nothing_unwanted_and_every_shard_when_the
     reader = asyncio.create_task(read())
     try:
         await eventually(lambda: _true(hist.server.hub.watcher_count >= 1), 5)
-        (watcher,) = [w for w in hist.server.hub._watchers if w.shard_ids == {1, 2}]  # noqa: SLF001
+        (watcher,) = [w for w in hist.server.hub._watchers if w.shard_ids == {1, 2}]
         tenant = unique("t")
         for _ in range(3):
             await hist.create(hist.task(tenant), shard=2)

@@ -39,9 +39,9 @@ async def test_a_conflict_in_a_group_answers_only_its_caller(hist):
     clash = [hist.task(tenant, idempotency_key="k", fingerprint="two") for _ in range(5)]
     fresh = [hist.task(tenant, idempotency_key=f"new{i}", fingerprint="x") for i in range(5)]
     plain = [hist.task(tenant) for _ in range(5)]
-    mixed = [x for group in zip(same, clash, fresh, plain) for x in group]
+    mixed = [x for group in zip(same, clash, fresh, plain, strict=True) for x in group]
     results = [r.results[0] for r in await asyncio.gather(*(hist.create(t) for t in mixed))]
-    for t, r in zip(mixed, results):
+    for t, r in zip(mixed, results, strict=True):
         if t in same:
             assert (r.task_id, r.deduplicated, r.conflict) == (orig.task_id, True, False)
         elif t in clash:
@@ -60,7 +60,7 @@ async def test_one_new_key_from_many_callers_at_once_is_one_task(hist):
     assert len(owners) == 1 and await _count(hist, tenant) == 1
     (owner,) = owners
     winner_fp = "a" if owner in {t.task_id for t in same} else "b"
-    for t, r in zip(same + other, results):
+    for t, r in zip(same + other, results, strict=True):
         if t.task_id == owner:
             assert not r.deduplicated and not r.conflict
         elif t.fingerprint == winner_fp:
@@ -157,14 +157,14 @@ async def test_alike_plain_singles_take_the_plain_statement_and_write_the_same_r
     counts = _count_calls(monkeypatch, hist.server.servicer.store, "task_create_plain", "task_create_batch")
     via_plain, via_batch = unique("t"), unique("t")
 
-    def shaped(tenant: str, i: int) -> "h.NewTask":
+    def shaped(tenant: str, i: int) -> h.NewTask:
         t = hist.task(tenant, payload=b'{"i":%d}' % i, max_attempts=4, base_s=2, queue="q1")
         t.timeouts.schedule_to_start.seconds = 600
         t.non_retryable.append("ValueError")
         return t
     alike = [shaped(via_plain, i) for i in range(40)]
     results = await asyncio.gather(*(hist.create(t) for t in alike))
-    assert all(r.results[0].task_id == t.task_id and not r.results[0].deduplicated for r, t in zip(results, alike))
+    assert all(r.results[0].task_id == t.task_id and not r.results[0].deduplicated for r, t in zip(results, alike, strict=True))
     assert counts["task_create_plain"] >= 1 and counts["task_create_batch"] == 0
     # The same tasks one request each with a key (never alike): the general statement.
     keyed = [shaped(via_batch, i) for i in range(40)]

@@ -118,6 +118,7 @@ async def test_ready_tenants_probe_reads_the_dispatch_index_not_the_table(make_h
     index in run_at order. (As an EXISTS it was a sequential scan of `tasks` from the start,
     1.6 ms per lease call in a 20k drain and growing; docs/benchmarks/findings.md.)"""
     import asyncpg
+
     from ratchet.services.history.store import QUERIES
     h = await make_hist(check_logs=False)  # the rows are written directly, without transition logs
     conn = await asyncpg.connect(next(iter(h.dsns.values())))

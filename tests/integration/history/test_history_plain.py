@@ -238,7 +238,7 @@ async def test_a_resent_call_in_a_group_is_answered_per_task_and_the_others_all_
     resent = answers[4]
     assert not resent.all_created and [(x.task_id, x.deduplicated) for x in resent.results] == [(i, True) for i in old]
     others = answers[:4] + answers[5:]
-    for ids, a in zip(fresh, others):  # all_created, or answered per task as new when it went alone
+    for ids, a in zip(fresh, others, strict=True):  # all_created, or answered per task as new when it went alone
         assert a.all_created or [(x.task_id, x.deduplicated) for x in a.results] == [(i, False) for i in ids]
     assert plains.statements > before  # the resent call was in a group that fell back
     assert await _written(hist, old + [t for ids in fresh for t in ids]) == 45
@@ -272,7 +272,7 @@ async def test_calls_that_differ_in_shared_values_never_share_a_statement(make_h
             shared.retry.max_attempts = 7  # another policy
         kinds.append(shared)
     calls = [[new_task_id() for _ in range(4)] for _ in kinds]
-    answers = await asyncio.gather(*(_plain(hist, sh, ids, [b"0"] * 4) for sh, ids in zip(kinds, calls)))
+    answers = await asyncio.gather(*(_plain(hist, sh, ids, [b"0"] * 4) for sh, ids in zip(kinds, calls, strict=True)))
     assert all(a.all_created for a in answers)
     rows = await hist.sql(1, "SELECT task_id::text AS id, task_type, max_attempts FROM tasks WHERE tenant_id = $1",
                           tenant)

@@ -12,7 +12,7 @@ import pytest
 
 from ratchet.api.tasks.v1 import tasks_pb2
 from ratchet.internal.history.v1 import history_pb2 as h
-from ratchet.services.history.model import MAX_ID, NEVER, DAWN
+from ratchet.services.history.model import DAWN, MAX_ID, NEVER
 from ratchet.services.history.store import QUERIES
 
 from .helpers import unique
@@ -162,4 +162,4 @@ async def test_the_dead_letter_search_is_an_index_scan(make_hist):
     at, tid = page.next_cursor.split("|")
     assert tid == page.tasks[-1].task_id
     assert dt.datetime.fromisoformat(at.replace("Z", "+00:00")) == page.tasks[-1].finished_at.ToDatetime(
-        tzinfo=dt.timezone.utc)
+        tzinfo=dt.UTC)

@@ -347,9 +347,9 @@ async def test_a_caller_waiting_for_the_pool_gets_the_next_connection_a_call_ret
 
     waiter = asyncio.ensure_future(third())
     deadline = time.monotonic() + 10
-    while shard._waiting < 1 and time.monotonic() < deadline:  # noqa: SLF001 - it is in the pool now
+    while shard._waiting < 1 and time.monotonic() < deadline:
         await asyncio.sleep(0.01)
-    assert shard._waiting == 1 and not waiter.done()  # noqa: SLF001
+    assert shard._waiting == 1 and not waiter.done()
     released = time.monotonic()
     release.set()
     await asyncio.wait_for(asyncio.gather(*holders), 10)

@@ -74,7 +74,7 @@ async def test_shared_fields_make_the_rows_the_same_fields_on_every_task_make(hi
 async def test_a_batch_whose_every_column_differs_reads_back_row_by_row(hist):
     """No column is shared, so each goes as a per-row array (the other branch of every CASE)."""
     tenants = [unique("t"), unique("t")]
-    at = dt.datetime(2031, 5, 6, 7, 8, 9, tzinfo=dt.timezone.utc)
+    at = dt.datetime(2031, 5, 6, 7, 8, 9, tzinfo=dt.UTC)
     a = h.NewTask(task_id=new_task_id(), tenant_id=tenants[0], app_id="app-a", task_type="type-a", queue="qa",
                   payload_json=b'"a"', idempotency_key=unique("k"), fingerprint="fa", non_retryable=["E1"],
                   schedule_id="s-a")

@@ -180,7 +180,7 @@ class FakeDispatcher(dispatcher_pb2_grpc.DispatchServiceServicer):
         wait = request.max_wait.ToTimedelta().total_seconds() or 20
         try:
             first = await asyncio.wait_for(self.ready.get(), wait)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             return
         batch = [first]
         while len(batch) < request.capacity and not self.ready.empty():

@@ -11,7 +11,6 @@ from ratchet.api.apps.v1 import apps_pb2
 from ratchet.api.tasks.v1 import tasks_pb2
 from ratchet.cli import commands
 from ratchet.cli.main import main
-
 from tests.unit.client.fake_server import FakeServer
 
 

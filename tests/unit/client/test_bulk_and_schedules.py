@@ -14,7 +14,6 @@ from ratchet.api.schedules.v1 import schedules_pb2
 from ratchet.api.tasks.v1 import tasks_pb2
 from ratchet.client import Client, DeadlineExceeded, InvalidArgument, NotFound
 from ratchet.retry import RetryPolicy
-
 from tests.unit.client.fake_server import FakeServer
 
 U, D = grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED
@@ -53,18 +52,18 @@ def test_iter_tasks_follows_every_page_with_one_filter(server, client):
     first = requests[0]
     assert (first.state, first.error_class, first.page_size, first.page_token) == (
         tasks_pb2.TASK_STATE_FAILED, "KeyError", 2, "")
-    ago = dt.datetime.now(dt.timezone.utc) - first.since.ToDatetime(tzinfo=dt.timezone.utc)
+    ago = dt.datetime.now(dt.UTC) - first.since.ToDatetime(tzinfo=dt.UTC)
     assert abs(ago.total_seconds() - 7200) < 60
     t0, t1 = tasks[0], tasks[1]
     assert (t0.schedule_id, t0.scheduled_time, t0.retried_as, t0.retry_of, t0.checkpoint) == (
-        "sch-1", dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc), "t-0-again", None, None)
+        "sch-1", dt.datetime(2026, 1, 1, tzinfo=dt.UTC), "t-0-again", None, None)
     assert t1.checkpoint == 100 and t1.error.error_class == "KeyError"
     assert t1.to_dict()["scheduled_time"] == "2026-01-01T00:00:00+00:00"
 
 
 def test_list_tasks_returns_one_page_and_its_token(server, client):
     server.tasks.listable = [_failed_task(n) for n in range(3)]
-    since = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
+    since = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
     page = client.list_tasks(state="task_state_failed", task_type="report", queue="q", since=since,
                              until="2026-01-02T00:00:00+00:00", page_size=2)
     assert [t.task_id for t in page.tasks] == ["t-0", "t-1"] and page.next_page_token
@@ -115,7 +114,7 @@ def test_wait_operation_reports_progress_and_failures(server, client):
     assert (done.state, done.matched, done.processed, done.succeeded, done.failed) == ("SUCCEEDED", 3, 3, 2, 1)
     assert done.done and [(f.task_id, f.reason) for f in done.failures] == [
         ("t-2", "task type 'gone' is not registered")]
-    assert done.finished_at == dt.datetime(2026, 1, 1, 0, 1, tzinfo=dt.timezone.utc)
+    assert done.finished_at == dt.datetime(2026, 1, 1, 0, 1, tzinfo=dt.UTC)
     assert done.to_dict()["failures"] == [{"task_id": "t-2", "reason": "task type 'gone' is not registered"}]
 
 
@@ -163,7 +162,7 @@ def test_schedule_lifecycle(server, client):
     assert paused.state == "PAUSED" and paused.next_fire_time is None
     assert client.resume_schedule(ids[0]).state == "ACTIVE"
     got = client.get_schedule(ids[0])
-    assert got.next_fire_time == dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc) and got.catchup_window_s is None
+    assert got.next_fire_time == dt.datetime(2026, 1, 1, tzinfo=dt.UTC) and got.catchup_window_s is None
     assert client.trigger_schedule(ids[1]).task_id == f"task-of-{ids[1]}"
     server.tasks.fail_with = [U]  # deleted, answer lost: the retry's NOT_FOUND means it is done
     assert client.delete_schedule(ids[2]) is None

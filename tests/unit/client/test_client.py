@@ -8,11 +8,25 @@ import grpc
 import pytest
 
 from ratchet.api.tasks.v1 import tasks_pb2
-from ratchet.client import (Client, enqueue_request, Conflict, InvalidArgument, NotFound, PayloadTooLarge, PermissionDenied,
-                            RatchetError, Unauthenticated, Unavailable, error_from_rpc, from_value,
-                            retry_message, task_info, timeouts_message, to_value)
+from ratchet.client import (
+    Client,
+    Conflict,
+    InvalidArgument,
+    NotFound,
+    PayloadTooLarge,
+    PermissionDenied,
+    RatchetError,
+    Unauthenticated,
+    Unavailable,
+    enqueue_request,
+    error_from_rpc,
+    from_value,
+    retry_message,
+    task_info,
+    timeouts_message,
+    to_value,
+)
 from ratchet.retry import RetryPolicy
-
 from tests.unit.client.fake_server import FakeServer
 
 
@@ -83,11 +97,11 @@ def test_timeouts_accept_strings_numbers_and_timedeltas():
 def test_delay_and_run_at_are_exclusive():
     c = Client("127.0.0.1:1", "k")
     with pytest.raises(InvalidArgument, match="delay or run_at"):
-        c.enqueue("greet", delay="1s", run_at=dt.datetime.now(dt.timezone.utc))
+        c.enqueue("greet", delay="1s", run_at=dt.datetime.now(dt.UTC))
     req = enqueue_request("greet", delay="1m30s", queue="emails")
     assert (req.delay.seconds, req.queue) == (90, "emails")
     req = enqueue_request("greet", run_at="2030-01-01T00:00:00+00:00")
-    assert req.run_at.ToDatetime(tzinfo=dt.timezone.utc).year == 2030
+    assert req.run_at.ToDatetime(tzinfo=dt.UTC).year == 2030
     c.close()
 
 
@@ -106,7 +120,7 @@ def test_task_info_is_plain_python():
     info = task_info(_task())
     assert info.state == "SUCCEEDED" and info.terminal and info.succeeded
     assert info.result == {"greeting": "hi", "n": 1} and info.payload is None and info.error is None
-    assert info.created_at == dt.datetime.fromtimestamp(1_700_000_000, dt.timezone.utc)
+    assert info.created_at == dt.datetime.fromtimestamp(1_700_000_000, dt.UTC)
     assert info.finished_at is None
     assert [a.outcome for a in info.attempts] == ["FAILED", "SUCCEEDED"]
     assert info.attempts[0].error.error_class == "RetryableError"
@@ -145,7 +159,9 @@ def test_from_env_and_state_dir(monkeypatch, tmp_path):
 
 def test_public_names():
     import ratchet
-    from ratchet import Client as C, FatalError, RetryableError, RetryPolicy as R, task
+    from ratchet import Client as C
+    from ratchet import FatalError, RetryableError, task
+    from ratchet import RetryPolicy as R
     assert C is Client and R is RetryPolicy and callable(task) and not isinstance(task, type(ratchet))
     assert issubclass(FatalError, Exception) and issubclass(RetryableError, Exception)
 

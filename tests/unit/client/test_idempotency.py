@@ -9,7 +9,6 @@ import pytest
 
 from ratchet.client import Client, DeadlineExceeded, InvalidArgument, Unavailable
 from ratchet.libs.shardmap import parse_task_id, slot_of
-
 from tests.unit.client.fake_server import FakeServer
 
 U, D = grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED

@@ -13,7 +13,7 @@ from ratchet.services.cron import config as cron_config
 from ratchet.services.cron.errors import InvalidArgument
 from ratchet.services.cron.validation import fingerprint, validate_create
 
-NOW = dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc)
+NOW = dt.datetime(2024, 1, 1, tzinfo=dt.UTC)
 
 
 def request(**kw) -> spb.CreateScheduleRequest:

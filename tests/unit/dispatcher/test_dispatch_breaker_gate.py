@@ -12,7 +12,7 @@ from ratchet.services.dispatcher.auth import is_loopback
 from ratchet.services.dispatcher.breaker_gate import MAX_LIMITS, BreakerGate
 from ratchet.services.dispatcher.breakers import CLOSED, HALF_OPEN, OPEN, Breaker, BreakerKey
 
-NOW = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
+NOW = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
 POISON = BreakerKey("tenant-a", "app", "poison")
 OTHER = BreakerKey("tenant-b", "app-b", "flaky")
 

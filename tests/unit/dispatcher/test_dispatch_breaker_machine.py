@@ -20,7 +20,7 @@ class Clock:
     """A fake wall clock for the database's now."""
 
     def __init__(self):
-        self.now = dt.datetime(2026, 1, 1, 12, 0, tzinfo=dt.timezone.utc)
+        self.now = dt.datetime(2026, 1, 1, 12, 0, tzinfo=dt.UTC)
 
     def advance(self, seconds: float) -> dt.datetime:
         self.now += dt.timedelta(seconds=seconds)
@@ -177,5 +177,5 @@ def test_no_probe_outside_half_open(state):
 
 
 def test_crash_json_round_trip():
-    c = m.Crash("t", 3, "SandboxCrashed", "boom", dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc))
+    c = m.Crash("t", 3, "SandboxCrashed", "boom", dt.datetime(2026, 1, 1, tzinfo=dt.UTC))
     assert m.Crash.from_json(c.to_json()) == c

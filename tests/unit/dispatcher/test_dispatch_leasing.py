@@ -64,7 +64,7 @@ async def test_capacity_is_split_and_refilled_from_shards_with_more():
 async def test_small_capacity_asks_one_shard_at_a_time_in_order():
     client = Client({2: 1})
     leaser, _, clock = _setup(client)
-    result, got = await _round(leaser, clock, 1, [0, 1, 2, 3])
+    _result, got = await _round(leaser, clock, 1, [0, 1, 2, 3])
     assert [c[0] for c in client.calls] == [0, 1, 2]
     assert [t.task_id for t in got] == ["2-0"]
 

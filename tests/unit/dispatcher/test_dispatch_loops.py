@@ -5,13 +5,12 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from dispatch_clock import RecordingClock
 
 from ratchet.internal.history.v1 import history_pb2 as hpb
 from ratchet.services.dispatcher.completions import CompletionBatcher
 from ratchet.services.dispatcher.errors import HistoryRejected, ShardUnavailable
 from ratchet.services.dispatcher.loops.timers import MIN_SLEEP_S, TimerLoop
-
-from dispatch_clock import RecordingClock
 
 
 class TimerClient:

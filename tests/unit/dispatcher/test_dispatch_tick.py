@@ -6,13 +6,12 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from dispatch_clock import RecordingClock
 
 from ratchet.libs.clock import SystemClock
 from ratchet.services.dispatcher.errors import ShardUnavailable
 from ratchet.services.dispatcher.loops.tick import FallbackTick
 from ratchet.services.dispatcher.loops.watch import WatchLoop
-
-from dispatch_clock import RecordingClock
 
 
 async def test_the_tick_slows_down_while_the_stream_is_live_and_never_beats_its_base_pace():

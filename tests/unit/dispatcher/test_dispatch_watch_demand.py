@@ -28,7 +28,7 @@ def test_the_lot_reports_the_first_poll_parking_and_the_last_one_leaving():
 
 async def test_wanted_follows_demand_and_is_held_after_the_last_poll_leaves():
     loop = WatchLoop(history=None, shard_ids=[0, 1], on_ready=lambda _s: None, clock=SystemClock(), hold_s=0.3)
-    requests = loop._requests()  # noqa: SLF001 - the stream's request side, driven by hand
+    requests = loop._requests()
     first = await asyncio.wait_for(anext(requests), 1)
     assert list(first.shard_ids) == [0, 1] and not first.wanted
 

@@ -6,7 +6,7 @@ import grpc
 import pytest
 
 from ratchet.services.gateway import errors
-from ratchet.services.gateway.auth import Authenticator, bearer, key_hash, new_api_key, require_app, Principal
+from ratchet.services.gateway.auth import Authenticator, Principal, bearer, key_hash, new_api_key, require_app
 from ratchet.services.gateway.store import KeyOwner
 
 

@@ -94,7 +94,7 @@ class FakeShards:
 
 
 def page_through(shards: FakeShards, size: int) -> list[tasks_pb2.Task]:
-    cursors = {s: "" for s in shards.data}
+    cursors = dict.fromkeys(shards.data, "")
     seen: list[tasks_pb2.Task] = []
     for _ in range(10_000):
         pages = {s: shards.page(s, c, size) for s, c in cursors.items()}

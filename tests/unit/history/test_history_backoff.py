@@ -9,8 +9,16 @@ from google.protobuf import duration_pb2
 
 from ratchet.api.tasks.v1 import tasks_pb2
 from ratchet.services.history.errors import InvalidArgument
-from ratchet.services.history.policy import (Retry, Timeouts, backoff_ceiling, backoff_delay, retry_from_proto,
-                                             retry_to_proto, timeouts_from_proto, timeouts_to_proto)
+from ratchet.services.history.policy import (
+    Retry,
+    Timeouts,
+    backoff_ceiling,
+    backoff_delay,
+    retry_from_proto,
+    retry_to_proto,
+    timeouts_from_proto,
+    timeouts_to_proto,
+)
 
 
 def test_ceiling_grows_by_factor_from_base_and_stops_at_cap():

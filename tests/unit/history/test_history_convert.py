@@ -20,7 +20,7 @@ def test_timestamp_is_what_from_datetime_makes():
     """Computed from the timedelta since the epoch: the same seconds and nanos as
     Timestamp.FromDatetime for aware (any zone), naive (UTC) and pre-1970 values."""
     rng = random.Random(3)
-    zones = [dt.timezone.utc, dt.timezone(dt.timedelta(hours=5, minutes=30)), dt.timezone(dt.timedelta(hours=-8))]
+    zones = [dt.UTC, dt.timezone(dt.timedelta(hours=5, minutes=30)), dt.timezone(dt.timedelta(hours=-8))]
     for _ in range(5000):
         naive = dt.datetime(1, 1, 1) + dt.timedelta(microseconds=rng.randrange(0, 315_537_897_600 * 10 ** 6))
         for value in (naive, naive.replace(tzinfo=rng.choice(zones))):
@@ -29,12 +29,12 @@ def test_timestamp_is_what_from_datetime_makes():
             got = convert.timestamp(value)
             assert (got.seconds, got.nanos) == (_reference(value).seconds, _reference(value).nanos), value
     assert convert.timestamp(None) is None
-    epoch = convert.timestamp(dt.datetime(1969, 12, 31, 23, 59, 59, 500000, tzinfo=dt.timezone.utc))
+    epoch = convert.timestamp(dt.datetime(1969, 12, 31, 23, 59, 59, 500000, tzinfo=dt.UTC))
     assert (epoch.seconds, epoch.nanos) == (-1, 500_000_000)
 
 
 def test_a_leased_row_shares_one_lease_duration_without_aliasing():
-    now = dt.datetime.now(dt.timezone.utc)
+    now = dt.datetime.now(dt.UTC)
     row = {"task_id": "0190a0a0-0000-8000-8000-000000000000", "tenant_id": "t", "app_id": "a", "task_type": "x",
            "queue": "default", "payload": b"null", "attempt": 1, "max_attempts": 3, "lease_epoch": 2, "run_at": now,
            "schedule_id": None, "scheduled_time": None, "start_to_close_s": 12.5, "checkpoint": None}

@@ -145,4 +145,4 @@ async def test_a_caller_that_gave_up_while_queued_is_left_out(monkeypatch):
     rec.gate.set()
     await asyncio.gather(first, *stays)
     assert all("gone0" not in s for s in rec.statements)
-    assert g._lines == {}  # an idle line is dropped  # noqa: SLF001
+    assert g._lines == {}  # an idle line is dropped

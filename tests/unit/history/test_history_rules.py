@@ -88,7 +88,7 @@ def test_new_task_merges_non_retryable_lists_and_keeps_schedule_fields():
     p.scheduled_time.FromDatetime(dt.datetime(2024, 3, 10, 2, 30))
     row, *_ = convert.new_task(p, 0)
     assert row.non_retryable == ["A", "B"] and row.retry_rules == {"C": {"non_retryable": True}}
-    assert row.schedule_id == "sch-1" and row.scheduled_time == dt.datetime(2024, 3, 10, 2, 30, tzinfo=dt.timezone.utc)
+    assert row.schedule_id == "sch-1" and row.scheduled_time == dt.datetime(2024, 3, 10, 2, 30, tzinfo=dt.UTC)
 
 
 def test_checkpoints_are_size_and_json_checked():
@@ -125,11 +125,11 @@ def test_bulk_cancel_plan_is_the_normal_cancel():
 
 def test_filters_and_cursors():
     f = TaskFilter(states=(S.FAILED, S.ENQUEUED), task_type="x",
-                   since=dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc))
+                   since=dt.datetime(2024, 1, 1, tzinfo=dt.UTC))
     assert TaskFilter.from_json(f.to_json()) == f
     assert f.terminal_states() == ["FAILED"] and f.live_states() == ["ENQUEUED"]
     assert len(TaskFilter().terminal_states()) == 4 and len(TaskFilter().live_states()) == 3
-    at = dt.datetime(2024, 5, 1, 12, 0, 0, 123456, tzinfo=dt.timezone.utc)
+    at = dt.datetime(2024, 5, 1, 12, 0, 0, 123456, tzinfo=dt.UTC)
     tid = new_task_id()
     cursor = convert.format_cursor(at, tid)
     assert cursor == f"2024-05-01T12:00:00.123456Z|{tid}"
@@ -150,7 +150,7 @@ def test_type_limits_split_into_paused_and_capped():
     assert sorted(paused) == [a, c] and caps == {b: 1}
 
 
-def _new(**retry) -> "convert.history_pb2.NewTask":
+def _new(**retry) -> convert.history_pb2.NewTask:
     p = convert.history_pb2.NewTask(task_id=new_task_id(), tenant_id="t", app_id="a", task_type="x",
                                     payload_json=b"1")
     for k, v in retry.items():

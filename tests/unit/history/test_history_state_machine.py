@@ -20,13 +20,13 @@ S = TaskState
 
 
 def test_allowed_is_exactly_the_decided_machine():
-    assert ALLOWED == {
+    assert {
         (CREATE, S.ENQUEUED),
         (S.ENQUEUED, S.LEASED), (S.ENQUEUED, S.CANCELED), (S.ENQUEUED, S.EXPIRED),
         (S.LEASED, S.SUCCEEDED), (S.LEASED, S.RETRY_WAIT), (S.LEASED, S.FAILED), (S.LEASED, S.CANCELED),
         (S.RETRY_WAIT, S.ENQUEUED), (S.RETRY_WAIT, S.CANCELED), (S.RETRY_WAIT, S.EXPIRED),
-    }
-    assert TERMINAL == {S.SUCCEEDED, S.FAILED, S.CANCELED, S.EXPIRED}
+    } == ALLOWED
+    assert {S.SUCCEEDED, S.FAILED, S.CANCELED, S.EXPIRED} == TERMINAL
 
 
 def test_terminal_states_have_no_way_out_and_nothing_returns_to_create():

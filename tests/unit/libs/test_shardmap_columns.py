@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
-from ratchet.libs.shardmap import (all_canonical, new_task_id, parse_task_id, slot_of_canonical, slot_of_prefix,
-                                   slot_prefix)
+from ratchet.libs.shardmap import (
+    all_canonical,
+    new_task_id,
+    parse_task_id,
+    slot_of_canonical,
+    slot_of_prefix,
+    slot_prefix,
+)
 
 
 def test_all_canonical_is_parse_task_id_on_every_id():

@@ -76,7 +76,7 @@ def test_issue5_bar_compares_with_postgres_peers_only():
     for c in cells:
         if c.system == "postgres" and c.workload == "PHYS_job":
             c.commits_per_task, c.wal_bytes_per_task = 3.0, 800.0
-    r = [c for c in cells if c.system == "ratchet" and c.workload == "drain"][0]
+    r = next(c for c in cells if c.system == "ratchet" and c.workload == "drain")
     r.commits_per_task, r.wal_bytes_per_task = 1.4, 2000.0
     bars = {b["bar"]: b for b in compare.issue5_bar(cells)}
     # Celery (not durable) drains faster but does not count against the Postgres bar.

@@ -3,8 +3,6 @@ staleness checks run with every `make test`."""
 
 from __future__ import annotations
 
-import filecmp
-import os
 import pathlib
 import shutil
 import subprocess

@@ -91,7 +91,7 @@ def idempotency(run: Run, res: Result) -> None:
     for task in run.dump.tasks.values():
         if task.idempotency_key:
             stored[(task.tenant_id, task.app_id, task.idempotency_key)].append(task.task_id)
-    for (tenant, app, key), ids in stored.items():
+    for (tenant, _app, key), ids in stored.items():
         if len(ids) > 1:
             res.violation(f"key {key!r} has {len(ids)} tasks in the store", sorted(ids)[0], task_ids=sorted(ids))
     for (tenant, key), ids in acked.items():

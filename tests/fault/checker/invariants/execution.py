@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import collections
 from collections import defaultdict
+from itertools import pairwise
 
 from .. import statemachine as sm
 from ..core import Result, invariant
@@ -126,7 +127,7 @@ def _exit_of(log, epoch):
 
 def _explain_reruns(run: Run, res: Result, task_id: str, epochs: list[int], attempts, log) -> None:
     ended_ok = {int(e.get("lease_epoch", -1)) for e in _ends(run, task_id) if e.get("outcome") == "ok"}
-    for prev, cur in zip(epochs, epochs[1:]):
+    for prev, cur in pairwise(epochs):
         res.count("extra_executions")
         exit_ = _exit_of(log, prev)
         att = attempts.get(prev)

@@ -4,6 +4,7 @@ P1 (acked means terminal) and P2 (state only moves forward)."""
 from __future__ import annotations
 
 from collections import defaultdict
+from itertools import pairwise
 
 from .. import statemachine as sm
 from ..core import Result, invariant
@@ -157,7 +158,7 @@ def lease_epochs(run: Run, res: Result) -> None:
         if task is not None and task.lease_epoch is not None and high is not None and task.lease_epoch != high:
             res.violation(f"the task row's lease epoch {task.lease_epoch} is not the log's last {high}", task_id)
         epochs = [a.lease_epoch for a in run.dump.attempts.get(task_id, []) if a.lease_epoch is not None]
-        if any(b <= a for a, b in zip(epochs, epochs[1:])):
+        if any(b <= a for a, b in pairwise(epochs)):
             res.violation(f"attempt epochs do not increase with the attempt number: {epochs}", task_id)
 
 
@@ -173,7 +174,7 @@ def attempt_accounting(run: Run, res: Result) -> None:
         if [a.attempt for a in attempts] != list(range(1, len(attempts) + 1)) or len(attempts) != len(leases):
             res.violation(f"attempt rows {[a.attempt for a in attempts]} do not match {len(leases)} leases",
                           task_id)
-        for lease, att in zip(leases, attempts):
+        for lease, att in zip(leases, attempts, strict=True):
             if None not in (lease.lease_epoch, att.lease_epoch) and lease.lease_epoch != att.lease_epoch:
                 res.violation(f"attempt {att.attempt} has epoch {att.lease_epoch}, its lease had {lease.lease_epoch}",
                               task_id)
