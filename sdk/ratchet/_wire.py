@@ -186,7 +186,7 @@ def task_state(name: Any) -> int:
     try:
         return tasks_pb2.TaskState.Value(text if text.startswith("TASK_STATE_") else f"TASK_STATE_{text}")
     except ValueError:
-        names = [n.removeprefix("TASK_STATE_") for n in tasks_pb2.TaskState][1:]
+        names = [n.removeprefix("TASK_STATE_") for n in tasks_pb2.TaskState.keys()][1:]  # noqa: SIM118 - a protobuf enum wrapper is not iterable
         raise invalid(f"unknown task state {name!r}; use one of {', '.join(names)}") from None
 
 
