@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: setup test test-fast protos proto-baseline lint-protos run bench bench-full chaos clean
+.PHONY: setup test test-fast lint protos proto-baseline lint-protos run bench bench-full chaos clean
 
 # ---- setup (shared) -------------------------------------------------------
 setup: $(STAMP)
@@ -34,6 +34,11 @@ test: setup
 
 test-fast: setup
 	$(PY) -m pytest tests/unit -q -p no:cacheprovider
+
+# ruff over the repository and mypy over libs/ and the SDK (both also run in `make test`).
+lint: setup
+	$(PY) -m ruff check .
+	$(PY) scripts/typecheck.py
 
 # ---- run (owned by the CLI/platform work) ----------------------------------
 # BEGIN run

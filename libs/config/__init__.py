@@ -12,9 +12,12 @@ import json
 import os
 import pathlib
 import typing
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
-T = TypeVar("T")
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
+T = TypeVar("T", bound="DataclassInstance")
 
 
 class ConfigError(ValueError):
@@ -59,7 +62,8 @@ def _coerce(name: str, kind: Any, value: Any) -> Any:
     return value
 
 
-def load_config(cls: type[T], path: str | os.PathLike | None = None, *, env_prefix: str = "", overrides: dict | None = None) -> T:
+def load_config(cls: type[T], path: str | os.PathLike | None = None, *, env_prefix: str = "",
+                overrides: dict | None = None) -> T:
     """Build cls from a JSON file, environment overrides and explicit overrides."""
     data: dict[str, Any] = {}
     if path:

@@ -37,7 +37,8 @@ def _no_constant(name: str):
     raise ValueError(f"{name} is not JSON (no NaN or Infinity)")
 
 
-_scan = json.JSONDecoder(parse_constant=_no_constant).scan_once  # (C: json.loads without its wrappers)
+# (C: json.loads without its wrappers)
+_scan = json.JSONDecoder(parse_constant=_no_constant).scan_once  # type: ignore[attr-defined]  # set in __init__; typeshed omits it
 # A task id in canonical form: lowercase, version 8, RFC 4122 variant (libs/shardmap matches
 # single ids with it; _fastcheck.c's `canonical` checks the same).
 CANONICAL_ID = r"[0-9a-f]{8}-[0-9a-f]{4}-8[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}"

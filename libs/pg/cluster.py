@@ -20,6 +20,7 @@ import stat
 import subprocess
 import time
 from collections.abc import Collection
+from typing import Any
 
 DEFAULT_SETTINGS = {
     "listen_addresses": "'127.0.0.1'",
@@ -172,7 +173,7 @@ class LocalCluster:
     # -- process plumbing -------------------------------------------------
     def _cmd(self, *args: str, check: bool = True, timeout: float = 120,
              as_server_user: bool = True) -> subprocess.CompletedProcess:
-        kwargs = {}
+        kwargs: dict[str, Any] = {}
         if self._as is not None and as_server_user:
             kwargs = {"user": self._as.pw_uid, "group": self._as.pw_gid, "extra_groups": []}
         return subprocess.run(list(args), check=check, timeout=timeout, capture_output=True, text=True,

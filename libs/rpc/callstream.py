@@ -235,7 +235,7 @@ class CallStream:
         self.peer, self.method = peer, method
         self._clock = clock
         self._ids = itertools.count(1)
-        self._call = None
+        self._call: grpc.aio.StreamStreamCall | None = None
         self._framed = False  # the open stream's server reads multi-call messages
         self._version = 1  # the call-stream version the open stream's server advertised
         self._reader: asyncio.Task | None = None
@@ -323,7 +323,9 @@ class CallStream:
                     self._fail(ids, TimeoutError())
                     continue
             call, framed, version = self._call, self._framed, self._version
-            batch, size = [], 0
+            assert call is not None  # _open() above set it, or raised
+            batch: list[tuple[int, Any, int]] = []
+            size = 0
             for call_id, (req, deadline) in list(self._outbox.items()):
                 if batch and (not framed or len(batch) >= MAX_FRAME_CALLS or size >= MAX_FRAME_BYTES):
                     break

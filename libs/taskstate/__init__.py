@@ -10,6 +10,7 @@ and the history service's decisions at run time (`check`).
 from __future__ import annotations
 
 import enum
+import typing
 
 from ratchet.api.tasks.v1 import tasks_pb2
 
@@ -59,6 +60,10 @@ class IllegalTransition(ValueError):
         super().__init__(f"illegal task transition {frm or '(create)'} -> {to}")
 
 
+@typing.overload
+def parse(value: None) -> None: ...
+@typing.overload
+def parse(value: str | TaskState) -> TaskState: ...
 def parse(value: str | TaskState | None) -> TaskState | None:
     """A TaskState from its stored name; None stays None (the create edge)."""
     if value is None or isinstance(value, TaskState):

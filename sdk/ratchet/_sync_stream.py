@@ -29,9 +29,13 @@ import concurrent.futures
 import os
 import threading
 import weakref
+from typing import TYPE_CHECKING
 
 from ratchet._transport import DeadlineExceeded, RatchetError
 from ratchet.api.tasks.v1 import tasks_pb2
+
+if TYPE_CHECKING:
+    from ratchet.aio import AsyncClient
 
 # How long close() waits for the loop to end the stream and stop.
 _CLOSE_S = 5.0
@@ -67,7 +71,7 @@ class StreamEnqueuer:
         self._pid: int | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
-        self._client = None
+        self._client: AsyncClient | None = None
         self._closed = False
         _live.add(self)
 
@@ -136,7 +140,7 @@ class StreamEnqueuer:
             self._closed = self._closed or closing
             loop, thread, client, pid = self._loop, self._thread, self._client, self._pid
             self._loop = self._thread = None
-        if loop is None or pid != os.getpid():
+        if loop is None or thread is None or client is None or pid != os.getpid():
             return
         try:
             asyncio.run_coroutine_threadsafe(client.close(), loop).result(_CLOSE_S)

@@ -8,7 +8,7 @@ import re
 import time
 import uuid
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import grpc
 
@@ -117,7 +117,9 @@ def invalid(message: str) -> InvalidArgument:
 def _trailer_task_id(err: grpc.RpcError) -> str | None:
     """The original task the gateway names in trailing metadata, if it does."""
     try:
-        for key, value in err.trailing_metadata() or ():
+        # (grpc's stub types the items as objects; they are (key, value) pairs in grpc and grpc.aio)
+        for item in err.trailing_metadata() or ():
+            key, value = cast("tuple[str, Any]", item)
             if key.endswith("task-id") and isinstance(value, str):
                 return value
     except Exception:  # noqa: BLE001 - a fake or cancelled call may have no trailers

@@ -11,7 +11,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, cast
 
 from google.protobuf import duration_pb2, json_format, struct_pb2, timestamp_pb2
 
@@ -85,9 +85,11 @@ def moment(value: Any, what: str, now: dt.datetime | None = None) -> timestamp_p
 _COMPACT = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 # Its C core called directly (what _COMPACT.encode reaches through two Python frames): 1/3 of
 # the cost for a small payload. No circular check (a cycle ends in RecursionError instead).
-_C_COMPACT = (json.encoder.c_make_encoder(None, _COMPACT.default, json.encoder.encode_basestring, None, ":", ",",
-                                          False, False, False)
-              if json.encoder.c_make_encoder is not None else None)
+# (c_make_encoder is the C accelerator json.encoder uses itself; typeshed leaves it out.)
+_C_MAKE_ENCODER = getattr(json.encoder, "c_make_encoder", None)
+_C_COMPACT = (_C_MAKE_ENCODER(None, _COMPACT.default, json.encoder.encode_basestring, None, ":", ",",
+                              False, False, False)
+              if _C_MAKE_ENCODER is not None else None)
 
 
 def to_json(payload: Any, what: str = "payload") -> str:
@@ -180,11 +182,13 @@ def timeouts_message(timeouts: Any) -> tasks_pb2.Timeouts:
     return msg
 
 
-def task_state(name: Any) -> int:
+# (The generated stubs type an enum's Value() as int, its fields as the enum: hence the casts.)
+def task_state(name: Any) -> tasks_pb2.TaskState:
     """A TaskState from "FAILED", "failed" or "TASK_STATE_FAILED"."""
     text = str(name).strip().upper()
     try:
-        return tasks_pb2.TaskState.Value(text if text.startswith("TASK_STATE_") else f"TASK_STATE_{text}")
+        value = tasks_pb2.TaskState.Value(text if text.startswith("TASK_STATE_") else f"TASK_STATE_{text}")
+        return cast(tasks_pb2.TaskState, value)
     except ValueError:
         names = [n.removeprefix("TASK_STATE_") for n in tasks_pb2.TaskState.keys()][1:]  # noqa: SIM118 - a protobuf enum wrapper is not iterable
         raise invalid(f"unknown task state {name!r}; use one of {', '.join(names)}") from None
@@ -203,12 +207,12 @@ def task_filter(state: Any = None, task_type: str | None = None, queue: str | No
     return msg
 
 
-def overlap_policy(name: str) -> int:
+def overlap_policy(name: str) -> schedules_pb2.OverlapPolicy:
     """An OverlapPolicy from "allow", "skip", "cancel_previous" or "buffer_one"."""
     text = str(name).strip().lower().replace("-", "_")
     if text not in OVERLAP_POLICIES:
         raise invalid(f"overlap_policy must be one of {', '.join(OVERLAP_POLICIES)}, got {name!r}")
-    return schedules_pb2.OverlapPolicy.Value(f"OVERLAP_POLICY_{text.upper()}")
+    return cast(schedules_pb2.OverlapPolicy, schedules_pb2.OverlapPolicy.Value(f"OVERLAP_POLICY_{text.upper()}"))
 
 
 # -- out ---------------------------------------------------------------------

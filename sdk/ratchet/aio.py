@@ -66,7 +66,7 @@ class AsyncClient:
         # The channel is made on first use, inside the event loop that uses it (a grpc.aio
         # channel belongs to the loop it was made in; a client built at import time would
         # otherwise be tied to no loop, or to the wrong one).
-        self._channel = None
+        self._channel: grpc.aio.Channel | None = None
         self._stub: tasks_pb2_grpc.TaskServiceStub | None = None
         self._stream = CallStream(
             lambda metadata: self._tasks.EnqueueTaskStream(metadata=self._metadata + metadata),

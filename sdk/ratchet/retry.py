@@ -45,6 +45,11 @@ class _Default:
         return repr(self.value)
 
 
+def _default(value: Any) -> Any:
+    """A _Default, typed Any so that a signature declares the parameter's real type."""
+    return _Default(value)
+
+
 def _seconds(arg: str, value: Any) -> float:
     try:
         seconds = parse_duration(value)
@@ -103,12 +108,12 @@ class RetryPolicy:
     # The fields the caller gave; a rule overrides only these.
     explicit: frozenset[str] = dataclasses.field(repr=False)
 
-    def __init__(self, max_attempts: int = _Default(5), backoff: str = _Default("exp"),
-                 base: str | int | float = _Default("1s"), factor: float = _Default(2.0),
-                 cap: str | int | float = _Default("1h"), jitter: bool = _Default(True),
+    def __init__(self, max_attempts: int = _default(5), backoff: str = _default("exp"),
+                 base: str | int | float = _default("1s"), factor: float = _default(2.0),
+                 cap: str | int | float = _default("1h"), jitter: bool = _default(True),
                  non_retryable: Iterable[Any] = (), rules: Mapping[Any, RetryPolicy | str] | None = None):
-        args = {"max_attempts": max_attempts, "backoff": backoff, "base": base, "factor": factor, "cap": cap,
-                "jitter": jitter}
+        args: dict[str, Any] = {"max_attempts": max_attempts, "backoff": backoff, "base": base, "factor": factor,
+                                "cap": cap, "jitter": jitter}
         explicit = frozenset(k for k, v in args.items() if not isinstance(v, _Default))
         max_attempts, backoff, base, factor, cap, jitter = (
             v.value if isinstance(v, _Default) else v for v in args.values())
@@ -179,7 +184,7 @@ class RetryPolicy:
         rule = self.rules.get(error_class)
         if not isinstance(rule, RetryPolicy):
             return self
-        fields = {"max_attempts": self.max_attempts, "base": self.base_s, "factor": self.factor,
+        fields: dict[str, Any] = {"max_attempts": self.max_attempts, "base": self.base_s, "factor": self.factor,
                   "cap": self.cap_s, "jitter": self.jitter}
         for name in ("max_attempts", "factor", "jitter"):
             if name in rule.explicit:
@@ -204,7 +209,7 @@ class RetryPolicy:
         full = self._fields()
         keys = {"max_attempts": "max_attempts", "base": "base_s", "factor": "factor", "cap": "cap_s",
                 "jitter": "jitter"}
-        out = {"non_retryable": False}
+        out: dict[str, Any] = {"non_retryable": False}
         for arg, key in keys.items():
             explicit = arg in self.explicit or (arg == "factor" and "backoff" in self.explicit)
             out[key] = full[key] if explicit else None
@@ -218,7 +223,7 @@ class RetryPolicy:
         """The policy as the deploy manifest carries it (seconds, no backoff name)."""
         rules = {}
         for name, rule in sorted(self.rules.items()):
-            if rule == FATAL:
+            if isinstance(rule, str):  # FATAL, the only string a rule may be
                 rules[name] = {"non_retryable": True, "max_attempts": None, "base_s": None, "factor": None,
                                "cap_s": None, "jitter": None}
             else:

@@ -58,11 +58,17 @@ class TaskSpec:
         }
 
 
-def _timeout(arg: str, value: Any, *, optional: bool) -> float | None:
+def _required_timeout(arg: str, value: Any) -> float:
     if value is None:
-        if optional:
-            return None
         raise TaskDefinitionError(f"@task {arg} is required; use a duration like '10m'")
+    return _seconds(arg, value)
+
+
+def _optional_timeout(arg: str, value: Any) -> float | None:
+    return None if value is None else _seconds(arg, value)
+
+
+def _seconds(arg: str, value: Any) -> float:
     try:
         seconds = parse_duration(value)
     except (ValueError, TypeError) as e:
@@ -100,9 +106,9 @@ def task(fn: Callable | str | None = None, *, name: str | None = None, retries: 
         retries = RetryPolicy()
     elif not isinstance(retries, RetryPolicy):
         raise TaskDefinitionError(f"@task retries must be a RetryPolicy, got {retries!r}")
-    start_to_close = _timeout("timeout", timeout, optional=False)
-    to_start = _timeout("schedule_to_start", schedule_to_start, optional=True)
-    to_close = _timeout("schedule_to_close", schedule_to_close, optional=True)
+    start_to_close = _required_timeout("timeout", timeout)
+    to_start = _optional_timeout("schedule_to_start", schedule_to_start)
+    to_close = _optional_timeout("schedule_to_close", schedule_to_close)
 
     def decorate(handler: Callable) -> Callable:
         task_name = name if name is not None else getattr(handler, "__name__", "")

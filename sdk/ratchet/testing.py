@@ -119,5 +119,6 @@ def run(handler: Callable, payload: Any = None, attempt: int = 1, cancelled: boo
     if outcome.exception is not None:
         raise outcome.exception
     if outcome.outcome == "failed":  # a failure the stub decided, e.g. an unparsable payload
-        raise RuntimeError(f"{outcome.error['error_class']}: {outcome.error['message']}")
+        error = outcome.error or {}
+        raise RuntimeError(f"{error.get('error_class')}: {error.get('message')}")
     return json.loads(outcome.result) if outcome.result is not None else None

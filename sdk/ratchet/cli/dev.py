@@ -144,7 +144,7 @@ def down(state_dir: pathlib.Path, timeout: float = 60.0) -> int:
     rec = running_supervisor(state_dir)
     if rec:
         procs.terminate(rec["pid"], rec.get("start_time"), grace=timeout)
-    endpoints = _endpoints(state_dir, required=False) or {}
+    endpoints = procs.read_json(state_dir / "endpoints.json") or {}
     leftovers = 0
     for _name, svc in (endpoints.get("services") or {}).items():
         if procs.is_ours(svc.get("pid"), svc.get("start_time")):
@@ -196,9 +196,9 @@ def env(state_dir: pathlib.Path) -> int:
     return 0
 
 
-def _endpoints(state_dir: pathlib.Path, required: bool = True) -> dict | None:
+def _endpoints(state_dir: pathlib.Path) -> dict:
     data = procs.read_json(state_dir / "endpoints.json")
-    if data is None and required:
+    if data is None:
         raise CLIError(f"no platform in {state_dir} (no endpoints.json): start one with `ratchet dev up`")
     return data
 
