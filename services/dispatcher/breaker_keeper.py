@@ -145,7 +145,7 @@ class BreakerKeeper:
                     event = self.queue.get_nowait()
                     try:
                         await self.apply(event)
-                    except Exception as err:  # shutting down: report and go on with the rest
+                    except Exception as err:  # noqa: BLE001 - shutting down: report and go on with the rest
                         self.fail(event, err)
         except TimeoutError:
             log.warning("%d breaker event(s) not written at shutdown", self.queue.qsize())

@@ -140,7 +140,7 @@ class CompletionBatcher:
     async def _send_part(self, shard_id: int, completions: Sequence[hpb.Completion], future: asyncio.Future) -> None:
         try:
             _settle(future, list(await self._send(shard_id, completions)))
-        except Exception as err:  # handed to that waiter's caller, which maps it to a status
+        except Exception as err:  # noqa: BLE001 - handed to that waiter's caller, which maps it to a status
             _settle(future, error=err)
 
     async def close(self) -> None:

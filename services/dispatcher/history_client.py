@@ -83,7 +83,8 @@ class HistoryClient:
         return await self._call(shard_id, self._stub.FireTimers, request, None)
 
     async def watch_ready_on_demand(self, requests: AsyncIterator[hpb.WatchReadyOnDemandRequest],
-                                    shard_ids: Sequence[int], timeout: float) -> AsyncIterator[tuple[int, float | None]]:
+                                    shard_ids: Sequence[int],
+                                    timeout: float) -> AsyncIterator[tuple[int, float | None]]:
         """Like watch_ready, with `requests` saying when events are wanted (history.proto): yields
         (shard_id, None) for a ready event and (shard_id, seconds) for a timer hint (a timer on the
         shard may be due in that long). A history without the RPC raises HistoryRejected with code

@@ -21,8 +21,8 @@ class GatewayConfig:
     shard_ids: list[int] = field(doc="ids of the task shards; slots are split evenly over them (required)")
     blob_dir: str = field(doc="folder holding bundles as blob_dir/sha256/<hex>.tar.gz (required)")
     admin_key_sha256: str = field(doc="hex sha256 of the admin key that may call TenantService (required)")
-    host_token_sha256: list[str] = field(default_factory=list,
-                                         doc="hex sha256 of each host agent token accepted by ControlService; default none")
+    host_token_sha256: list[str] = field(
+        default_factory=list, doc="hex sha256 of each host agent token accepted by ControlService; default none")
     cron_target: str = field("", doc="host:port of the cron service (ScheduleService forwards to it); "
                                      "default empty: schedule calls answer UNAVAILABLE")
     dispatcher_target: str = field("", doc="host:port of the dispatcher (BreakerService forwards to its "
@@ -32,8 +32,10 @@ class GatewayConfig:
     rest_port: int = field(0, doc="REST (HTTP/JSON) port; 0 picks a free one; default 0")
     max_payload_bytes: int = field(262144, doc="largest task payload as compact JSON, bytes; default 262144 (256 KiB)")
     max_bundle_bytes: int = field(33554432, doc="largest deployment bundle, bytes; default 33554432 (32 MiB)")
-    rpc_timeout_s: float = field(10.0, doc="deadline of every call to history and of every request, seconds; default 10")
-    auth_cache_s: float = field(10.0, doc="how long a verified API key stays cached (so revocation takes this long), seconds; default 10")
+    rpc_timeout_s: float = field(10.0, doc="deadline of every call to history and of every request, seconds; "
+                                           "default 10")
+    auth_cache_s: float = field(10.0, doc="how long a verified API key stays cached (so revocation takes this "
+                                          "long), seconds; default 10")
     enqueue_calls_in_flight: int = field(1, doc="CreateTasks calls per shard at once for single enqueues "
                                          "(coalesce.py): 1 coalesces the most, more wait less; 1..8; default 1")
     enqueue_stream: bool = field(True, doc="send CreateTasks to history as messages on one stream "

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 from collections.abc import Awaitable, Callable, Mapping
+from typing import ClassVar
 
 from google.protobuf import descriptor as _descriptor
 from google.protobuf.message import Message
@@ -50,8 +51,8 @@ class TaskHandlers:
     # Streaming RPCs that carry calls of unary ones as messages (libs/rpc/callstream):
     # stream method -> ((call field, unary method, answer field), ...). A call carries at
     # most one of the fields; one with none is a call of the first method (an empty request).
-    call_streams = {"EnqueueTaskStream": (("request", "EnqueueTask", "response"),
-                                          ("batch", "EnqueueTasks", "batch_response"))}
+    call_streams: ClassVar[dict[str, tuple[tuple[str, str, str], ...]]] = {
+        "EnqueueTaskStream": (("request", "EnqueueTask", "response"), ("batch", "EnqueueTasks", "batch_response"))}
 
     def __init__(self, auth: Authenticator, tasks: TaskApi, lister: TaskLister, bulk: BulkApi):
         self.auth, self.tasks, self.lister, self.bulk = auth, tasks, lister, bulk

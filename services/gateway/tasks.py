@@ -304,7 +304,8 @@ class TaskApi:
                 k += m
         if sum(sizes) + n * _TASK_OVERHEAD_BYTES <= CREATE_CHUNK_BYTES:  # (every part fits one call)
             return by_shard
-        return [(s, chunk) for s, idx in by_shard for chunk in _size_chunks(sizes, list(range(n)) if idx is None else idx)]
+        return [(s, chunk) for s, idx in by_shard
+                for chunk in _size_chunks(sizes, list(range(n)) if idx is None else idx)]
 
     async def enqueue_scheduled(self, req: control_pb2.EnqueueScheduledRequest,
                                 timeout: float) -> control_pb2.EnqueueScheduledResponse:

@@ -16,7 +16,8 @@ DEFAULT_APP = "default"
 async def create_tenant(store: ControlStore, req: tenants_pb2.CreateTenantRequest) -> tenants_pb2.CreateTenantResponse:
     """The key is returned once; only its hash is stored."""
     if not TENANT_NAME.match(req.name):
-        raise InvalidArgument(f"name must be 1..64 characters of [a-z0-9-] starting with a letter, got {req.name[:80]!r}")
+        raise InvalidArgument("name must be 1..64 characters of [a-z0-9-] starting with a letter, "
+                              f"got {req.name[:80]!r}")
     key = new_api_key()
     made = await store.tenant_create(req.name, DEFAULT_APP, key_hash(key))
     if made is None:

@@ -155,7 +155,7 @@ class Sandbox:
     async def _spawn(self, python: str, sock_path: pathlib.Path) -> None:
         (self.home / "tmp").mkdir(parents=True, exist_ok=True)
         os.chmod(self.home, 0o700)
-        with open(self.log_path, "ab") as out:
+        with open(self.log_path, "ab") as out:  # noqa: ASYNC230 - a local file opened for append: no wait
             self.process = await asyncio.create_subprocess_exec(
                 python, "-m", "ratchet.sandbox", "run", "--socket", str(sock_path),
                 "--app-dir", str(self.bundle_dir), "--module", self.module, "--parent-pid", str(os.getpid()),
