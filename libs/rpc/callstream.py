@@ -9,12 +9,13 @@ Both follow one contract, implemented here once for both sides:
 
 * A call is `{call_id, request, timeout_ms}`: the call_id is the caller's,
   unique among its calls in flight on the stream; timeout_ms bounds the call
-  from when it was sent (0: no limit but the stream's). With framing version
-  2 a message may carry several calls, and an answer message several answers
-  (the calls that gathered during the previous write; see CallStream).
-* The server sends a header (`ratchet-call-stream`) before anything else, so
-  a caller tells a server without the RPC (UNIMPLEMENTED, an older version)
-  apart before it writes a call, and falls back to unary calls.
+  from when it was sent (0: no limit but the stream's). A message carries one
+  or more calls, and an answer message one or more answers (the calls that
+  gathered during the previous write; see CallStream).
+* The caller opens the stream with the metadata `ratchet-call-stream: 1`, and
+  the server sends the same header before anything else, so a caller tells a
+  server that does not serve the stream (UNIMPLEMENTED, or any error status)
+  apart before it writes a call; that call fails with the server's status.
 * Each call is answered once, in completion order, with the response or the
   status the unary RPC would have returned (a CallError). A call past its
   timeout is abandoned and answered DEADLINE_EXCEEDED, as a unary deadline is.
@@ -31,14 +32,11 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from typing import Any
 
 import grpc
-
-log = logging.getLogger(__name__)
 
 # Calls one stream may have running at once; past it the stream is not read
 # (HTTP/2 flow control pushes back on the sender) until one finishes.
@@ -57,18 +55,16 @@ MAX_STREAM_CALL_BYTES = 32 << 20
 async def serve(requests: AsyncIterator[Any], handle: Callable[[Any], Awaitable[Any]],
                 answer: Callable[[Any, Any, Any], Any],
                 timeout_s: Callable[[Any], float | None], method: str, stopping: asyncio.Event,
-                error_of: Callable[[BaseException, str], Any],
-                max_in_flight: int = MAX_IN_FLIGHT, *,
-                calls_of: Callable[[Any], Iterable[Any]] | None = None,
-                frame: Callable[[list[Any]], Any] | None = None) -> AsyncIterator[Any]:
+                error_of: Callable[[BaseException, str], Any], *,
+                calls_of: Callable[[Any], Iterable[Any]], frame: Callable[[list[Any]], Any],
+                max_in_flight: int = MAX_IN_FLIGHT) -> AsyncIterator[Any]:
     """Yield the answers of the calls read from `requests`: answer(call, result, None), or
     answer(call, None, error_of(exc, method)) when the call raised exc (what error_of returns
     is the caller's: history's (code, message), the gateway's error object). A call past
     timeout_s(call) raises asyncio.TimeoutError into error_of.
 
-    calls_of(message) lists the calls one message carries (default: the message is one
-    call). With `frame`, the answers ready at once go out together as frame(answers), up to
-    MAX_FRAME_CALLS per message; without it, one message per answer.
+    calls_of(message) lists the calls one message carries; the answers ready at once go out
+    together as frame(answers), up to MAX_FRAME_CALLS per message.
 
     Once `stopping` is set (server shutdown) no further request is read; the calls
     running are answered and the stream ends with OK. The caller treats calls it
@@ -103,7 +99,7 @@ async def serve(requests: AsyncIterator[Any], handle: Callable[[Any], Awaitable[
     async def read() -> None:
         try:
             async for msg in requests:
-                for call in (calls_of(msg) if calls_of is not None else (msg,)):
+                for call in calls_of(msg):
                     await slots.acquire()
                     task = asyncio.ensure_future(one(call))
                     running.add(task)
@@ -132,9 +128,6 @@ async def serve(requests: AsyncIterator[Any], handle: Callable[[Any], Awaitable[
             reply = await done.get()
             if reply is None:
                 break
-            if frame is None:
-                yield reply
-                continue
             batch = [reply]
             while not done.empty() and len(batch) < MAX_FRAME_CALLS:
                 more = done.get_nowait()
@@ -154,31 +147,11 @@ async def serve(requests: AsyncIterator[Any], handle: Callable[[Any], Awaitable[
 
 
 # The header a call stream's server sends first, before any answer, and the metadata its
-# caller opens it with: the version of the call-stream contract each side speaks. 1: one
-# call (one answer) per message; 2: a message may carry several (a server answers that way
-# only a caller that said 2); 3: the same framing, and a CreateTasksStream server reads
-# CreateTasksRequest.shared (a caller sends `shared` only to a server that said 3); 4: and
-# CreateTasksRequest.plain, answered with all_created (sent only to a server that said 4);
-# 5: and an EnqueueTaskStream server reads EnqueueTaskCall.batch (EnqueueTasks calls); 6:
-# and EnqueueTasksRequest.columns (a caller sends columns only to a server that said 6).
+# caller opens it with: the call-stream contract. It changes only with a change adjacent
+# releases cannot share; what a release adds within it is declared in the protos
+# (docs/contracts.md: the skew rule).
 STREAM_HEADER = "ratchet-call-stream"
-PROTOCOL = 6
-
-
-def _version(value) -> int:
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        return 1
-
-
-def peer_version(metadata) -> int:
-    """The framing version a caller opened the stream with (1 if it did not say)."""
-    return _version(next((v for k, v in (metadata or ()) if k == STREAM_HEADER), None))
-
-
-# After UNIMPLEMENTED, how long unary calls are used before the stream is tried again.
-RETRY_STREAM_AFTER_S = 30.0
+CONTRACT = "1"
 
 
 class StreamBroken(Exception):
@@ -190,15 +163,16 @@ class StreamBroken(Exception):
         # contract it never started it, so it may be sent again on a new stream.
         self.unsent = unsent
         # Whatever ended the stream, the call's outcome is unknown: UNAVAILABLE to the caller
-        # (retry with the same ids and keys), except UNIMPLEMENTED, which selects unary calls.
+        # (retry with the same ids and keys), except UNIMPLEMENTED: the server does not serve
+        # the stream (a misconfigured target), which no retry changes.
         self.code = code if code == grpc.StatusCode.UNIMPLEMENTED else grpc.StatusCode.UNAVAILABLE
         self.details = details if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.OK) \
             else f"{code.name}: {details}"
 
 
 class _GoUnary(Exception):
-    """The call goes as a unary call: the open stream's server is older than it needs, or it
-    is too large for a stream message (MAX_STREAM_CALL_BYTES)."""
+    """The call goes as a unary call: it is too large for a stream message
+    (MAX_STREAM_CALL_BYTES)."""
 
 
 class CallStream:
@@ -206,44 +180,36 @@ class CallStream:
     part of one.
 
     open(metadata) starts the streaming RPC (a grpc.aio stream-stream call) with that
-    metadata; wrap(calls, version) builds one request message from calls, a list of
-    (call_id, request, timeout_ms), for a server that advertised that call-stream
-    version (PROTOCOL): several calls only from version 2; answers(reply) lists a reply's (call_id,
-    outcome) pairs; unary(request, timeout) is the same call as a unary RPC, used while
-    the server does not serve the stream. `peer` and `method` name the two in errors.
+    metadata; wrap(calls) builds one request message from calls, a list of (call_id,
+    request, timeout_ms); answers(reply) lists a reply's (call_id, outcome) pairs;
+    unary(request, timeout) is the same call as a unary RPC, used for a request over
+    MAX_STREAM_CALL_BYTES and when the stream is not enabled (a caller's choice, e.g. a
+    forked process). `peer` and `method` name the two in errors.
 
     Callers put their calls in an outbox; one writer sends what has gathered there
     while the previous write was in progress as one message (natural batching: no
     added wait when idle, fewer and larger writes under load, where a grpc.aio write
     costs far more than the bytes it carries).
-
-    needs(request), when given, is the call-stream version a request needs on the
-    stream; a request the open stream's server is too old for goes as a unary call
-    instead (the others stay on the stream), as does one over MAX_STREAM_CALL_BYTES.
     """
 
-    def __init__(self, open: Callable[[tuple], Any], wrap: Callable[[list[tuple[int, Any, int]], int], Any],
+    def __init__(self, open: Callable[[tuple], Any], wrap: Callable[[list[tuple[int, Any, int]]], Any],
                  answers: Callable[[Any], Iterable[tuple[int, Any]]],
                  unary: Callable[[Any, float], Awaitable[Any]], *, peer: str, method: str,
-                 clock: Callable[[], float] = time.monotonic, enabled: bool = True,
-                 needs: Callable[[Any], int] | None = None):
+                 clock: Callable[[], float] = time.monotonic, enabled: bool = True):
         self._open_rpc = open
         self._wrap = wrap
         self._answers = answers
         self._unary = unary
-        self._needs = needs
         self.peer, self.method = peer, method
         self._clock = clock
         self._ids = itertools.count(1)
         self._call: grpc.aio.StreamStreamCall | None = None
-        self._framed = False  # the open stream's server reads multi-call messages
-        self._version = 1  # the call-stream version the open stream's server advertised
+        self._enabled = enabled
         self._reader: asyncio.Task | None = None
         self._writer: asyncio.Task | None = None
         self._outbox: dict[int, tuple[Any, float]] = {}  # call id -> (request, deadline): not yet written
         self._pending: dict[int, asyncio.Future] = {}
         self._on_stream: dict[object, set[int]] = {}  # stream -> ids of the calls written on it
-        self._unary_until = 0.0 if enabled else float("inf")  # disabled: unary calls only
         self.opened = 0  # streams opened, for tests
         self.stream_calls = 0  # calls sent on the stream, for tests
         self.writes = 0  # messages written, for tests
@@ -251,22 +217,21 @@ class CallStream:
     async def call(self, req: Any, timeout: float) -> Any:
         """The call's response, or the CallError the server answered it with.
 
-        Raises StreamBroken (ambiguous: the stream ended first), asyncio.TimeoutError
-        (ambiguous: no answer in time) or the unary path's grpc.aio.AioRpcError."""
+        Raises StreamBroken (ambiguous: the stream ended first; UNIMPLEMENTED: the server
+        does not serve it), asyncio.TimeoutError (ambiguous: no answer in time) or the
+        unary path's grpc.aio.AioRpcError."""
         deadline = self._clock() + timeout
+        if not self._enabled:
+            return await self._unary(req, timeout)
         for _ in range(3):  # a call the server never started goes again, twice at most
             left = deadline - self._clock()
             if left <= 0:
                 raise TimeoutError()
-            if self._clock() < self._unary_until:
-                return await self._unary(req, left)
             try:
                 return await self._call_once(req, left)
             except _GoUnary:
                 return await self._unary(req, deadline - self._clock())
             except StreamBroken as e:
-                if e.code == grpc.StatusCode.UNIMPLEMENTED:
-                    return await self._fall_back(req, deadline - self._clock())
                 if not e.unsent:
                     raise
                 last = e
@@ -290,12 +255,6 @@ class CallStream:
                 fut.cancel()
             elif not fut.cancelled():
                 fut.exception()  # retrieved: a failure this call already reported another way
-
-    async def _fall_back(self, req, timeout: float):
-        log.warning("the %s does not serve %sStream (an older version?): unary %s for %.0f s",
-                    self.peer, self.method, self.method, RETRY_STREAM_AFTER_S)
-        self._unary_until = self._clock() + RETRY_STREAM_AFTER_S
-        return await self._unary(req, timeout)
 
     def _fail(self, ids, exc: BaseException) -> None:
         for call_id in ids:
@@ -322,16 +281,16 @@ class CallStream:
                     self._outbox.clear()
                     self._fail(ids, TimeoutError())
                     continue
-            call, framed, version = self._call, self._framed, self._version
+            call = self._call
             assert call is not None  # _open() above set it, or raised
             batch: list[tuple[int, Any, int]] = []
             size = 0
             for call_id, (req, deadline) in list(self._outbox.items()):
-                if batch and (not framed or len(batch) >= MAX_FRAME_CALLS or size >= MAX_FRAME_BYTES):
+                if batch and (len(batch) >= MAX_FRAME_CALLS or size >= MAX_FRAME_BYTES):
                     break
                 del self._outbox[call_id]
                 req_size = req.ByteSize()
-                if req_size > MAX_STREAM_CALL_BYTES or (self._needs is not None and self._needs(req) > version):
+                if req_size > MAX_STREAM_CALL_BYTES:
                     self._fail((call_id,), _GoUnary())  # its caller sends it as a unary call
                     continue
                 batch.append((call_id, req, max(1, int((deadline - now) * 1000))))
@@ -343,7 +302,7 @@ class CallStream:
             budget = max(b[2] for b in batch) / 1000
             try:
                 async with asyncio.timeout(budget):
-                    await call.write(self._wrap(batch, version))
+                    await call.write(self._wrap(batch))
             except TimeoutError:
                 # The server is not reading (stalled, or flow control is full): the stream is no good.
                 self._ended(call, grpc.StatusCode.DEADLINE_EXCEEDED, f"the {self.peer} did not take the call in time")
@@ -362,14 +321,13 @@ class CallStream:
     async def _open(self) -> None:
         """Open the stream and wait for the server's headers (sent first thing), so a server
         without the RPC is told apart (UNIMPLEMENTED) before any call is written on it."""
-        call = self._open_rpc(((STREAM_HEADER, str(PROTOCOL)),))
+        call = self._open_rpc(((STREAM_HEADER, CONTRACT),))
         self.opened += 1
         try:
             headers = await call.initial_metadata()
-            version = next((v for k, v in (headers or ()) if k == STREAM_HEADER), None)
-            if version is None:
-                # Not a call-stream handler: a trailers-only answer (UNIMPLEMENTED from an
-                # older server, or an error): its status says which.
+            if not any(k == STREAM_HEADER for k, _ in (headers or ())):
+                # Not a call-stream handler: a trailers-only answer (UNIMPLEMENTED, or an
+                # error): its status says which.
                 code = await call.code()
                 raise StreamBroken(code, (await call.details()) or code.name)
         except grpc.aio.AioRpcError as e:
@@ -379,8 +337,6 @@ class CallStream:
             call.cancel()  # out of time (cancelled) or refused: never used
             raise
         self._call = call
-        self._version = _version(version)
-        self._framed = self._version >= 2
         self._on_stream[call] = set()
         self._reader = asyncio.ensure_future(self._read(call))
 

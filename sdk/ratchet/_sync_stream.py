@@ -8,8 +8,8 @@ since it was written; this gives it to `Client`: one background thread per
 client, started on the first enqueue, runs an event loop with an `AsyncClient`,
 and `Client.enqueue` hands its request to that loop and blocks for the answer.
 Threads that enqueue at once (a threaded web server's request handlers) share
-messages exactly as coroutines do. Answers, errors, retries and the fallback to
-unary calls against an older gateway are `AsyncClient`'s, unchanged.
+messages exactly as coroutines do. Answers, errors and retries are
+`AsyncClient`'s, unchanged.
 
 Fork: grpc.aio does not survive fork(). Before every fork() the process ends
 its clients' streams and stops their threads (os.register_at_fork; the next

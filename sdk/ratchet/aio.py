@@ -9,9 +9,9 @@ the gateway (`TaskService.EnqueueTaskStream`, libs/rpc/callstream): each call
 is answered with exactly what `EnqueueTask` (or `EnqueueTasks`) would have
 answered; calls made while the previous message was being written share the
 next one, so many coroutines enqueue at once on one connection for a fraction
-of a unary call's cost each. Against a gateway without the stream (an older
-version) the client falls back to unary calls by itself, and sends batches as
-unary calls to a gateway whose stream predates them (call-stream version 5).
+of a unary call's cost each. Against an endpoint that does not serve the stream
+(a proxy without bidirectional streams, say) a call fails UNIMPLEMENTED and
+says so; `stream=False` sends unary calls, with the same messages.
 
 As with `Client`, every enqueue carries the caller's idempotency key or a task
 id minted here, resent unchanged on the client's own retries of ambiguous
@@ -40,7 +40,7 @@ from ratchet._transport import (
 )
 from ratchet._wire import task_info
 from ratchet.api.tasks.v1 import tasks_pb2, tasks_pb2_grpc
-from ratchet.client import Poll, batch_request, enqueue_request, items_request
+from ratchet.client import Poll, batch_request, enqueue_request
 from ratchet.libs.rpc.callstream import CallStream, StreamBroken
 from ratchet.libs.rpc.client import aio_channel
 from ratchet.models import TaskInfo
@@ -70,8 +70,7 @@ class AsyncClient:
         self._stub: tasks_pb2_grpc.TaskServiceStub | None = None
         self._stream = CallStream(
             lambda metadata: self._tasks.EnqueueTaskStream(metadata=self._metadata + metadata),
-            _wrap, _answers, self._enqueue_unary, peer="gateway", method="EnqueueTask", enabled=stream,
-            needs=_needs)
+            _wrap, _answers, self._enqueue_unary, peer="gateway", method="EnqueueTask", enabled=stream)
         self.sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
 
     async def __aenter__(self) -> AsyncClient:
@@ -113,8 +112,7 @@ class AsyncClient:
 
     async def send_enqueue_batch(self, req: tasks_pb2.EnqueueTasksRequest) -> tasks_pb2.EnqueueTasksResponse:
         """Send a prepared EnqueueTasksRequest (every task with an idempotency_key or a task_id,
-        as batch_request makes them: it is resent unchanged on retries). Columns go as they
-        are to a gateway whose stream says version 6 or more, as items to any other."""
+        as batch_request makes them: it is resent unchanged on retries)."""
         return await self._retrying(lambda: self._enqueue_once(req))
 
     async def get(self, task_id: str) -> TaskInfo:
@@ -148,20 +146,25 @@ class AsyncClient:
         try:
             out = await self._stream.call(req, self.timeout)
         except StreamBroken as e:
+            if e.code == grpc.StatusCode.UNIMPLEMENTED:
+                raise RatchetError(f"{self.endpoint} does not serve the enqueue stream ({e.details}); nothing "
+                                   "was sent: point the client at a Ratchet gateway, or pass stream=False to "
+                                   "send unary calls (e.g. behind a proxy without bidirectional streams)",
+                                   "UNIMPLEMENTED") from None
             raise Unavailable(f"the enqueue stream to the gateway ended before the answer ({e.details}); "
                               f"{_what(req)} may or may not have been committed", "UNAVAILABLE") from None
         except TimeoutError:
             raise DeadlineExceeded(f"no answer from the gateway within {self.timeout:g}s; {_what(req)} may "
                                    f"or may not have been committed", "DEADLINE_EXCEEDED") from None
-        except grpc.aio.AioRpcError as e:  # the unary fallback's failure
+        except grpc.aio.AioRpcError as e:  # a unary call's failure
             raise error_from_rpc(e) from None
         if isinstance(out, tasks_pb2.CallError):
             raise error_from_status(status_code(out.code), out.message, out.fields.get("original_task_id"))
         return out
 
     async def _enqueue_unary(self, req, timeout: float):
-        if type(req) is tasks_pb2.EnqueueTasksRequest:  # (a unary call: the gateway's version is unknown)
-            return await self._tasks.EnqueueTasks(items_request(req), timeout=timeout, metadata=self._metadata)
+        if type(req) is tasks_pb2.EnqueueTasksRequest:
+            return await self._tasks.EnqueueTasks(req, timeout=timeout, metadata=self._metadata)
         return await self._tasks.EnqueueTask(req, timeout=timeout, metadata=self._metadata)
 
     async def _unary(self, method, req):
@@ -185,25 +188,15 @@ class AsyncClient:
         raise AssertionError("unreachable")
 
 
-# The call-stream version whose gateway reads EnqueueTaskCall.batch, and the one whose
-# gateway reads EnqueueTasksRequest.columns.
-BATCH_CALLS_SINCE = 5
-COLUMNS_SINCE = 6
-
-
-def _needs(req) -> int:
-    return BATCH_CALLS_SINCE if type(req) is tasks_pb2.EnqueueTasksRequest else 1
-
-
 def _what(req) -> str:
     return "the tasks" if type(req) is tasks_pb2.EnqueueTasksRequest else "the task"
 
 
-def _wrap(calls: list[tuple[int, Any, int]], version: int) -> tasks_pb2.EnqueueTaskStreamRequest:
+def _wrap(calls: list[tuple[int, Any, int]]) -> tasks_pb2.EnqueueTaskStreamRequest:
     out = tasks_pb2.EnqueueTaskStreamRequest()
     for c, r, t in calls:
         if type(r) is tasks_pb2.EnqueueTasksRequest:
-            out.calls.add(call_id=c, batch=r if version >= COLUMNS_SINCE else items_request(r), timeout_ms=t)
+            out.calls.add(call_id=c, batch=r, timeout_ms=t)
         else:
             out.calls.add(call_id=c, request=r, timeout_ms=t)
     return out

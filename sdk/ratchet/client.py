@@ -180,7 +180,7 @@ class Client(TaskSearchCalls, ScheduleCalls):
 
     def enqueue_batch(self, tasks: list[dict]) -> list[str]:
         """Enqueue up to 1,000 tasks (dicts with enqueue's arguments); ids in order."""
-        return list(self.send_enqueue_batch(batch_request(tasks)).task_ids)
+        return list(self.send_enqueue_batch(batch_request(tasks, columns=True)).task_ids)
 
     def send_enqueue_batch(self, req: tasks_pb2.EnqueueTasksRequest) -> tasks_pb2.EnqueueTasksResponse:
         """Send a prepared EnqueueTasksRequest (every task with an idempotency_key or a task_id,
@@ -309,29 +309,13 @@ def _columns_request(tasks: list[dict]) -> tasks_pb2.EnqueueTasksRequest | None:
     return out
 
 
-def items_request(req: tasks_pb2.EnqueueTasksRequest) -> tasks_pb2.EnqueueTasksRequest:
-    """req with its columns as items (the same ids and payloads), for a gateway that predates
-    columns (call-stream version < 6, or a unary call to a gateway of unknown version);
-    req itself when it has none."""
-    if not req.HasField("columns"):
-        return req
-    cols = req.columns
-    out = tasks_pb2.EnqueueTasksRequest()
-    add = out.tasks.add
-    ids = list(cols.task_ids) or [""] * len(cols.payloads_json)
-    texts = list(cols.payloads_json) or [""] * len(ids)
-    for task_id, text in zip(ids, texts, strict=True):
-        add(task_type=cols.task_type, queue=cols.queue, task_id=task_id, payload_json=text)
-    return out
-
-
 def batch_request(tasks: list[dict], *, columns: bool = False) -> tasks_pb2.EnqueueTasksRequest:
     """enqueue_batch's request: its items (dicts of enqueue's arguments) built in place;
     InvalidArgument names the bad one. The ids minted for the unkeyed items share one random
     slot per run of 100 (libs/shardmap.new_task_ids): a call of 100 is then one shard's work
     (one statement and one commit), a bigger one still spreads. columns: as
     EnqueueTasksRequest.columns when every item is a task type and a payload (one type and
-    queue for all); send it with items_request to a gateway older than call-stream version 6."""
+    queue for all)."""
     if columns:
         out = _columns_request(tasks)
         if out is not None:

@@ -11,7 +11,7 @@ import grpc
 from ratchet.api.tasks.v1 import tasks_pb2
 from ratchet.internal.history.v1 import history_pb2, history_pb2_grpc
 from ratchet.services.gateway import errors
-from ratchet.services.gateway.create_stream import CreateStream, StreamBroken, unshared
+from ratchet.services.gateway.create_stream import CreateStream, StreamBroken
 
 _CODES = {c.value[0]: c for c in grpc.StatusCode}
 
@@ -26,8 +26,8 @@ class HistoryClient:
 
     async def _create_unary(self, req: history_pb2.CreateTasksRequest,
                             timeout: float) -> history_pb2.CreateTasksResponse:
-        # Unary calls go to a history without the stream: older than `shared` too.
-        return await self.stub.CreateTasks(unshared(req), timeout=timeout)
+        # A request too large for a stream message, or every call when the stream is off.
+        return await self.stub.CreateTasks(req, timeout=timeout)
 
     async def close(self) -> None:
         """End the enqueue stream (gateway shutdown)."""
@@ -57,10 +57,10 @@ class HistoryClient:
         """create_tasks for a request the caller built (a batch call's, in place, with `shared`,
         or its plain tasks as columns). None: every plain task was created under its own id
         (all_created)."""
-        shard_id, n = req.shard_id, len(req.tasks) or len(req.plain.task_ids)
+        shard_id, n = req.shard_id, len(req.tasks) or len(req.columns.task_ids)
         try:
             resp = await self.creates.call(req, timeout)
-        except grpc.aio.AioRpcError as e:  # the unary fallback's failure
+        except grpc.aio.AioRpcError as e:  # a unary call's failure
             raise self._error(e, shard_id, timeout) from None
         except StreamBroken as e:
             raise self._status(e.code, e.details, shard_id, timeout) from None
@@ -68,7 +68,7 @@ class HistoryClient:
             raise self._status(grpc.StatusCode.DEADLINE_EXCEEDED, "", shard_id, timeout) from None
         if isinstance(resp, history_pb2.CallError):
             raise self._status(_CODES.get(resp.code, grpc.StatusCode.UNKNOWN), resp.message, shard_id, timeout)
-        if resp.all_created and req.HasField("plain") and not resp.results:
+        if resp.all_created and req.HasField("columns") and not resp.results:
             return None
         if len(resp.results) != n:
             raise errors.Internal(f"shard {shard_id} answered {len(resp.results)} results for {n} tasks")

@@ -106,7 +106,7 @@ def _call_stream(routes: list[tuple[str, handlers.Handler, str]], m: _descriptor
     async def stream(request_iterator, context: grpc.aio.ServicerContext):
         metadata = {k.lower(): v for k, v in (context.invocation_metadata() or ()) if isinstance(v, str)}
         # Headers first: a caller waits for them before it writes a call on the stream.
-        await context.send_initial_metadata(((callstream.STREAM_HEADER, str(callstream.PROTOCOL)),))
+        await context.send_initial_metadata(((callstream.STREAM_HEADER, callstream.CONTRACT),))
         async for reply in callstream.serve(
                 request_iterator, lambda call: handle(call, metadata),
                 answer, timeout_of, m.name, stopping, _error_of, calls_of=lambda msg: msg.calls,

@@ -250,7 +250,7 @@ class TaskApi:
 
     async def _enqueue_plain(self, p: Principal, plain: validation.PlainBatch,
                              timeout: float) -> tasks_pb2.EnqueueTasksResponse:
-        """enqueue_batch of plain tasks: CreateTasksRequest.plain per shard (columns, no NewTask
+        """enqueue_batch of plain tasks: CreateTasksRequest.columns per shard (no NewTask
         per task); the ids come back as sent unless history answers per task."""
         retry, timeouts = policy.resolve(None, None, plain.handler, where="retry")
         shared = history_pb2.NewTask(tenant_id=p.tenant_id, app_id=p.app_id, task_type=plain.task_type,
@@ -260,10 +260,10 @@ class TaskApi:
         parts = self._plain_parts(plain)
         reqs = []
         for s, chunk in parts:
-            cols = (history_pb2.PlainTasks(task_ids=ids, payloads_json=payloads) if chunk is None else
-                    history_pb2.PlainTasks(task_ids=list(map(ids.__getitem__, chunk)),
+            cols = (history_pb2.TaskColumns(task_ids=ids, payloads_json=payloads) if chunk is None else
+                    history_pb2.TaskColumns(task_ids=list(map(ids.__getitem__, chunk)),
                                            payloads_json=list(map(payloads.__getitem__, chunk))))
-            reqs.append(history_pb2.CreateTasksRequest(shard_id=s, shared=shared, plain=cols))
+            reqs.append(history_pb2.CreateTasksRequest(shard_id=s, shared=shared, columns=cols))
         if len(reqs) == 1:  # (the usual call: one shard; no task to gather)
             try:
                 outcomes = [await self.history.create(reqs[0], timeout)]

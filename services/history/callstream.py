@@ -15,7 +15,9 @@ from typing import Any
 import grpc
 
 from ratchet.libs.rpc import callstream as _lib
-from ratchet.libs.rpc.callstream import MAX_IN_FLIGHT, PROTOCOL, STREAM_HEADER, peer_version  # noqa: F401
+from ratchet.libs.rpc.callstream import CONTRACT, MAX_IN_FLIGHT, STREAM_HEADER
+
+__all__ = ["CONTRACT", "MAX_IN_FLIGHT", "STREAM_HEADER", "error_of", "serve"]
 from ratchet.services.history.errors import HistoryError
 
 log = logging.getLogger(__name__)
@@ -33,7 +35,9 @@ def error_of(exc: BaseException, method: str) -> tuple[grpc.StatusCode, str]:
 
 def serve(requests: AsyncIterator[Any], handle: Callable[[Any], Awaitable[Any]],
           answer: Callable[[Any, Any, tuple[grpc.StatusCode, str] | None], Any],
-          timeout_s: Callable[[Any], float | None], method: str, stopping: asyncio.Event,
-          max_in_flight: int = MAX_IN_FLIGHT, **framing: Any) -> AsyncIterator[Any]:
+          timeout_s: Callable[[Any], float | None], method: str, stopping: asyncio.Event, *,
+          calls_of: Callable[[Any], Any], frame: Callable[[list[Any]], Any],
+          max_in_flight: int = MAX_IN_FLIGHT) -> AsyncIterator[Any]:
     """libs/rpc/callstream.serve, each call's failure answered as errors.rpc would."""
-    return _lib.serve(requests, handle, answer, timeout_s, method, stopping, error_of, max_in_flight, **framing)
+    return _lib.serve(requests, handle, answer, timeout_s, method, stopping, error_of, calls_of=calls_of,
+                      frame=frame, max_in_flight=max_in_flight)

@@ -186,7 +186,7 @@ def new_task(p: history_pb2.NewTask, i: int, sh: Shared = NO_SHARED) -> tuple[Ne
 
 @dataclasses.dataclass(slots=True)
 class PlainIn:
-    """A request's plain tasks (CreateTasksRequest.plain), validated: columns and what they share."""
+    """A request's columns (CreateTasksRequest.columns), validated: columns and what they share."""
 
     task_ids: list[str]  # canonical, unique
     payloads: list[bytes]  # JSON text
@@ -209,31 +209,31 @@ class PlainIn:
 
 
 def plain(req: history_pb2.CreateTasksRequest) -> PlainIn:
-    """The request's plain tasks, checked (INVALID_ARGUMENT naming `plain.<field>[i]`): per
+    """The request's plain tasks, checked (INVALID_ARGUMENT naming `columns.<field>[i]`): per
     request, not per task, except the JSON scan of each payload."""
     if req.tasks:
-        raise InvalidArgument("plain and tasks are exclusive: send the request's tasks in one of them")
+        raise InvalidArgument("columns and tasks are exclusive: send the request's tasks in one of them")
     sh = shared(req)
     for name in ("tenant_id", "app_id", "task_type"):
         if not getattr(sh, name):
-            raise InvalidArgument(f"shared.{name} is required with plain tasks")
-    ids, payloads = list(req.plain.task_ids), list(req.plain.payloads_json)
+            raise InvalidArgument(f"shared.{name} is required with columns")
+    ids, payloads = list(req.columns.task_ids), list(req.columns.payloads_json)
     n = len(ids)
     if not 1 <= n <= MAX_BATCH:
-        raise InvalidArgument(f"plain.task_ids holds {n} ids; send 1..{MAX_BATCH}")
+        raise InvalidArgument(f"columns.task_ids holds {n} ids; send 1..{MAX_BATCH}")
     if len(payloads) != n:
-        raise InvalidArgument(f"plain holds {n} task_ids and {len(payloads)} payloads_json: send one of each per task")
+        raise InvalidArgument(f"columns holds {n} task_ids and {len(payloads)} payloads_json: send one of each per task")
     if not all_canonical(ids):
-        ids = [task_id(v, f"plain.task_ids[{i}]") for i, v in enumerate(ids)]
+        ids = [task_id(v, f"columns.task_ids[{i}]") for i, v in enumerate(ids)]
     if len(set(ids)) != n:
         seen: dict[str, int] = {}
         for i, v in enumerate(ids):
             if v in seen:
-                raise InvalidArgument(f"plain.task_ids[{seen[v]}] and plain.task_ids[{i}] are the same task id")
+                raise InvalidArgument(f"columns.task_ids[{seen[v]}] and columns.task_ids[{i}] are the same task id")
             seen[v] = i
     if first_bad_json(payloads) != -1 or max(map(len, payloads)) > MAX_PAYLOAD_BYTES:
         for i, raw in enumerate(payloads):
-            _payload(raw, f"plain.payloads_json[{i}]")  # (raises for the first bad one)
+            _payload(raw, f"columns.payloads_json[{i}]")  # (raises for the first bad one)
     return PlainIn(task_ids=ids, payloads=payloads, tenant_id=sh.tenant_id, app_id=sh.app_id,
                    task_type=sh.task_type, queue=sh.queue or "default", policy=sh.policy)
 

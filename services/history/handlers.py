@@ -32,20 +32,16 @@ _ACTIONS = {
 }
 
 
-def _create_answer(call, response, error) -> history_pb2.CreateTasksStreamResponse:
+def _create_answer(call, response, error) -> history_pb2.CreateTasksAnswer:
     if error is not None:
         code, message = error
-        return history_pb2.CreateTasksStreamResponse(
+        return history_pb2.CreateTasksAnswer(
             call_id=call.call_id, error=history_pb2.CallError(code=code.value[0], message=message))
-    return history_pb2.CreateTasksStreamResponse(call_id=call.call_id, response=response)
+    return history_pb2.CreateTasksAnswer(call_id=call.call_id, response=response)
 
 
-def _create_calls(msg: history_pb2.CreateTasksStreamRequest):
-    return msg.calls or (msg,)
-
-
-def _create_frame(answers: list[history_pb2.CreateTasksStreamResponse]) -> history_pb2.CreateTasksStreamResponse:
-    return answers[0] if len(answers) == 1 else history_pb2.CreateTasksStreamResponse(answers=answers)
+def _create_frame(answers: list[history_pb2.CreateTasksAnswer]) -> history_pb2.CreateTasksStreamResponse:
+    return history_pb2.CreateTasksStreamResponse(answers=answers)
 
 
 def _batch(items, what: str, limit: int = convert.MAX_BATCH) -> None:
@@ -80,17 +76,16 @@ class HistoryServicer(history_pb2_grpc.HistoryServiceServicer):
     async def CreateTasksStream(self, request_iterator, context):
         """See history.proto: CreateTasks calls as messages on one stream, each answered once."""
         # Headers first: the gateway waits for this one before it writes a call on the stream.
-        await context.send_initial_metadata(((callstream.STREAM_HEADER, str(callstream.PROTOCOL)),))
-        framed = callstream.peer_version(context.invocation_metadata()) >= 2
+        await context.send_initial_metadata(((callstream.STREAM_HEADER, callstream.CONTRACT),))
         async for reply in callstream.serve(request_iterator, lambda m: self._create_tasks(m.request),
                                             _create_answer, lambda m: m.timeout_ms / 1000 or None,
-                                            "CreateTasks", self.stopping, calls_of=_create_calls,
-                                            frame=_create_frame if framed else None):
+                                            "CreateTasks", self.stopping, calls_of=lambda msg: msg.calls,
+                                            frame=_create_frame):
             yield reply
 
     async def _create_tasks(self, request) -> history_pb2.CreateTasksResponse:
         shard = self.shards.get(request.shard_id)
-        if request.HasField("plain"):
+        if request.HasField("columns"):
             return await self._create_plain(shard, convert.plain(request))
         _batch(request.tasks, "tasks")
         sh = convert.shared(request)

@@ -1,4 +1,4 @@
-"""Group commit of plain batch CreateTasks calls (CreateTasksRequest.plain), per shard.
+"""Group commit of plain batch CreateTasks calls (CreateTasksRequest.columns), per shard.
 
 A batch call of plain tasks is one statement (enqueue.create_plain) on its own
 connection. Under concurrency (many producers of batch calls) each of those

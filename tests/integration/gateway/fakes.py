@@ -22,6 +22,9 @@ from ratchet.internal.cron.v1 import cron_pb2_grpc
 from ratchet.internal.dispatcher.v1 import dispatcher_pb2, dispatcher_pb2_grpc
 from ratchet.internal.history.v1 import history_pb2, history_pb2_grpc
 from ratchet.libs.shardmap import ShardMap, new_task_id
+from ratchet.services.history import callstream
+from ratchet.services.history.errors import HistoryError, InvalidArgument
+from ratchet.services.history.handlers import _create_answer, _create_frame
 
 S = tasks_pb2
 TERMINAL = {S.TASK_STATE_SUCCEEDED, S.TASK_STATE_FAILED, S.TASK_STATE_CANCELED, S.TASK_STATE_EXPIRED}
@@ -48,6 +51,18 @@ class Row:
         return self.finished_at if self.state in TERMINAL and self.finished_at else self.created_at
 
 
+def _expanded(req: history_pb2.CreateTasksRequest) -> history_pb2.CreateTasksRequest:
+    """req with its columns as tasks and its `shared` fields on every task: the one shape this
+    fake keeps (and records in `calls`), whichever form the gateway sent."""
+    out = history_pb2.CreateTasksRequest(shard_id=req.shard_id, tasks=req.tasks)
+    for task_id, payload in zip(req.columns.task_ids, req.columns.payloads_json, strict=True):
+        out.tasks.add(task_id=task_id, payload_json=payload)
+    if req.HasField("shared"):
+        for task in out.tasks:
+            task.MergeFrom(req.shared)  # (disjoint fields: the gateway sets each in one place)
+    return out
+
+
 class FakeHistory(history_pb2_grpc.HistoryServiceServicer):
     """An in-memory history: idempotency by (tenant, app, key), tenant-scoped reads,
     ListTasks with history's cursor format, CountTasks, and bulk operations that
@@ -67,13 +82,27 @@ class FakeHistory(history_pb2_grpc.HistoryServiceServicer):
 
     # -- tasks -------------------------------------------------------------
     async def CreateTasks(self, request, context):
+        try:
+            return await self._create(request)
+        except HistoryError as e:
+            await context.abort(e.code, str(e))
+
+    async def CreateTasksStream(self, request_iterator, context):
+        await context.send_initial_metadata(((callstream.STREAM_HEADER, callstream.CONTRACT),))
+        async for reply in callstream.serve(request_iterator, lambda m: self._create(m.request), _create_answer,
+                                            lambda m: m.timeout_ms / 1000 or None, "CreateTasks", asyncio.Event(),
+                                            calls_of=lambda m: m.calls, frame=_create_frame):
+            yield reply
+
+    async def _create(self, request: history_pb2.CreateTasksRequest) -> history_pb2.CreateTasksResponse:
+        request = _expanded(request)
         self.calls.append(("CreateTasks", request))
         if self.delay_s:
             await asyncio.sleep(self.delay_s)
         results, conflict, new = [], False, []
         for t in request.tasks:
             if self.shard_map.shard_for_task(t.task_id) != request.shard_id:
-                await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"task {t.task_id} is not on {request.shard_id}")
+                raise InvalidArgument(f"task {t.task_id} is not on {request.shard_id}")
             known = self.keys.get((t.tenant_id, t.app_id, t.idempotency_key)) if t.idempotency_key else None
             if known is None:
                 results.append(history_pb2.CreateResult(task_id=t.task_id))

@@ -16,7 +16,7 @@ from ratchet.services.gateway import errors
 from ratchet.services.gateway.history_client import HistoryClient
 from ratchet.services.history import callstream
 from ratchet.services.history.errors import InvalidArgument, ShardUnavailable
-from ratchet.services.history.handlers import _create_answer, _create_calls, _create_frame
+from ratchet.services.history.handlers import _create_answer, _create_frame
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -36,8 +36,7 @@ def task(i: int) -> history_pb2.NewTask:
 class Scripted(history_pb2_grpc.HistoryServiceServicer):
     """CreateTasks answers each task id back; `behave(request)` may sleep or raise first."""
 
-    def __init__(self, streaming: bool = True, version: int = 1):
-        self.version = version  # the framing the stream's header announces
+    def __init__(self, streaming: bool = True):
         self.messages = 0  # request messages read
         self.stopping = asyncio.Event()
         self.streams = 0
@@ -53,8 +52,8 @@ class Scripted(history_pb2_grpc.HistoryServiceServicer):
         self.requests.append(request)
         if self.behave is not None:
             await self.behave(request)
-        if request.HasField("plain"):  # (as history >= version 4 answers them)
-            self.seen.extend(request.plain.task_ids)
+        if request.HasField("columns"):  # (as history answers them)
+            self.seen.extend(request.columns.task_ids)
             return history_pb2.CreateTasksResponse(all_created=True)
         return history_pb2.CreateTasksResponse(results=[history_pb2.CreateResult(task_id=t.task_id)
                                                         for t in request.tasks])
@@ -65,18 +64,16 @@ class Scripted(history_pb2_grpc.HistoryServiceServicer):
 
     async def CreateTasksStream(self, request_iterator, context):
         self.streams += 1
-        await context.send_initial_metadata((("ratchet-call-stream", str(self.version)),))
-        framed = self.version >= 2 and callstream.peer_version(context.invocation_metadata()) >= 2
+        assert dict(context.invocation_metadata())["ratchet-call-stream"] == callstream.CONTRACT
+        await context.send_initial_metadata((("ratchet-call-stream", callstream.CONTRACT),))
 
         async def counted():
             async for msg in request_iterator:
-                if self.version < 2:
-                    assert not msg.calls, "a multi-call message sent to a version-1 server"
                 self.messages += 1
                 yield msg
         async for reply in callstream.serve(counted(), lambda m: self._create(m.request), _create_answer,
                                             lambda m: m.timeout_ms / 1000 or None, "CreateTasks", self.stopping,
-                                            calls_of=_create_calls, frame=_create_frame if framed else None):
+                                            calls_of=lambda m: m.calls, frame=_create_frame):
             yield reply
 
 
@@ -103,15 +100,15 @@ class Peer:
         await self.server.stop(grace)
 
 
-@pytest.fixture(params=[1, 2], ids=["framing-v1", "framing-v2"])
-async def pair(request):
+@pytest.fixture
+async def pair():
     made = []
 
-    async def make(streaming: bool = True, version: int = request.param):
-        peer = Peer(Scripted(streaming, version))
+    async def make(streaming: bool = True, enqueue_stream: bool = True):
+        peer = Peer(Scripted(streaming))
         await peer.start()
         channel = grpc.aio.insecure_channel(f"127.0.0.1:{peer.port}")
-        client = HistoryClient(channel, f"127.0.0.1:{peer.port}")
+        client = HistoryClient(channel, f"127.0.0.1:{peer.port}", enqueue_stream=enqueue_stream)
         made.append((peer, channel, client))
         return peer, client
 
@@ -135,12 +132,10 @@ async def test_concurrent_calls_share_one_stream_and_each_gets_its_own_answer(pa
         assert [r.task_id for r in res] == [f"t-{i}", f"t-{i + 1000}"]
     assert client.creates.opened == 1 and peer.servicer.streams == 1
     assert client.creates.stream_calls == 200 and peer.servicer.unary_calls == 0
-    if peer.servicer.version == 1:
-        assert peer.servicer.messages == 200  # a version-1 history gets one call per message
 
 
-async def test_a_version_2_history_gets_the_calls_ready_together_in_one_message(pair):
-    peer, client = await pair(version=2)
+async def test_calls_ready_together_share_one_message(pair):
+    peer, client = await pair()
     rng = random.Random(3)
 
     async def jitter(request):
@@ -256,81 +251,31 @@ async def test_a_stopping_server_answers_what_it_started_then_ends_the_stream(pa
     assert client.creates.opened == 2 and peer.servicer.streams == 2
 
 
-async def test_a_history_without_the_stream_gets_unary_calls(pair):
+async def test_a_history_without_the_stream_fails_the_call_unimplemented_and_sends_nothing(pair):
+    """No silent unary fallback between mesh services: a target that does not serve the
+    stream is a misconfiguration, said as such (one contract, docs/contracts.md)."""
     peer, client = await pair(streaming=False)
-    results = await asyncio.gather(*(client.create_tasks(0, [task(i)], 5.0) for i in range(5)))
-    assert [r[0].task_id for r in results] == [f"t-{i}" for i in range(5)]
-    assert peer.servicer.unary_calls == 5 and client.creates.stream_calls <= 5
-    # Unary from now on, without trying the stream again (for RETRY_STREAM_AFTER_S).
-    opened = client.creates.opened
-    await client.create_tasks(0, [task(9)], 5.0)
-    assert client.creates.opened == opened and peer.servicer.unary_calls == 6
+    with pytest.raises(errors.GatewayError) as e:
+        await client.create_tasks(0, [task(0)], 5.0)
+    assert e.value.code == grpc.StatusCode.UNIMPLEMENTED
+    assert peer.servicer.unary_calls == 0 and peer.servicer.seen == []
 
 
-@pytest.mark.parametrize("version,streaming", [(1, True), (2, True), (3, True), (3, False)],
-                         ids=["stream-v1", "stream-v2", "stream-v3", "unary"])
-async def test_shared_fields_go_once_only_to_a_history_that_reads_them(version, streaming):
-    """CreateTasksRequest.shared (session 8) reaches a history whose stream says version 3;
-    an older one (and the unary fallback, used only for a history without the stream) gets
-    the same fields on every task, so a rolling upgrade in any order creates the same tasks."""
-    peer = Peer(Scripted(streaming, version))
-    await peer.start()
-    channel = grpc.aio.insecure_channel(f"127.0.0.1:{peer.port}")
-    client = HistoryClient(channel, f"127.0.0.1:{peer.port}")
-    try:
-        shared = history_pb2.NewTask(tenant_id="tn", app_id="app", task_type="noop", non_retryable=["E"])
-        shared.retry.max_attempts = 4
-        bare = [history_pb2.NewTask(task_id=f"t-{i}", payload_json=b"1") for i in range(3)]
-        bare[2].queue = "q2"
-        results = await client.create(history_pb2.CreateTasksRequest(shard_id=0, tasks=bare, shared=shared), 5.0)
-        assert [r.task_id for r in results] == ["t-0", "t-1", "t-2"]
-        (req,) = peer.servicer.requests
-        if version >= 3 and streaming:
-            assert req.shared == shared and [t.tenant_id for t in req.tasks] == ["", "", ""]
-            assert list(req.tasks) == bare
-        else:
-            assert not req.HasField("shared")
-            for t, b in zip(req.tasks, bare, strict=True):
-                assert (t.task_id, t.tenant_id, t.app_id, t.task_type, t.retry.max_attempts, list(t.non_retryable),
-                        t.queue) == (b.task_id, "tn", "app", "noop", 4, ["E"], b.queue)
-    finally:
-        await client.close()
-        await channel.close()
-        await peer.stop(0)
-
-
-@pytest.mark.parametrize("version,streaming", [(1, True), (2, True), (3, True), (4, True), (4, False)],
-                         ids=["stream-v1", "stream-v2", "stream-v3", "stream-v4", "unary"])
-async def test_plain_columns_go_only_to_a_history_that_reads_them(version, streaming):
-    """CreateTasksRequest.plain (session 9) reaches a history whose stream says version 4, and
-    its all_created answer means every id as sent; an older history (and the unary fallback)
-    gets the same tasks one message each, with `shared` too only from version 3."""
-    peer = Peer(Scripted(streaming, version))
-    await peer.start()
-    channel = grpc.aio.insecure_channel(f"127.0.0.1:{peer.port}")
-    client = HistoryClient(channel, f"127.0.0.1:{peer.port}")
-    try:
-        shared = history_pb2.NewTask(tenant_id="tn", app_id="app", task_type="noop", queue="q")
-        shared.retry.max_attempts = 4
-        ids, payloads = [f"t-{i}" for i in range(3)], [b"1", b'{"a":2}', b"null"]
-        req = history_pb2.CreateTasksRequest(shard_id=0, shared=shared,
-                                             plain=history_pb2.PlainTasks(task_ids=ids, payloads_json=payloads))
-        results = await client.create(req, 5.0)
-        (got,) = peer.servicer.requests
-        if version >= 4 and streaming:
-            assert results is None  # all_created
-            assert got == req
-            return
-        assert [r.task_id for r in results] == ids
-        assert not got.HasField("plain")
-        assert [(t.task_id, t.payload_json) for t in got.tasks] == list(zip(ids, payloads, strict=True))
-        if version == 3:
-            assert got.shared == shared and {t.tenant_id for t in got.tasks} == {""}
-        else:
-            assert not got.HasField("shared")
-            assert {(t.tenant_id, t.app_id, t.task_type, t.queue, t.retry.max_attempts) for t in got.tasks} == {
-                ("tn", "app", "noop", "q", 4)}
-    finally:
-        await client.close()
-        await channel.close()
-        await peer.stop(0)
+@pytest.mark.parametrize("enqueue_stream", [True, False], ids=["stream", "unary"])
+async def test_shared_fields_and_columns_reach_history_as_sent(pair, enqueue_stream):
+    """One message set on both paths: `shared` and `columns` go as the gateway built them, on
+    the stream and on unary calls (the gateway's enqueue_stream=false setting) alike."""
+    peer, client = await pair(enqueue_stream=enqueue_stream)
+    shared = history_pb2.NewTask(tenant_id="tn", app_id="app", task_type="noop", non_retryable=["E"])
+    shared.retry.max_attempts = 4
+    bare = [history_pb2.NewTask(task_id=f"t-{i}", payload_json=b"1") for i in range(3)]
+    bare[2].queue = "q2"
+    keyed = history_pb2.CreateTasksRequest(shard_id=0, tasks=bare, shared=shared)
+    results = await client.create(keyed, 5.0)
+    assert [r.task_id for r in results] == ["t-0", "t-1", "t-2"]
+    ids, payloads = [f"c-{i}" for i in range(3)], [b"1", b'{"a":2}', b"null"]
+    cols = history_pb2.CreateTasksRequest(shard_id=0, shared=shared,
+                                          columns=history_pb2.TaskColumns(task_ids=ids, payloads_json=payloads))
+    assert await client.create(cols, 5.0) is None  # all_created: every id as sent
+    assert peer.servicer.requests == [keyed, cols]
+    assert (peer.servicer.unary_calls, client.creates.stream_calls) == ((0, 2) if enqueue_stream else (2, 0))

@@ -82,8 +82,7 @@ async def test_a_bad_key_is_refused_on_every_call(env):
 async def test_raw_stream_answers_by_call_id_with_the_unary_status(env):
     """The wire contract for other-language clients: headers first, one answer per call_id."""
     stream = env.tasks.EnqueueTaskStream(metadata=env.md(), timeout=20)
-    # Version 2 and later read several calls per message (3 adds nothing on this stream).
-    assert int(dict(await stream.initial_metadata())[STREAM_HEADER]) >= 2
+    assert dict(await stream.initial_metadata())[STREAM_HEADER] == "1"  # the call-stream contract
     # Two calls in one message, a third in another.
     await stream.write(tasks_pb2.EnqueueTaskStreamRequest(calls=[
         tasks_pb2.EnqueueTaskCall(call_id=7, request=tasks_pb2.EnqueueTaskRequest(task_type="send",
@@ -129,7 +128,8 @@ async def test_unary_mode_gives_the_same_answers(env):
         with pytest.raises(Conflict) as e:
             await client.enqueue("send", {"x": 1}, idempotency_key="unary-mode")
         assert e.value.task_id == task_id
-        ids = await client.enqueue_batch([{"task_type": "send"}, {"task_type": "send", "idempotency_key": "unary-mode"}])
+        ids = await client.enqueue_batch([{"task_type": "send"},
+                                          {"task_type": "send", "idempotency_key": "unary-mode"}])
         assert len(ids) == 2 and ids[1] == task_id  # a unary EnqueueTasks, same answers
         assert client._stream.stream_calls == 0
 
@@ -182,12 +182,12 @@ async def test_get_cancel_and_wait(env):
             await client.get(new_task_id())
 
 
-# -- EnqueueTasks calls on the stream (call-stream version 5) -------------------
+# -- EnqueueTasks calls on the stream --------------------------------------------
 async def test_raw_stream_carries_batch_calls_beside_single_ones(env):
     """A call with `batch` is an EnqueueTasks call, answered with batch_response or its error;
     a call that sets both request and batch is refused and changes nothing."""
     stream = env.tasks.EnqueueTaskStream(metadata=env.md(), timeout=20)
-    assert int(dict(await stream.initial_metadata())[STREAM_HEADER]) >= 5
+    assert dict(await stream.initial_metadata())[STREAM_HEADER] == "1"
     batch = tasks_pb2.EnqueueTasksRequest(tasks=[
         tasks_pb2.EnqueueTaskRequest(task_type="send", idempotency_key=f"raw-batch-{i}") for i in range(3)])
     bad = tasks_pb2.EnqueueTasksRequest(tasks=[tasks_pb2.EnqueueTaskRequest(task_type="send"),
@@ -238,21 +238,6 @@ async def test_sdk_batches_go_on_the_stream_and_are_deduplicated_on_resend(env):
         assert e.value.http_status == 400 and client._stream.stream_calls == 5
 
 
-async def test_sdk_sends_batches_unary_to_a_gateway_whose_stream_predates_them(env, monkeypatch):
-    """A gateway that says call-stream version 4 would take a batch call for an empty
-    EnqueueTask: the SDK keeps single enqueues on the stream and sends batches unary."""
-    from ratchet.libs.rpc import callstream
-    monkeypatch.setattr(callstream, "PROTOCOL", 4)  # the in-process gateway's header says 4
-    async with AsyncClient(_endpoint(env), env.api_key) as client:
-        await client.enqueue("send")
-        assert client._stream._version == 4 and client._stream.stream_calls == 1
-        ids = await client.enqueue_batch([{"task_type": "send"}, {"task_type": "send"}])
-        assert len(set(ids)) == 2 and all(ids)
-        assert client._stream.stream_calls == 1  # the batch went as a unary EnqueueTasks
-        with pytest.raises(InvalidArgument):
-            await client.enqueue_batch([{"task_type": "no_such_type"}])
-
-
 async def test_an_oversized_request_fails_alone_and_leaves_the_stream_up(env):
     """Over gRPC's 64 MiB message limit a request would end the whole stream (every call on it
     ambiguous, itself retried as UNAVAILABLE): it goes as a unary call and fails
@@ -296,25 +281,24 @@ async def test_sdk_batches_go_as_columns_to_a_gateway_that_reads_them(env, monke
     seen = _count_columns(monkeypatch)
     async with AsyncClient(_endpoint(env), env.api_key) as client:
         ids = await client.enqueue_batch([{"task_type": "send", "payload": {"i": i}} for i in range(3)])
-        assert client._stream._version >= 6 and seen == [3]
+        assert seen == [3]
         # Items that differ in more than their payload go as items.
         mixed = await client.enqueue_batch([{"task_type": "send"}, {"task_type": "send", "idempotency_key": "k-col"}])
     assert seen == [3] and len(set(ids + mixed)) == 5
     sent = [t for n, c in env.history.calls if n == "CreateTasks"
-            for t in (list(c.plain.task_ids) + [x.task_id for x in c.tasks]) if t in ids]
+            for t in (list(c.columns.task_ids) + [x.task_id for x in c.tasks]) if t in ids]
     assert sorted(sent) == sorted(ids)  # each reached history once, with the id the SDK minted
 
 
-async def test_sdk_sends_columns_as_items_to_an_older_gateway_and_on_unary_calls(env, monkeypatch):
-    from ratchet.libs.rpc import callstream
+async def test_sdk_sends_columns_on_unary_calls_too(env, monkeypatch):
+    """One message set on both paths: a unary EnqueueTasks carries the same columns."""
     seen = _count_columns(monkeypatch)
-    monkeypatch.setattr(callstream, "PROTOCOL", 5)  # the in-process gateway's header says 5
+    req = batch_request([{"task_type": "send", "payload": i} for i in range(4)], columns=True)
     async with AsyncClient(_endpoint(env), env.api_key) as client:
-        req = batch_request([{"task_type": "send", "payload": i} for i in range(4)], columns=True)
         resp = await client.send_enqueue_batch(req)
-        assert client._stream._version == 5 and client._stream.stream_calls == 1
+        assert client._stream.stream_calls == 1
         assert list(resp.task_ids) == list(req.columns.task_ids)
     async with AsyncClient(_endpoint(env), env.api_key, stream=False) as client:
         resp = await client.send_enqueue_batch(req)  # a resend, unary: the same tasks
         assert list(resp.task_ids) == list(req.columns.task_ids)
-    assert seen == []  # every one went as items
+    assert seen == [4, 4]

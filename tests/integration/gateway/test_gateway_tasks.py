@@ -139,18 +139,18 @@ async def test_a_large_batch_goes_to_its_shard_in_calls_of_bounded_size_in_reque
 
 
 async def test_a_plain_batch_goes_per_shard_in_bounded_calls_and_answers_in_request_order(env, monkeypatch):
-    """A plain batch (ids and payload_json only: the columns path, session 9) with ids on every
-    shard and payloads big enough to cut one shard's part: one call per chunk, every task as
-    sent, the ids back in request order (this fake has no stream: it gets the columns as
-    tasks, create_stream.unplain)."""
+    """A plain batch (ids and payload_json only: the columns path) with ids on every shard and
+    payloads big enough to cut one shard's part: one call per chunk, every task as sent, the
+    ids back in request order (the fake records the columns as tasks)."""
     monkeypatch.setattr(gw_tasks, "CREATE_CHUNK_BYTES", 40_000)
     shard_map = ShardMap.even(SHARDS)
     slots = {}
     for slot in range(0, 65536, 97):
         slots.setdefault(shard_map.shard_for_slot(slot), slot)
     order = sorted(slots) * 6  # six tasks per shard, interleaved
-    items = [{"task_type": "send", "task_id": new_task_id(slots[s]), "payload_json": '{"i": %d, "pad": "%s"}'
-              % (i, "x" * 9_000)} for i, s in enumerate(order)]
+    pad = "x" * 9_000
+    items = [{"task_type": "send", "task_id": new_task_id(slots[s]), "payload_json": f'{{"i": {i}, "pad": "{pad}"}}'}
+             for i, s in enumerate(order)]
     before = len(env.history.calls)
     r = await env.http.post("/v1/tasks:batch", json={"tasks": items}, headers=env.auth())
     assert r.status_code == 200, r.text

@@ -42,7 +42,8 @@ def _wait_serving(port: int, proc: subprocess.Popen, log: pathlib.Path, timeout:
             if proc.poll() is not None:
                 raise RuntimeError(f"history exited with {proc.returncode}: {log.read_text()[-3000:]}")
             try:
-                if stub.Check(health_pb2.HealthCheckRequest(), timeout=1).status == health_pb2.HealthCheckResponse.SERVING:
+                status = stub.Check(health_pb2.HealthCheckRequest(), timeout=1).status
+                if status == health_pb2.HealthCheckResponse.SERVING:
                     return
             except grpc.RpcError:
                 pass
@@ -65,9 +66,10 @@ async def real(pg_cluster, tmp_path_factory):
     cfg = tmp / "history.json"
     cfg.write_text(json.dumps({"shards": shards, "grpc_port": hport}))
     # A log file, not a pipe: an unread pipe that fills up stalls the process.
-    log = open(tmp / "history.log", "w")
-    proc = subprocess.Popen([sys.executable, "-m", "ratchet.services.history", "--config", str(cfg)],
-                            stdout=log, stderr=subprocess.STDOUT, text=True)
+    # The child keeps its own descriptor of the log: ours closes once it is started.
+    with open(tmp / "history.log", "w") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "ratchet.services.history", "--config", str(cfg)],
+                                stdout=log, stderr=subprocess.STDOUT, text=True)
     gw = None
     try:
         await asyncio.to_thread(_wait_serving, hport, proc, tmp / "history.log")
@@ -91,7 +93,6 @@ async def real(pg_cluster, tmp_path_factory):
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(timeout=10)
-        log.close()
 
 
 async def test_enqueue_get_cancel_round_trip(real):
@@ -221,7 +222,7 @@ async def test_a_batch_that_differs_per_item_keeps_each_items_own_fields(real):
 
 
 async def test_an_sdk_batch_goes_as_columns_and_its_resend_returns_the_same_tasks(real):
-    """The SDK's enqueue_batch (payload_json, minted ids: CreateTasksRequest.plain through the
+    """The SDK's enqueue_batch (payload_json, minted ids: CreateTasksRequest.columns through the
     real history): payloads land as sent; sent again (a lost answer) the same ids come back,
     each deduplicated by history's per-task path; half old, half new keeps the request order."""
     from ratchet.client import batch_request

@@ -1,4 +1,4 @@
-"""CreateTasksRequest.plain (session 9): a batch call's plain tasks as two columns, inserted by
+"""CreateTasksRequest.columns: a batch call's plain tasks as two columns, inserted by
 one statement and answered all_created; anything it cannot decide goes the per-task way."""
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ def _shared(tenant: str) -> h.NewTask:
 
 
 async def _plain(hist, shared: h.NewTask, ids: list[str], payloads: list[bytes], **kw) -> h.CreateTasksResponse:
-    req = h.CreateTasksRequest(shard_id=1, shared=shared, plain=h.PlainTasks(task_ids=ids, payloads_json=payloads),
+    req = h.CreateTasksRequest(shard_id=1, shared=shared, columns=h.TaskColumns(task_ids=ids, payloads_json=payloads),
                                **kw)
     return await hist.stub.CreateTasks(req, timeout=RPC_TIMEOUT)
 
@@ -156,16 +156,16 @@ async def test_an_id_another_tenant_holds_is_refused_and_nothing_is_written(hist
 
 
 @pytest.mark.parametrize("case, message", [
-    ("both", "plain and tasks are exclusive"),
-    ("counts", "plain holds 2 task_ids and 1 payloads_json"),
-    ("no_type", "shared.task_type is required with plain tasks"),
-    ("no_tenant", "shared.tenant_id is required with plain tasks"),
-    ("bad_id", "plain.task_ids[1] must be a Ratchet task id"),
-    ("same_id", "plain.task_ids[0] and plain.task_ids[1] are the same task id"),
-    ("bad_json", "plain.payloads_json[1] must be JSON"),
-    ("empty_json", "plain.payloads_json[0] is required"),
-    ("too_big", "plain.payloads_json[1] is 262145 bytes"),
-    ("empty", "plain.task_ids holds 0 ids; send 1..1000"),
+    ("both", "columns and tasks are exclusive"),
+    ("counts", "columns holds 2 task_ids and 1 payloads_json"),
+    ("no_type", "shared.task_type is required with columns"),
+    ("no_tenant", "shared.tenant_id is required with columns"),
+    ("bad_id", "columns.task_ids[1] must be a Ratchet task id"),
+    ("same_id", "columns.task_ids[0] and columns.task_ids[1] are the same task id"),
+    ("bad_json", "columns.payloads_json[1] must be JSON"),
+    ("empty_json", "columns.payloads_json[0] is required"),
+    ("too_big", "columns.payloads_json[1] is 262145 bytes"),
+    ("empty", "columns.task_ids holds 0 ids; send 1..1000"),
 ])
 async def test_bad_plain_requests_name_what_to_fix_and_write_nothing(hist, case, message):
     shared = h.NewTask(tenant_id=unique("t"), app_id="app", task_type="work")

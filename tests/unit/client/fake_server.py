@@ -40,6 +40,8 @@ class FakeTasks(tasks_pb2_grpc.TaskServiceServicer):
 
     def EnqueueTasks(self, request, context):
         self._maybe_fail(request, context)
+        if request.HasField("columns"):
+            return tasks_pb2.EnqueueTasksResponse(task_ids=request.columns.task_ids)
         return tasks_pb2.EnqueueTasksResponse(task_ids=[t.task_id or f"task-for-{t.idempotency_key}"
                                                         for t in request.tasks])
 

@@ -90,7 +90,7 @@ def test_timeouts_accept_strings_numbers_and_timedeltas():
                             "schedule_to_close": dt.timedelta(hours=1)})
     assert (msg.start_to_close.seconds, msg.schedule_to_start.seconds, msg.schedule_to_close.seconds) == (
         120, 5, 3600)
-    with pytest.raises(InvalidArgument, match="timeouts.start_to_close"):
+    with pytest.raises(InvalidArgument, match=r"timeouts\.start_to_close"):
         timeouts_message({"start_to_close": "soon"})
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import grpc
 import pytest
 
-from ratchet.client import Client, DeadlineExceeded, InvalidArgument, Unavailable
+from ratchet.client import Client, DeadlineExceeded, InvalidArgument, RatchetError, Unavailable
 from ratchet.libs.shardmap import parse_task_id, slot_of
 from tests.unit.client.fake_server import FakeServer
 
@@ -24,7 +24,7 @@ def server():
 @pytest.fixture
 def client(server):
     # The unary transport's retries (stream=False); the enqueue stream's are AsyncClient's
-    # (tests/integration/gateway), and the fallback to unary from the stream is tested below.
+    # (tests/integration/gateway); a server without the stream is tested below.
     c = Client(server.endpoint, "rk_test", timeout=5.0, stream=False)
     c._t.sleep = lambda seconds: None  # backoff is tested separately; keep the test instant
     yield c
@@ -93,7 +93,7 @@ def test_the_ids_minted_for_one_batch_share_a_slot_per_hundred_and_batches_sprea
     assert all(len(slots) == 1 for slots in per_call)
     assert len(set().union(*per_call)) > 10
     client.enqueue_batch([{"task_type": "greet"}] * 250)
-    slots = [slot_of(t.task_id) for t in server.tasks.requests[-1].tasks]
+    slots = [slot_of(t) for t in server.tasks.requests[-1].columns.task_ids]  # (one type: columns)
     runs = [set(slots[:100]), set(slots[100:200]), set(slots[200:])]
     assert [len(r) for r in runs] == [1, 1, 1] and len(set().union(*runs)) >= 2  # random slots
 
@@ -112,12 +112,18 @@ def test_backoff_grows_and_is_capped(server, client):
     assert all(0 < s <= 2.0 for s in slept) and slept[-1] > slept[0] / 2
 
 
-def test_the_default_client_falls_back_to_unary_calls_and_still_reuses_its_task_id(server):
-    """This fake serves no EnqueueTaskStream (an older gateway): the default client's
-    stream answers UNIMPLEMENTED and the enqueue goes as unary calls, retried with one id."""
-    server.tasks.fail_with = [U, U]
+def test_a_server_without_the_enqueue_stream_is_told_apart_and_nothing_is_sent(server):
+    """This fake serves no EnqueueTaskStream: the default client says so (UNIMPLEMENTED, and
+    how to send unary calls instead) and sends nothing; stream=False works against it."""
     with Client(server.endpoint, "rk_test", timeout=5.0) as c:
-        task_id = c.enqueue("greet")
+        with pytest.raises(RatchetError) as e:
+            c.enqueue("greet")
+        assert e.value.code == "UNIMPLEMENTED" and "stream=False" in str(e.value)
         assert c._stream.stream.stream_calls == 0
+    assert server.tasks.requests == []
+    server.tasks.fail_with = [U, U]
+    with Client(server.endpoint, "rk_test", timeout=5.0, stream=False) as c:
+        c._t.sleep = lambda seconds: None
+        task_id = c.enqueue("greet")
     ids = [r.task_id for r in server.tasks.requests]
-    assert len(ids) == 3 and set(ids) == {task_id}
+    assert len(ids) == 3 and set(ids) == {task_id}  # retried with one id

@@ -115,12 +115,13 @@ class TaskServiceServicer:
         """EnqueueTask (and EnqueueTasks) calls on one long-lived stream: the SDK's
         path for producers that enqueue often (a message costs the gateway and
         the client a fraction of a unary call, and one message may carry many
-        calls). Each call carries one EnqueueTaskRequest (or, from call-stream
-        version 5, one EnqueueTasksRequest) with a caller-chosen call_id and its
+        calls). Each call carries one EnqueueTaskRequest (or one
+        EnqueueTasksRequest) with a caller-chosen call_id and its
         own timeout, and is answered once, in completion order, with exactly what
         the unary RPC would have answered: its response or its error. Answers ready
         together come back in one message. The gateway sends the header
-        `ratchet-call-stream` before any answer. A call the stream ended before
+        `ratchet-call-stream: 1` before any answer (the call-stream contract,
+        version 1; a caller opens the stream with the same metadata). A call the stream ended before
         answering may or may not have been committed: send it again with the
         same idempotency_key (if the gateway ended the stream cleanly, with OK,
         it never started the calls it did not answer). A message over the 64 MiB

@@ -71,18 +71,18 @@ class NewTask(_message.Message):
     def __init__(self, task_id: _Optional[str] = ..., tenant_id: _Optional[str] = ..., app_id: _Optional[str] = ..., task_type: _Optional[str] = ..., queue: _Optional[str] = ..., payload_json: _Optional[bytes] = ..., delay: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., run_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., idempotency_key: _Optional[str] = ..., fingerprint: _Optional[str] = ..., retry: _Optional[_Union[_tasks_pb2.RetryPolicy, _Mapping]] = ..., timeouts: _Optional[_Union[_tasks_pb2.Timeouts, _Mapping]] = ..., non_retryable: _Optional[_Iterable[str]] = ..., schedule_id: _Optional[str] = ..., scheduled_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class CreateTasksRequest(_message.Message):
-    __slots__ = ("shard_id", "tasks", "shared", "plain")
+    __slots__ = ("shard_id", "tasks", "shared", "columns")
     SHARD_ID_FIELD_NUMBER: _ClassVar[int]
     TASKS_FIELD_NUMBER: _ClassVar[int]
     SHARED_FIELD_NUMBER: _ClassVar[int]
-    PLAIN_FIELD_NUMBER: _ClassVar[int]
+    COLUMNS_FIELD_NUMBER: _ClassVar[int]
     shard_id: int
     tasks: _containers.RepeatedCompositeFieldContainer[NewTask]
     shared: NewTask
-    plain: PlainTasks
-    def __init__(self, shard_id: _Optional[int] = ..., tasks: _Optional[_Iterable[_Union[NewTask, _Mapping]]] = ..., shared: _Optional[_Union[NewTask, _Mapping]] = ..., plain: _Optional[_Union[PlainTasks, _Mapping]] = ...) -> None: ...
+    columns: TaskColumns
+    def __init__(self, shard_id: _Optional[int] = ..., tasks: _Optional[_Iterable[_Union[NewTask, _Mapping]]] = ..., shared: _Optional[_Union[NewTask, _Mapping]] = ..., columns: _Optional[_Union[TaskColumns, _Mapping]] = ...) -> None: ...
 
-class PlainTasks(_message.Message):
+class TaskColumns(_message.Message):
     __slots__ = ("task_ids", "payloads_json")
     TASK_IDS_FIELD_NUMBER: _ClassVar[int]
     PAYLOADS_JSON_FIELD_NUMBER: _ClassVar[int]
@@ -109,28 +109,36 @@ class CreateTasksResponse(_message.Message):
     def __init__(self, results: _Optional[_Iterable[_Union[CreateResult, _Mapping]]] = ..., all_created: _Optional[bool] = ...) -> None: ...
 
 class CreateTasksStreamRequest(_message.Message):
-    __slots__ = ("call_id", "request", "timeout_ms", "calls")
+    __slots__ = ("calls",)
+    CALLS_FIELD_NUMBER: _ClassVar[int]
+    calls: _containers.RepeatedCompositeFieldContainer[CreateTasksCall]
+    def __init__(self, calls: _Optional[_Iterable[_Union[CreateTasksCall, _Mapping]]] = ...) -> None: ...
+
+class CreateTasksCall(_message.Message):
+    __slots__ = ("call_id", "request", "timeout_ms")
     CALL_ID_FIELD_NUMBER: _ClassVar[int]
     REQUEST_FIELD_NUMBER: _ClassVar[int]
     TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
-    CALLS_FIELD_NUMBER: _ClassVar[int]
     call_id: int
     request: CreateTasksRequest
     timeout_ms: int
-    calls: _containers.RepeatedCompositeFieldContainer[CreateTasksStreamRequest]
-    def __init__(self, call_id: _Optional[int] = ..., request: _Optional[_Union[CreateTasksRequest, _Mapping]] = ..., timeout_ms: _Optional[int] = ..., calls: _Optional[_Iterable[_Union[CreateTasksStreamRequest, _Mapping]]] = ...) -> None: ...
+    def __init__(self, call_id: _Optional[int] = ..., request: _Optional[_Union[CreateTasksRequest, _Mapping]] = ..., timeout_ms: _Optional[int] = ...) -> None: ...
 
 class CreateTasksStreamResponse(_message.Message):
-    __slots__ = ("call_id", "response", "error", "answers")
+    __slots__ = ("answers",)
+    ANSWERS_FIELD_NUMBER: _ClassVar[int]
+    answers: _containers.RepeatedCompositeFieldContainer[CreateTasksAnswer]
+    def __init__(self, answers: _Optional[_Iterable[_Union[CreateTasksAnswer, _Mapping]]] = ...) -> None: ...
+
+class CreateTasksAnswer(_message.Message):
+    __slots__ = ("call_id", "response", "error")
     CALL_ID_FIELD_NUMBER: _ClassVar[int]
     RESPONSE_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
-    ANSWERS_FIELD_NUMBER: _ClassVar[int]
     call_id: int
     response: CreateTasksResponse
     error: CallError
-    answers: _containers.RepeatedCompositeFieldContainer[CreateTasksStreamResponse]
-    def __init__(self, call_id: _Optional[int] = ..., response: _Optional[_Union[CreateTasksResponse, _Mapping]] = ..., error: _Optional[_Union[CallError, _Mapping]] = ..., answers: _Optional[_Iterable[_Union[CreateTasksStreamResponse, _Mapping]]] = ...) -> None: ...
+    def __init__(self, call_id: _Optional[int] = ..., response: _Optional[_Union[CreateTasksResponse, _Mapping]] = ..., error: _Optional[_Union[CallError, _Mapping]] = ...) -> None: ...
 
 class CallError(_message.Message):
     __slots__ = ("code", "message")

@@ -134,9 +134,10 @@ class HistoryServiceServicer:
         once, in completion order, with its response or the status it failed
         with (the same status CreateTasks would have returned). A call the
         stream ended before answering may or may not have taken effect: retry it
-        with the same task ids and keys, as after a unary deadline. Framing
-        version 2 (the `ratchet-call-stream` header and metadata, see
-        libs/rpc/callstream.py) lets one message carry several calls or answers.
+        with the same task ids and keys, as after a unary deadline. One message
+        carries one or more calls, and one answer message one or more answers.
+        History sends the `ratchet-call-stream` header before any answer (the
+        call-stream contract, libs/rpc/callstream.py).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
