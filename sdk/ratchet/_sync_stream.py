@@ -40,22 +40,32 @@ if TYPE_CHECKING:
 # How long close() waits for the loop to end the stream and stop.
 _CLOSE_S = 5.0
 
-# The pid of the process that started a stream thread first (grpc.aio with it), if any.
-_aio_pid: int | None = None
-_aio_lock = threading.Lock()
+class _Process:
+    """What this process knows about its enqueue streams. Process-wide by nature, so the one
+    module-level object here: fork hooks are per process (os.register_at_fork), and grpc.aio
+    works only in the process that first started it."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._aio_pid: int | None = None  # the process that started a stream thread first
+        self.clients: weakref.WeakSet[StreamEnqueuer] = weakref.WeakSet()  # to pause before fork()
+
+    def may_use_aio(self) -> bool:
+        return self._aio_pid is None or self._aio_pid == os.getpid()
+
+    def using_aio(self) -> None:
+        with self._lock:
+            if self._aio_pid is None:
+                self._aio_pid = os.getpid()
+
+    def before_fork(self) -> None:
+        for enq in list(self.clients):
+            enq._pause()
 
 
-# Every client of this process, to end their streams before fork() (see the module docstring).
-_live: weakref.WeakSet[StreamEnqueuer] = weakref.WeakSet()
-
-
-def _before_fork() -> None:
-    for enq in list(_live):
-        enq._pause()
-
-
+_PROCESS = _Process()
 if hasattr(os, "register_at_fork"):
-    os.register_at_fork(before=_before_fork)
+    os.register_at_fork(before=_PROCESS.before_fork)
 
 
 class StreamEnqueuer:
@@ -73,7 +83,7 @@ class StreamEnqueuer:
         self._thread: threading.Thread | None = None
         self._client: AsyncClient | None = None
         self._closed = False
-        _live.add(self)
+        _PROCESS.clients.add(self)
 
     def send(self, req: tasks_pb2.EnqueueTaskRequest) -> tasks_pb2.EnqueueTaskResponse:
         """The gateway's answer to req, or the RatchetError it failed with (after retries)."""
@@ -92,7 +102,7 @@ class StreamEnqueuer:
     def available(self) -> bool:
         """False in a process forked from one that had started a stream (see the module
         docstring): send unary calls there."""
-        return _aio_pid is None or _aio_pid == os.getpid()
+        return _PROCESS.may_use_aio()
 
     @property
     def stream(self):
@@ -110,10 +120,7 @@ class StreamEnqueuer:
                                    "grpc.aio cannot run here: send unary calls", "FAILED_PRECONDITION")
             from ratchet.aio import AsyncClient  # (aio imports client, which imports this module)
 
-            global _aio_pid
-            with _aio_lock:
-                if _aio_pid is None:
-                    _aio_pid = os.getpid()
+            _PROCESS.using_aio()
 
             loop = asyncio.new_event_loop()
             started = threading.Event()
