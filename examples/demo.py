@@ -17,7 +17,10 @@ from ratchet.client import RatchetError
 
 
 def show(label: str, info) -> None:
-    detail = info.result if info.state == "SUCCEEDED" else (info.error and f"{info.error.error_class}: {info.error.message}")
+    if info.state == "SUCCEEDED":
+        detail = info.result
+    else:
+        detail = info.error and f"{info.error.error_class}: {info.error.message}"
     attempts = ", ".join(f"#{a.attempt} {a.outcome}" for a in info.attempts) or "none"
     print(f"  {label:<34} {info.state:<10} {json.dumps(detail)}   attempts: {attempts}")
 

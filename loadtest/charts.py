@@ -13,7 +13,7 @@ from loadtest.results import Cell
 def available() -> str | None:
     """None when charts can be drawn, else why not."""
     try:
-        import matplotlib  # noqa: F401
+        import matplotlib  # noqa: F401 - imported only to see that it is installed
     except ImportError:
         return "matplotlib is not installed (pip install -e '.[bench]'): no charts"
     return None

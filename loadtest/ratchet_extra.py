@@ -82,7 +82,8 @@ async def cell_s2s_load(b: Bench, rate: float, seconds: float, probes_per_s: flo
     send = [(t[k]["started_at"].timestamp() - ts) * 1000 for k, ts in sent.items() if k in t and t[k]["started_at"]]
     c = b.cell("schedule_to_start_load", {"target_rate": round(rate)}, rate=res.rate, unit="tasks/s", n=res.acked,
                wall=wall, d=d, cpu_ms=cpu_ms, latency=send,
-               notes="load = 50 % of min(drain, enqueue capacity); latency = probe's started_at (shard clock) - send time")
+               notes="load = 50 % of min(drain, enqueue capacity); "
+                     "latency = probe's started_at (shard clock) - send time")
     c.extra.update({"created_to_started_ms": dbstats.percentiles(s2s), "probes": len(sent),
                     "probes_missed": len(sent) - len(send)})
     b.run.record(c)
@@ -252,8 +253,8 @@ async def shard_sweep(run) -> None:
             await warmup(b)
             await b.pt.stop_hostagent()
             await guarded(b, "shards_enqueue", {"shards": shards},
-                          lambda: ratchet_cells.cell_enqueue_single(b, 32, run.seconds))
-            await guarded(b, "shards_drain", {"shards": shards}, lambda: ratchet_drain.cell_drain(
+                          lambda b=b: ratchet_cells.cell_enqueue_single(b, 32, run.seconds))
+            await guarded(b, "shards_drain", {"shards": shards}, lambda b=b: ratchet_drain.cell_drain(
                 b, 10_000, limit_s=60))
         finally:
             await close()

@@ -177,8 +177,8 @@ class Probe:
         d = dbstats.delta(snap_a, snap_b, dbs, settled)
         await names.load(self.admin)
         groups = await _grouped(self.admin, names, lsn0, lsn1)
-        phase = Phase(name=name, round=rnd, tasks=tasks, wal_lsn_bytes=_lsn(lsn1) - _lsn(lsn0), groups=groups, commits=d.commits - (self.probe_reads - reads0),
-                      write_xacts=d.write_xacts, wall_s=wall)
+        phase = Phase(name=name, round=rnd, tasks=tasks, wal_lsn_bytes=_lsn(lsn1) - _lsn(lsn0), groups=groups,
+                      commits=d.commits - (self.probe_reads - reads0), write_xacts=d.write_xacts, wall_s=wall)
         self.phases.append(phase)
         self.say(f"{rnd} {name}: {tasks} tasks in {wall:.1f}s, {phase.per_task(phase.total()):.0f} B/task "
                  f"({phase.per_task(phase.total('fpi_bytes')):.0f} of it FPI), "

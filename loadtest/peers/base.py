@@ -129,13 +129,13 @@ class Peer:
         if self.worker is not None and self.worker.poll() is None:
             return self.worker.pid
         args, env = self.worker_command()
-        log = open(self.workdir / "worker.log", "ab")
         full_env = {**os.environ, "PYTHONUNBUFFERED": "1", PROBE_ENV: self.probes.path,
                     "PYTHONPATH": str(REPO), **env}
-        self.worker = self.registry.popen(f"{self.name} worker", args, env=full_env, stdout=log,
-                                          stderr=subprocess.STDOUT, cwd=str(self.workdir),
-                                          start_new_session=True)
-        log.close()
+        # The child has its own copy of the log's descriptor: ours closes once it is started.
+        with open(self.workdir / "worker.log", "ab") as log:
+            self.worker = self.registry.popen(f"{self.name} worker", args, env=full_env, stdout=log,
+                                              stderr=subprocess.STDOUT, cwd=str(self.workdir),
+                                              start_new_session=True)
         self.worker_ticks = proc_start_ticks(self.worker.pid)
         return self.worker.pid
 
@@ -193,10 +193,9 @@ class Peer:
         raise RuntimeError(f"{self.name} worker ran no task within {timeout:g}s: {self.worker_log_tail()}")
 
     def start_server(self, label: str, args: list[str], **kwargs) -> subprocess.Popen:
-        log = open(self.workdir / f"{label}.log", "ab")
-        proc = self.registry.popen(f"{self.name} {label}", args, stdout=log, stderr=subprocess.STDOUT,
-                                   cwd=str(self.workdir), **kwargs)
-        log.close()
+        with open(self.workdir / f"{label}.log", "ab") as log:
+            proc = self.registry.popen(f"{self.name} {label}", args, stdout=log, stderr=subprocess.STDOUT,
+                                       cwd=str(self.workdir), **kwargs)
         self.servers[label] = proc.pid
         return proc
 

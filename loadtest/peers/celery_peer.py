@@ -23,8 +23,8 @@ class CeleryPeer(Peer):
     @classmethod
     def check(cls) -> None:
         try:
-            import celery  # noqa: F401
-            import redis  # noqa: F401
+            import celery  # noqa: F401 - imported only to see that it is installed
+            import redis  # noqa: F401 - imported only to see that it is installed
         except ImportError:
             raise PeerUnavailable("celery[redis] is not installed (pip install -e '.[bench]')") from None
         if not shutil.which("redis-server"):

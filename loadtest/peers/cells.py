@@ -257,7 +257,8 @@ async def schedule_to_start_load(b: PeerBench, rate: float, seconds: float, prob
     lat = [(seen[k] - t) * 1000 for k, t in sent.items() if k in seen]
     c = b.cell("schedule_to_start_load", b.params(target_rate=round(rate)), rate=res.rate, unit="tasks/s",
                n=res.acked, wall=wall, d=d, cpu_ms=cpu_ms, latency=lat,
-               notes="load = 50 % of min(drain, enqueue capacity) of this system; latency of probes sent among the load")
+               notes="load = 50 % of min(drain, enqueue capacity) of this system; "
+                     "latency of probes sent among the load")
     c.extra.update({"probes": len(sent), "probes_missed": len(sent) - len(lat)})
     b.record(c)
 

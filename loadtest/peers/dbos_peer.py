@@ -13,8 +13,8 @@ class DbosPeer(Peer):
     label = "Postgres"
     concurrency = 0  # unlimited (see config_note)
     config_note = ("one worker process (DBOS.launch, executor_id fixed so a restarted worker recovers "
-                   "its workflows), queue without a concurrency limit (with worker_concurrency 8 a 1 s poll dequeues only the free slots: "
-                   "8 workflows/s), polling_interval_sec 1.0 (default), "
+                   "its workflows), queue without a concurrency limit (with worker_concurrency 8 a 1 s poll "
+                   "dequeues only the free slots: 8 workflows/s), polling_interval_sec 1.0 (default), "
                    "LISTEN/NOTIFY on (default); producer: DBOSClient.enqueue_async, no batch call")
     recovery_note = ("the restarted worker (same executor_id) recovers its PENDING workflows at launch "
                      "(DBOS's documented local recovery)")
@@ -22,7 +22,7 @@ class DbosPeer(Peer):
     @classmethod
     def check(cls) -> None:
         try:
-            import dbos  # noqa: F401
+            import dbos  # noqa: F401 - imported only to see that it is installed
         except ImportError:
             raise PeerUnavailable("dbos is not installed (pip install -e '.[bench]')") from None
         from importlib.metadata import version

@@ -24,7 +24,7 @@ class ProcrastinatePeer(Peer):
     @classmethod
     def check(cls) -> None:
         try:
-            import procrastinate  # noqa: F401
+            import procrastinate  # noqa: F401 - imported only to see that it is installed
         except ImportError:
             raise PeerUnavailable("procrastinate is not installed (pip install -e '.[bench]')") from None
         from importlib.metadata import version

@@ -29,7 +29,7 @@ class TemporalPeer(Peer):
     @classmethod
     def check(cls) -> None:
         try:
-            import temporalio  # noqa: F401
+            import temporalio  # noqa: F401 - imported only to see that it is installed
         except ImportError:
             raise PeerUnavailable("temporalio is not installed (pip install -e '.[bench]')") from None
         if not _temporal_bin():

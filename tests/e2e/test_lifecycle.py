@@ -82,7 +82,7 @@ def test_batch_of_1000_in_request_order(client):
 def test_batch_over_1000_is_refused_whole(client):
     keys = [f"over-{uuid.uuid4().hex}" for _ in range(1001)]
     tasks = [{"task_type": "echo", "payload": {"i": i}, "idempotency_key": k} for i, k in enumerate(keys)]
-    with pytest.raises(InvalidArgument, match="1,?000"):
+    with pytest.raises(InvalidArgument, match=r"1,?000"):
         client.enqueue_batch(tasks)
     # Nothing was written: the first key is still free for a different request.
     tid = client.enqueue("echo", {"different": True}, idempotency_key=keys[0])
@@ -170,7 +170,8 @@ def test_rest_translation_status_codes_and_openapi(platform):
         assert r.status_code == 200 and r.json()["state"] in ("TASK_STATE_CANCELED", "TASK_STATE_SUCCEEDED",
                                                                "TASK_STATE_LEASED")
         spec = http.get("/openapi.json").json()
-        assert {"/v1/tasks", "/v1/tasks:batch", "/v1/tasks/{task_id}", "/v1/tasks/{task_id}/cancel"} <= set(spec["paths"])
+        paths = {"/v1/tasks", "/v1/tasks:batch", "/v1/tasks/{task_id}", "/v1/tasks/{task_id}/cancel"}
+        assert paths <= set(spec["paths"])
     with httpx.Client(base_url=platform.endpoints["rest"], timeout=10) as anon:
         assert anon.post("/v1/tasks", json={"task_type": "echo"}).status_code == 401
 

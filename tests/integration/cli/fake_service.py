@@ -112,7 +112,8 @@ async def serve(config: dict) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--config", required=True)
-    config = json.loads(open(parser.parse_args().config).read())
+    with open(parser.parse_args().config) as f:
+        config = json.load(f)
     if config.get("fake_exit_code") is not None:
         print("fake service: exiting on purpose", flush=True)
         return int(config["fake_exit_code"])

@@ -62,7 +62,8 @@ async def test_two_fire_loops_never_fire_a_slot_twice(cron, mesh, db, caplog):
         assert len(times) == len(set(times)) and no_silent_gap(times, s.schedule_id, caplog.text), times
         # Each slot was sent once: the decision holds a send lease, so the other loop never re-sent it.
         assert set(mesh.sends_of(s.schedule_id).values()) == {1}
-    claimed = await db.fetch("SELECT schedule_id, slot, count(*) AS n FROM schedule_slots GROUP BY 1, 2 HAVING count(*) > 1")
+    claimed = await db.fetch("SELECT schedule_id, slot, count(*) AS n FROM schedule_slots GROUP BY 1, 2 "
+                             "HAVING count(*) > 1")
     assert claimed == []
 
 
@@ -228,7 +229,8 @@ async def _count(db, schedule_id, state, at_least):
 
 
 async def test_two_processes_deciding_buffer_one_keep_at_most_one_buffered_slot(cron, mesh, db):
-    a, b = await cron(), await cron()
+    a = await cron()
+    await cron()  # a second process deciding the same slots
     s = await create(a.stub, "* * * * * *", overlap_policy=spb.OVERLAP_POLICY_BUFFER_ONE)
     await wait_for(lambda: len(mesh.tasks_of(s.schedule_id)) == 1, what="first firing")
     states = "SELECT count(*) FILTER (WHERE state = 'BUFFERED') AS b, count(*) FILTER (WHERE state = 'SKIPPED') AS s " \
@@ -236,14 +238,14 @@ async def test_two_processes_deciding_buffer_one_keep_at_most_one_buffered_slot(
     for _ in range(2):
         skipped = (await db.fetchrow(states, s.schedule_id))["s"]
 
-        async def buffered_and_one_more_skipped():
+        async def buffered_and_one_more_skipped(skipped=skipped):
             row = await db.fetchrow(states, s.schedule_id)
             assert row["b"] <= 1, "two slots buffered at once"
             return row["b"] == 1 and row["s"] > skipped
         await wait_for(buffered_and_one_more_skipped, what="a buffered slot and one skipped behind it")
         n = len(mesh.tasks_of(s.schedule_id))
         mesh.finish(mesh.tasks_of(s.schedule_id)[-1].task_id)
-        await wait_for(lambda: len(mesh.tasks_of(s.schedule_id)) == n + 1, what="the buffered slot fired")
+        await wait_for(lambda n=n: len(mesh.tasks_of(s.schedule_id)) == n + 1, what="the buffered slot fired")
     assert set(mesh.sends_of(s.schedule_id).values()) == {1}
     times = [t.scheduled_time for t in mesh.tasks_of(s.schedule_id)]
     assert times == sorted(set(times))

@@ -61,7 +61,7 @@ async def test_two_processes_fire_each_slot_once_and_survive_a_sigkill(mesh, cro
              for i, port in enumerate(ports)]
     try:
         for port in ports:
-            await wait_for(lambda: _serving(f"127.0.0.1:{port}"), timeout=30, what=f"cron on {port}")
+            await wait_for(lambda port=port: _serving(f"127.0.0.1:{port}"), timeout=30, what=f"cron on {port}")
         async with grpc.aio.insecure_channel(f"127.0.0.1:{ports[1]}") as ch:
             schedules = [await create(cron_pb2_grpc.CronServiceStub(ch), "* * * * * *") for _ in range(3)]
         await wait_for(lambda: all(len(mesh.tasks_of(s.schedule_id)) >= 3 for s in schedules), timeout=15,

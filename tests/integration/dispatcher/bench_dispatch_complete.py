@@ -32,16 +32,17 @@ import subprocess
 import sys
 import tempfile
 import time
+from typing import ClassVar
 
 import grpc
 
 HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from ratchet.internal.dispatcher.v1 import dispatcher_pb2 as dpb  # noqa: E402  (after the sys.path insert)
-from ratchet.internal.dispatcher.v1 import dispatcher_pb2_grpc as dgrpc  # noqa: E402
-from ratchet.internal.history.v1 import history_pb2 as hpb  # noqa: E402
-from ratchet.libs.pg.cluster import LocalCluster, free_port  # noqa: E402
+from ratchet.internal.dispatcher.v1 import dispatcher_pb2 as dpb  # noqa: E402 - after the sys.path insert
+from ratchet.internal.dispatcher.v1 import dispatcher_pb2_grpc as dgrpc  # noqa: E402 - after the sys.path insert
+from ratchet.internal.history.v1 import history_pb2 as hpb  # noqa: E402 - after the sys.path insert
+from ratchet.libs.pg.cluster import LocalCluster, free_port  # noqa: E402 - after the sys.path insert
 
 TOKEN = "bench-token"
 AUTH = (("authorization", f"Bearer {TOKEN}"),)
@@ -55,7 +56,7 @@ def _fake_history_main(port: int) -> None:
     from ratchet.internal.history.v1 import history_pb2_grpc as hgrpc
 
     class CostlyHistory(FakeHistory):
-        pools: dict[int, asyncio.Semaphore] = {}
+        pools: ClassVar[dict[int, asyncio.Semaphore]] = {}
 
         async def CompleteTasks(self, request, context):
             async with self.pools.setdefault(request.shard_id, asyncio.Semaphore(8)):

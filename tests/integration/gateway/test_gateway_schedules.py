@@ -230,7 +230,8 @@ async def test_retry_rules_resolve_against_the_handlers_and_reach_history(env):
     r = await env.http.post("/v1/tasks", json={"task_type": "sync"}, headers=env.auth(t.api_key))
     sent = env.history.tasks[r.json()["task_id"]]
     assert sent.retry.max_attempts == 4 and list(sent.retry.non_retryable) == ["KeyError"]
-    assert set(sent.retry.rules) == {"TimeoutError", "ValueError"} and sent.retry.rules["TimeoutError"].base.seconds == 5
+    assert set(sent.retry.rules) == {"TimeoutError", "ValueError"}
+    assert sent.retry.rules["TimeoutError"].base.seconds == 5
     over = await env.http.post("/v1/tasks", json={"task_type": "sync", "retry": {
         "rules": {"IOError": {"max_attempts": 2}}}}, headers=env.auth(t.api_key))
     sent = env.history.tasks[over.json()["task_id"]]

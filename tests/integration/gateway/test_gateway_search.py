@@ -185,7 +185,8 @@ async def test_bulk_cancel_runs_and_can_be_stopped(env):
     finally:
         env.history.hold_bulk = False
     assert r.matched == 9 and r.operation.state == S.BULK_OPERATION_STATE_RUNNING
-    starts = [c for n, c in env.history.calls if n == "StartBulkOperation" and c.operation_id == r.operation.operation_id]
+    starts = [c for n, c in env.history.calls
+              if n == "StartBulkOperation" and c.operation_id == r.operation.operation_id]
     assert list(starts[0].filter.states) == [S.TASK_STATE_ENQUEUED, S.TASK_STATE_LEASED, S.TASK_STATE_RETRY_WAIT]
     assert list(starts[0].registered_task_types) == []
     c = await env.http.post(f"/v1/operations/{r.operation.operation_id}/cancel", headers=env.auth(t.api_key))

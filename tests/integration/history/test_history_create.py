@@ -76,7 +76,8 @@ async def test_delayed_tasks_wait_for_run_at_with_a_wake_up_timer(hist):
     past.run_at.FromSeconds(int(time.time()) - 60)
     await hist.create(d, future, past)
     assert set(await hist.timers(d.task_id)) == {"delay"}
-    assert (await hist.timers(future.task_id))["delay"]["fire_at"].timestamp() == pytest.approx(time.time() + 3600, abs=5)
+    fire_at = (await hist.timers(future.task_id))["delay"]["fire_at"]
+    assert fire_at.timestamp() == pytest.approx(time.time() + 3600, abs=5)
     first = await hist.lease(app)
     assert [t.task_id for t in first.tasks] == [past.task_id]  # only the due one
 
@@ -153,7 +154,8 @@ async def test_an_expired_key_may_name_a_new_task(hist):
     second = hist.task(tenant, idempotency_key="daily", fingerprint="b")
     (r,) = (await hist.create(second)).results
     assert (r.task_id, r.deduplicated, r.conflict) == (second.task_id, False, False)
-    (row,) = await hist.sql(1, "SELECT task_id::text AS id, expires_at > clock_timestamp() + interval '23 hours' AS live "
+    (row,) = await hist.sql(1, "SELECT task_id::text AS id, "
+                               "expires_at > clock_timestamp() + interval '23 hours' AS live "
                                "FROM idempotency_keys WHERE tenant_id = $1", tenant)
     assert row["id"] == second.task_id and row["live"]
 

@@ -8,6 +8,8 @@ import asyncio
 import grpc
 import pytest
 
+from ratchet.internal.history.v1 import history_pb2 as h
+
 from .helpers import unique
 
 
@@ -164,7 +166,8 @@ async def test_alike_plain_singles_take_the_plain_statement_and_write_the_same_r
         return t
     alike = [shaped(via_plain, i) for i in range(40)]
     results = await asyncio.gather(*(hist.create(t) for t in alike))
-    assert all(r.results[0].task_id == t.task_id and not r.results[0].deduplicated for r, t in zip(results, alike, strict=True))
+    assert all(r.results[0].task_id == t.task_id and not r.results[0].deduplicated
+               for r, t in zip(results, alike, strict=True))
     assert counts["task_create_plain"] >= 1 and counts["task_create_batch"] == 0
     # The same tasks one request each with a key (never alike): the general statement.
     keyed = [shaped(via_batch, i) for i in range(40)]
@@ -173,7 +176,8 @@ async def test_alike_plain_singles_take_the_plain_statement_and_write_the_same_r
     await asyncio.gather(*(hist.create(t) for t in keyed))
     assert counts["task_create_batch"] >= 1
     strip = ("idempotency_key",)
-    got = [{k: v for k, v in r.items() if k not in strip} for r in await _rows(hist, via_plain, [t.task_id for t in alike])]
+    got = [{k: v for k, v in r.items() if k not in strip}
+           for r in await _rows(hist, via_plain, [t.task_id for t in alike])]
     want = [{k: v for k, v in r.items() if k not in strip}
             for r in await _rows(hist, via_batch, [t.task_id for t in keyed])]
     assert got == want

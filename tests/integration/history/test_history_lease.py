@@ -77,7 +77,8 @@ async def test_one_tenants_100k_backlog_does_not_delay_another_tenants_single_ta
     assert len(got.tasks) == 10 and got.more
     assert sum(t.tenant_id == "big" for t in got.tasks) == 9  # the leftover share goes to the big tenant
     assert elapsed < 3.0, f"leasing from a 100k backlog took {elapsed:.2f}s"  # loose: the CPU is shared
-    plan = await hist.sql(1, "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + _ready_tenants_sql(), "", None, [], 10, [], [], [])
+    plan = await hist.sql(1, "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + _ready_tenants_sql(),
+                          "", None, [], 10, [], [], [])
     root = json.loads(plan[0][0])[0]["Plan"]
     touched = root["Shared Hit Blocks"] + root["Shared Read Blocks"]
     assert touched < 100, f"the tenant scan touched {touched} blocks: it must not read the backlog"

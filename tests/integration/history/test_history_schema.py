@@ -53,7 +53,7 @@ async def _catalog(dsn: str) -> list[tuple[str, str, str]]:
 
 async def test_migrations_produce_the_committed_schema(fresh_db):
     migrated, committed = fresh_db("hist_migrated"), fresh_db("hist_committed")
-    assert await migrate.apply(migrated, "history", HISTORY / "migrations") == [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15]
+    assert await migrate.apply(migrated, "history", HISTORY / "migrations") == list(range(1, 16))
     assert await migrate.apply(migrated, "history", HISTORY / "migrations") == []  # idempotent
     conn = await asyncpg.connect(committed, timeout=10)
     try:
@@ -347,8 +347,8 @@ async def test_analyze_skips_the_columns_no_query_filters_on(fresh_db):
         await conn.execute("""
             INSERT INTO tasks (task_id, tenant_id, app_id, queue, task_type, state, max_attempts, payload,
                                retry_policy, timeouts, run_at, created_at, updated_at, idempotency_key)
-            SELECT gen_random_uuid(), 't' || (i % 3), 'a', 'q', 'x', 'ENQUEUED', 1, convert_to(repeat('p', 200), 'UTF8'),
-                   '{"max_attempts": 5}', '{}', now(), now(), now(), 'k' || i
+            SELECT gen_random_uuid(), 't' || (i % 3), 'a', 'q', 'x', 'ENQUEUED', 1,
+                   convert_to(repeat('p', 200), 'UTF8'), '{"max_attempts": 5}', '{}', now(), now(), now(), 'k' || i
               FROM generate_series(1, 500) i""", timeout=30)
         await conn.execute("""
             INSERT INTO idempotency_keys (tenant_id, app_id, key, task_id, fingerprint, created_at, expires_at)

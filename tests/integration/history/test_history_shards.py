@@ -132,7 +132,7 @@ async def test_timer_exclusivity_guard_and_its_test_only_switch(make_hist, skip_
         # The lease ended twice: each end logs the lease it read (migration 0008), so the fork
         # shows as a second lease at the version the first end already took (two rows at v3).
         assert fired == [1, 1] and sorted(log) == ["ENQUEUED", "LEASED", "LEASED", "RETRY_WAIT", "RETRY_WAIT"]
-        with pytest.raises(AssertionError, match="version gap|chain"):
+        with pytest.raises(AssertionError, match=r"version gap|chain"):
             await check_transition_logs(hist.dsns[1])
 
 

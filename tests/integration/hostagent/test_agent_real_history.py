@@ -54,9 +54,10 @@ async def mesh(pg_cluster, fresh_db, work_dir, tmp_path):
     config = tmp_path / "history.json"
     config.write_text(json.dumps({"shards": {str(SHARD): fresh_db("agent_shard")}, "grpc_port": hport,
                                   "lease_duration_s": 5.0}))
-    log = open(tmp_path / "history.log", "w")  # a file, not a pipe: an unread pipe stalls history
-    proc = subprocess.Popen([sys.executable, "-m", "ratchet.services.history", "--config", str(config)],
-                            stdout=log, stderr=subprocess.STDOUT)
+    # A file, not a pipe: an unread pipe stalls history. The child keeps its own descriptor of it.
+    with open(tmp_path / "history.log", "w") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "ratchet.services.history", "--config", str(config)],
+                                stdout=log, stderr=subprocess.STDOUT)
     server, port, _dispatcher, control = await serve_fakes()
     control.deploy("app-1", {"app.py": SAMPLE_APP})
     dispatcher = agent = channel = None
@@ -87,7 +88,6 @@ async def mesh(pg_cluster, fresh_db, work_dir, tmp_path):
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(timeout=10)
-        log.close()
 
 
 def _new_task(task_type: str, payload: dict) -> history_pb2.NewTask:

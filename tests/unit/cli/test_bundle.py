@@ -52,7 +52,8 @@ def test_digest_format(tmp_path):
 def test_skips_caches_vcs_and_virtualenvs(tmp_path):
     _write(tmp_path, {**APP, "__pycache__/app.cpython-311.pyc": "x", ".git/HEAD": "ref",
                       ".venv/bin/python": "x", "lib/old.pyc": "x", "lib/__pycache__/u.pyc": "x"})
-    names = tarfile.open(fileobj=io.BytesIO(bundle.package(tmp_path)), mode="r:gz").getnames()
+    with tarfile.open(fileobj=io.BytesIO(bundle.package(tmp_path)), mode="r:gz") as tar:
+        names = tar.getnames()
     assert names == ["app.py", "data", "data/readme.txt", "lib", "lib/util.py"]
 
 

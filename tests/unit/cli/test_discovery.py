@@ -40,7 +40,7 @@ def test_default_state_dir_when_nothing_else(tmp_path):
 
 
 def test_nothing_found_says_how_to_fix(tmp_path):
-    with pytest.raises(CLIError, match="--state-dir.*RATCHET_ENDPOINT.*ratchet dev up"):
+    with pytest.raises(CLIError, match=r"--state-dir.*RATCHET_ENDPOINT.*ratchet dev up"):
         discover(None, environ={}, cwd=tmp_path)
 
 

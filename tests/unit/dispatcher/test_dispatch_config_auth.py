@@ -69,6 +69,7 @@ def test_token_verifier():
     verifier.verify([("authorization", "Bearer tok")])
     verifier.verify([("Authorization", b"bearer tok")])
     for metadata, fragment in [(None, "missing"), ([("authorization", "Bearer nope")], "not accepted"),
-                               ([("authorization", "tok")], "malformed"), ([("authorization", "Bearer ")], "malformed")]:
+                               ([("authorization", "tok")], "malformed"),
+                               ([("authorization", "Bearer ")], "malformed")]:
         with pytest.raises(Unauthenticated, match=fragment):
             verifier.verify(metadata)

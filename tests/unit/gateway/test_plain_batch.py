@@ -90,7 +90,7 @@ def test_a_keys_fingerprint_reads_both_payload_forms_alike(extra):
 def test_an_sdk_batch_is_plain_with_its_columns():
     slots = SlotGroups()
     items = [tasks_pb2.EnqueueTaskRequest(task_type="send", task_id=new_task_id(slots.next()),
-                                          payload_json='{"n":%d}' % i) for i in range(100)]
+                                          payload_json=f'{{"n":{i}}}') for i in range(100)]
     items[7].payload_json = ""
     p = plain(batch(*items))
     assert p is not None

@@ -185,8 +185,8 @@ def _plain(v: struct_pb2.Value, where: str = "payload"):
 
 def test_payload_rendering_is_byte_for_byte_the_dumped_dict():
     """The stored payload is rendered straight from the Value; it must be exactly what
-    canonical_json of the plain data wrote (what it was until the direct rendering) (sorted keys, integral numbers as ints, raw
-    unicode), for every payload shape, and refuse NaN the same way."""
+    canonical_json of the plain data wrote (what it was until the direct rendering) (sorted keys,
+    integral numbers as ints, raw unicode), for every payload shape, and refuse NaN the same way."""
     import random
     rng = random.Random(7)
     for _ in range(2000):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 
 import pytest
@@ -52,7 +53,7 @@ def test_file_and_env_override(tmp_path, monkeypatch):
 
 def test_config_is_frozen():
     cfg = HistoryConfig(shards={"1": DSN})
-    with pytest.raises(Exception):
+    with pytest.raises(dataclasses.FrozenInstanceError):
         cfg.grpc_port = 1  # type: ignore[misc]  # frozen on purpose
 
 

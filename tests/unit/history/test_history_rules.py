@@ -15,7 +15,7 @@ from ratchet.services.history.errors import InvalidArgument
 from ratchet.services.history.model import CompletionIn, ErrorInfo, TaskFilter, TaskView
 from ratchet.services.history.policy import Retry, Rule, duration, rule_from_proto, rule_to_proto
 
-HALF = lambda: 0.5  # noqa: E731
+HALF = lambda: 0.5  # noqa: E731 - a fixed jitter draw, passed where a random() is
 
 
 def view(**kw) -> TaskView:
