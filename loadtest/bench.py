@@ -165,7 +165,7 @@ def selected_peers(run: Run) -> list:
 async def run_rounds(run: Run) -> None:
     """Every system in turn, interleaved (A B C, C B A, A B C): Ratchet's full issue-2 cells
     in round 1, its capacity and drain cells in later rounds; each peer fresh every round."""
-    from loadtest import compare, ratchet_extra
+    from loadtest import compare, ratchet_rounds
     from loadtest.peers import runner
     peer_classes = selected_peers(run)
     # Sync producer APIs (DBOS's enqueue_async, Celery's delay) run in the default
@@ -185,7 +185,7 @@ async def run_rounds(run: Run) -> None:
         for system in order:
             try:
                 if system == "ratchet":
-                    await (run_ratchet(run) if r == 1 else ratchet_extra.ratchet_round(run, r))
+                    await (run_ratchet(run) if r == 1 else ratchet_rounds.ratchet_round(run, r))
                 else:
                     await runner.peer_turn(run, by_name[system], r, p, big_drain=big)
             except (KeyboardInterrupt, SystemExit, asyncio.CancelledError):
@@ -195,7 +195,7 @@ async def run_rounds(run: Run) -> None:
                 traceback.print_exc()
             await quiesce(run, f"{system} (round {r})")
     if "ratchet" in systems and not run.quick:
-        await ratchet_extra.shard_sweep(run)
+        await ratchet_rounds.shard_sweep(run)
 
 
 async def main_async(run: Run) -> int:
@@ -233,7 +233,7 @@ def comparison_sections(run: Run, cells: list[Cell], chart_prefix: str) -> list[
     systems = compare.systems(cells)
     if not systems:
         return []
-    out = [("Issue-5 bar", compare.bar_table(compare.issue5_bar(cells)) + [
+    out = [("Bars against the peers", compare.bar_table(compare.peer_bars(cells)) + [
         "", "Ratchet's figures are medians over the interleaved rounds where a workload ran in every "
             "round (drain, enqueue capacity), single round-1 cells otherwise. PASS/FAIL are measurements, "
             "not goals met by this suite."])]
@@ -265,7 +265,7 @@ def write_report(run: Run) -> pathlib.Path:
     from loadtest import charts
     cells = run.log.cells
     ratios = verdicts.ratios(cells)
-    bars = verdicts.issue2_bar(cells)
+    bars = verdicts.reference_bars(cells)
     why_not = charts.available()
     if why_not:
         run.notes.append(why_not)
@@ -301,7 +301,7 @@ def write_report(run: Run) -> pathlib.Path:
     try:
         if compare.systems(cells):
             print("\n" + "\n".join(compare.comparison_table(cells)))
-            for b in compare.issue5_bar(cells):
+            for b in compare.peer_bars(cells):
                 print(f"BAR5 {b['bar']}: {b['measured']} vs {b['threshold']} -> {b['verdict']}")
     except Exception:  # noqa: BLE001 - printed in the report's place already
         traceback.print_exc()

@@ -255,7 +255,7 @@ def _verdict(ok: bool | None) -> str:
     return "NOT MEASURED" if ok is None else ("PASS" if ok else "FAIL")
 
 
-def issue5_bar(cells: list[Cell]) -> list[dict]:
+def peer_bars(cells: list[Cell]) -> list[dict]:
     """The numeric bars of issue 5, each PASS, FAIL or NOT MEASURED."""
     ref = reference_rates(cells)
     out = []

@@ -12,7 +12,7 @@ Order (each cell leaves the state the next one needs):
   drain                   host agent started on the whole backlog; first start -> last finish
   drain_profiled          a second backlog drained under py-spy (ratchet_profiles.py)
   enqueue_profiled        closed-loop enqueue under py-spy and pg_stat_statements
-  (full mode: ratchet_extra.round1_extras)
+  (full mode: ratchet_rounds.first_round_extras)
   enqueue_batch           100 and 1,000 tasks per call, each for a time (sizes.BATCH_SECONDS_*),
                           host agent stopped; last, as the 100k+ tasks they leave are nobody's backlog
 """
@@ -53,7 +53,7 @@ class Bench:
         self.probe_queries = 0  # our own read-only commits on shard databases
         self.last_control_commits = 0
         self._cpu_end: cpu.CpuSnapshot | None = None
-        # Set by ratchet_extra: later rounds tag their cells with the round; the shard
+        # Set by ratchet_rounds: later rounds tag their cells with the round; the shard
         # sweep adds its shard count and records under its own workload names.
         self.round: int | None = None
         self.extra_params: dict = {}
@@ -294,8 +294,8 @@ async def run_cells(b: Bench) -> None:
         await guarded(b, "enqueue_profiled", {}, lambda: ratchet_profiles.cell_profiled_enqueue(
             b, seconds=6 if quick else 15, native=run.args.native))
     if not quick:
-        from loadtest import ratchet_extra
-        await ratchet_extra.round1_extras(b, min(drain_rate or 0.0, capacity or 0.0))
+        from loadtest import ratchet_rounds
+        await ratchet_rounds.first_round_extras(b, min(drain_rate or 0.0, capacity or 0.0))
     # Last: a time-bounded batch cell leaves 100k+ tasks behind, which no cell after it should
     # drain or step over (the peers' turns do the same: peers/runner._cells).
     await b.pt.stop_hostagent()  # (the drains may leave it running: no task runs beside the calls)

@@ -50,7 +50,7 @@ def _bare_report(jsonl: pathlib.Path, cells) -> str:
     desc["date_utc"] = f"{first['at']} (local time of the run's first cell)"
     desc.pop("loadavg_at_start", None)
     return report.render(title="Ratchet benchmark", machine=desc, pg_settings={}, cells=cells,
-                         ratios=verdicts.ratios(cells), verdicts=verdicts.issue2_bar(cells), sections=[],
+                         ratios=verdicts.ratios(cells), verdicts=verdicts.reference_bars(cells), sections=[],
                          notes=["Report rebuilt from the cells by loadtest.rerender: the run stopped before "
                                 "writing it, so the Postgres settings and profiles are not shown."]
                          + verdicts.METHOD_NOTES, mode="full", lead_sections=[("Issue-5 bar", [])])

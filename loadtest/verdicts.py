@@ -90,7 +90,7 @@ def ratios(cells: list[Cell]) -> list[dict]:
     return out
 
 
-def issue2_bar(cells: list[Cell]) -> list[dict]:
+def reference_bars(cells: list[Cell]) -> list[dict]:
     """The three numeric bars of issue 2, each PASS, FAIL or NOT MEASURED."""
     out = []
     drain = _one(cells, "ratchet", "drain")

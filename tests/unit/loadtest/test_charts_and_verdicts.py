@@ -33,6 +33,6 @@ def test_draw_writes_both_pngs(tmp_path):
     assert all((tmp_path / name).stat().st_size > 1000 for _, name in made)
 
 
-def test_issue2_bar_reads_round_one_only():
-    bars = {b["bar"]: b for b in verdicts.issue2_bar(_cells())}
+def test_reference_bars_read_round_one_only():
+    bars = {b["bar"]: b for b in verdicts.reference_bars(_cells())}
     assert bars["drain >= 0.4 x PHYS_job"]["measured"].startswith("0.30 x (900")

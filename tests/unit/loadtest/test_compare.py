@@ -71,14 +71,14 @@ def _run():
     ]
 
 
-def test_issue5_bar_compares_with_postgres_peers_only():
+def test_peer_bars_compare_with_postgres_peers_only():
     cells = _run()
     for c in cells:
         if c.system == "postgres" and c.workload == "PHYS_job":
             c.commits_per_task, c.wal_bytes_per_task = 3.0, 800.0
     r = next(c for c in cells if c.system == "ratchet" and c.workload == "drain")
     r.commits_per_task, r.wal_bytes_per_task = 1.4, 2000.0
-    bars = {b["bar"]: b for b in compare.issue5_bar(cells)}
+    bars = {b["bar"]: b for b in compare.peer_bars(cells)}
     # Celery (not durable) drains faster but does not count against the Postgres bar.
     assert bars["drain ahead of every Postgres-backed peer"]["verdict"] == "PASS"
     assert bars["enqueue capacity, single calls ahead of every Postgres-backed peer"]["verdict"] == "FAIL"
@@ -97,7 +97,7 @@ def test_issue5_bar_compares_with_postgres_peers_only():
     assert bars[life]["verdict"] == "NOT MEASURED"
     enq = [c for c in cells if c.system == "ratchet" and c.workload == "enqueue_single"]
     enq[0].params["producers"], enq[0].wal_bytes_per_task = 32, 400.0
-    bars = {b["bar"]: b for b in compare.issue5_bar(cells)}
+    bars = {b["bar"]: b for b in compare.peer_bars(cells)}
     assert bars[life]["verdict"] == "FAIL" and "3.00× (2,400 vs 800 B)" in bars[life]["measured"]
 
 
@@ -109,7 +109,7 @@ def test_batch_bars_compare_calls_of_the_same_size():
         cell("procrastinate", "enqueue_batch", 60_000, label="Postgres", batch=1000, producers=2),
         cell("celery", "enqueue_batch", 99_000, label="Redis, not durable", batch=1000, producers=2),
     ]
-    bars = {b["bar"]: b for b in compare.issue5_bar(cells)}
+    bars = {b["bar"]: b for b in compare.peer_bars(cells)}
     hundred = bars["enqueue capacity, batch calls of 100 ahead of every Postgres-backed peer"]
     assert hundred["verdict"] == "FAIL" and "(0.75×)" in hundred["measured"]
     thousand = bars["enqueue capacity, batch calls of 1,000 ahead of every Postgres-backed peer"]
@@ -134,7 +134,7 @@ def test_batch_capacity_is_the_best_producer_count_median_over_rounds():
     ]
     assert compare.metric(cells, "ratchet", "enqueue_batch") == 43_000  # 8: median of 45k and 41k
     assert compare.metric(cells, "graphile-worker", "enqueue_batch") == 52_000
-    bars = {b["bar"]: b for b in compare.issue5_bar(cells)}
+    bars = {b["bar"]: b for b in compare.peer_bars(cells)}
     hundred = bars["enqueue capacity, batch calls of 100 ahead of every Postgres-backed peer"]
     assert hundred["verdict"] == "FAIL" and "43,000 vs best peer graphile-worker 52,000" in hundred["measured"]
 
@@ -147,12 +147,12 @@ def test_no_sdk_rows_show_ratchets_unary_and_rest_capacity():
     unary = next(line for line in table if "unary gRPC EnqueueTask" in line)
     assert "| 3,400 |" in rest and "| 2,400 |" in unary
     # The bar compares the SDK's single calls only (enqueue_single).
-    bars = {b["bar"]: b for b in compare.issue5_bar(cells)}
+    bars = {b["bar"]: b for b in compare.peer_bars(cells)}
     assert "900 vs" in bars["enqueue capacity, single calls ahead of every Postgres-backed peer"]["measured"]
 
 
 def test_bar_not_measured_without_cells():
-    assert {b["verdict"] for b in compare.issue5_bar([])} == {"NOT MEASURED"}
+    assert {b["verdict"] for b in compare.peer_bars([])} == {"NOT MEASURED"}
 
 
 def test_comparison_table_rows_and_ratios():

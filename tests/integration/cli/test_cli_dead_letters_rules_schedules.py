@@ -1,4 +1,4 @@
-"""The issue-4 CLI and client against the real local platform (every service
+"""The CLI and client against the real local platform (every service
 a process, real Postgres): dead letters listed, fixed and bulk-retried;
 retry rules from deploy; checkpoints and schedule fields on tasks; schedules
 and breakers through the gateway. One platform for the module."""

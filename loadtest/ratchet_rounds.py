@@ -164,7 +164,7 @@ async def cell_recovery(b: Bench, tasks: int, sleep_s: float, limit_s: float) ->
     b.run.record(c)
 
 
-async def round1_extras(b: Bench, sustained: float) -> None:
+async def first_round_extras(b: Bench, sustained: float) -> None:
     """The full-mode issue-5 cells on the round-1 platform; `sustained` = the lower of the
     drain and enqueue capacity rates (the load cell offers half of it)."""
     left = await drain_leftovers(b)
