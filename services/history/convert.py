@@ -222,7 +222,8 @@ def plain(req: history_pb2.CreateTasksRequest) -> PlainIn:
     if not 1 <= n <= MAX_BATCH:
         raise InvalidArgument(f"columns.task_ids holds {n} ids; send 1..{MAX_BATCH}")
     if len(payloads) != n:
-        raise InvalidArgument(f"columns holds {n} task_ids and {len(payloads)} payloads_json: send one of each per task")
+        raise InvalidArgument(f"columns holds {n} task_ids and {len(payloads)} payloads_json: "
+                              "send one of each per task")
     if not all_canonical(ids):
         ids = [task_id(v, f"columns.task_ids[{i}]") for i, v in enumerate(ids)]
     if len(set(ids)) != n:

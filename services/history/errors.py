@@ -143,7 +143,7 @@ def rpc(fn: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
             raise
         except grpc.aio.AbortError:
             raise
-        except Exception as exc:  # every domain error and any bug end here, once
+        except Exception as exc:  # noqa: BLE001 - every domain error and any bug end here, once: a status
             await _abort(context, exc, fn.__name__)
 
     return wrapper
@@ -161,7 +161,7 @@ def rpc_stream(fn: Callable[..., AsyncIterator[Any]]) -> Callable[..., AsyncIter
             raise
         except grpc.aio.AbortError:
             raise
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - as in rpc: every error becomes the stream's status
             await _abort(context, exc, fn.__name__)
 
     return wrapper

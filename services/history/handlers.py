@@ -222,7 +222,7 @@ class HistoryServicer(history_pb2_grpc.HistoryServiceServicer):
         if not items:
             return history_pb2.CompleteTasksResponse()
         async with shard.conn() as conn:
-            results = await lifecycle.complete_tasks(conn, self.store, items, self.cfg.guards, self.rand)
+            results = await lifecycle.complete_tasks(conn, self.store, items, self.rand)
         self.hub.timer_due(shard.id, min((r.retry_in_s for r in results if r.retry_in_s is not None),
                                          default=None))
         return history_pb2.CompleteTasksResponse(results=[
@@ -238,8 +238,8 @@ class HistoryServicer(history_pb2_grpc.HistoryServiceServicer):
         if not 1 <= limit <= MAX_TIMER_BATCH:
             raise InvalidArgument(f"max_timers must be 1..{MAX_TIMER_BATCH}, got {request.max_timers}")
         async with self.hub.firing(shard.id) as firing, shard.conn() as conn:
-            out = await timerfire.fire_timers(conn, self.store, max_timers=limit, guards=self.cfg.guards,
-                                              grace_s=self.cfg.cancel_grace_s, rand=self.rand)
+            out = await timerfire.fire_timers(conn, self.store, max_timers=limit, grace_s=self.cfg.cancel_grace_s,
+                                              rand=self.rand)
             firing.report(out.next_in_s)
         if out.ready:
             self.hub.publish(shard.id)
@@ -271,7 +271,8 @@ class HistoryServicer(history_pb2_grpc.HistoryServiceServicer):
     async def WatchReadyOnDemand(self, request_iterator, context):
         """See history.proto: WatchReady while the caller says it wants events."""
         first = None
-        async for first in request_iterator:
+        async for request in request_iterator:  # the first request only
+            first = request
             break
         if first is None:
             return
