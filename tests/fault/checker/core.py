@@ -122,7 +122,7 @@ def check(run: Run, modules: list[str] | None = None, only: list[str] | None = N
         res = Result(inv, run)
         try:
             inv.fn(run, res)
-        except Exception as e:  # a checker crash is a failed verdict, never a pass
+        except Exception as e:  # noqa: BLE001 - a checker crash is a failed verdict, never a pass
             res.error = f"{type(e).__name__}: {e}"
         results[inv.name] = res.as_dict()
     from . import statemachine

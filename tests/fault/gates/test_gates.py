@@ -99,7 +99,7 @@ def test_held_gate_times_out_instead_of_wedging_the_server(tmp_path):
 def test_armed_gate_never_reached_fails_verification(tmp_path):
     g = Gates(tmp_path)
     g.arm("t.never")
-    with pytest.raises(GateNotReached, match="t.never"):
+    with pytest.raises(GateNotReached, match=r"t\.never"):
         g.verify()
     with pytest.raises(GateNotReached):
         g.arm("t.never2").wait_reached(timeout=0.1)

@@ -53,7 +53,7 @@ class Schedules:
         self.rec.event(PROCESS, "invoke", f, value)
         try:
             result = fn()
-        except Exception as e:  # recorded like a client's error; the caller decides to try again
+        except Exception as e:  # noqa: BLE001 - recorded like a client's error; the caller decides to retry
             code = getattr(e, "code", None) or type(e).__name__
             self.rec.event(PROCESS, "info", f, {"code": str(code), "error": str(e)[:300]})
             return "info", e

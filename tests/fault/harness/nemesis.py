@@ -266,7 +266,7 @@ def _fire_loop(platform, stop: threading.Event, counts: dict) -> None:
                     resp = stub.FireTimers(history_pb2.FireTimersRequest(shard_id=shard, max_timers=100), timeout=3)
                     counts["calls"] += 1
                     counts["fired"] += resp.fired
-                except Exception:  # the race itself may make calls fail: count, go on
+                except Exception:  # noqa: BLE001 - the race itself may make calls fail: count, go on
                     counts["errors"] += 1
             stop.wait(0.01)
     finally:
@@ -336,7 +336,7 @@ class NemesisRunner:
                 if self._stop.wait(max(0.0, self._t0 + step.at_s - time.monotonic())):
                     break
                 self._one(rec, i, step)
-        except Exception as e:  # a nemesis that breaks is a harness error, reported by the test
+        except Exception as e:  # noqa: BLE001 - a nemesis that breaks is a harness error, reported by the test
             self.errors.append(f"{type(e).__name__}: {e}")
             rec.nemesis("error", {"error": str(e)})
         finally:
@@ -360,11 +360,11 @@ class NemesisRunner:
             nem, info = self._active.pop()
             try:
                 nem.heal(self.env, info)
-            except Exception as e:
+            except Exception as e:  # noqa: BLE001 - a harness error, reported; the other faults still heal
                 self.errors.append(f"heal {nem.name}: {e}")
         try:
             self.env.platform.heal_everything()
-        except Exception as e:
+        except Exception as e:  # noqa: BLE001 - a harness error, reported by the test
             self.errors.append(f"heal_everything: {e}")
         self.env.recorder.nemesis("heal", "all")
 

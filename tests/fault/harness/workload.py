@@ -66,7 +66,7 @@ class ClientProcess:
         self.rec.event(self.name, "invoke", f, value)
         try:
             result = fn()
-        except Exception as e:  # classify: only errors that prove nothing happened are `fail`
+        except Exception as e:  # noqa: BLE001 - classified: only errors that prove nothing happened are `fail`
             code = getattr(e, "code", None) or type(e).__name__
             kind = "fail" if code in DEFINITE else "info"
             self.rec.event(self.name, kind, f, {"code": code, "error": str(e)[:300], **_ids(value)})
@@ -127,7 +127,8 @@ class ClientProcess:
                     break
         req = batch_request([{"task_type": r["task_type"], "payload": r["payload"]} for r in reqs])
         # The ids the SDK minted: resends carry them, so each op has at most this one task.
-        value = {"plain": True, "items": [{**_public(r), "minted_id": t.task_id} for r, t in zip(reqs, req.tasks, strict=True)]}
+        value = {"plain": True, "items": [{**_public(r), "minted_id": t.task_id}
+                                          for r, t in zip(reqs, req.tasks, strict=True)]}
         kind, res = self.call("enqueue_batch", value,
                               lambda: {"task_ids": list(self.client.send_enqueue_batch(req).task_ids)})
         if kind == "ok":
@@ -207,7 +208,7 @@ class Workload:
             while not self._stop.is_set():
                 proc.step()
                 self._stop.wait(proc.rng.uniform(*self.cfg.think_s))
-        except Exception as e:  # a harness bug, not a platform fault: surfaced by the test
+        except Exception as e:  # noqa: BLE001 - a harness bug, not a platform fault: surfaced by the test
             self.errors.append(f"{proc.name}: {type(e).__name__}: {e}")
 
     def stop(self, timeout: float = 60.0) -> None:
@@ -250,5 +251,5 @@ class Workload:
         for p in self.procs:
             try:
                 p.client.close()
-            except Exception:
+            except Exception:  # noqa: BLE001 - at the end of a run: one client's close must not keep the rest open
                 pass

@@ -82,7 +82,7 @@ def idempotency(run: Run, res: Result) -> None:
             if item.op.ok and item.task_id:
                 acked[(tenant, item.key)].add(item.task_id)
             acked.setdefault((tenant, item.key), set())
-    for (tenant, key), ids in acked.items():
+    for (_tenant, key), ids in acked.items():
         res.checked += 1
         if len(ids) > 1:
             res.violation(f"key {key!r} was acknowledged with {len(ids)} different task ids", sorted(ids)[0],
@@ -91,10 +91,10 @@ def idempotency(run: Run, res: Result) -> None:
     for task in run.dump.tasks.values():
         if task.idempotency_key:
             stored[(task.tenant_id, task.app_id, task.idempotency_key)].append(task.task_id)
-    for (tenant, _app, key), ids in stored.items():
+    for (_tenant, _app, key), ids in stored.items():
         if len(ids) > 1:
             res.violation(f"key {key!r} has {len(ids)} tasks in the store", sorted(ids)[0], task_ids=sorted(ids))
-    for (tenant, key), ids in acked.items():
+    for (_tenant, key), ids in acked.items():
         in_store = [t.task_id for t in run.dump.tasks.values() if t.idempotency_key == key]
         if ids and in_store and set(in_store) != ids:
             res.violation(f"key {key!r} was acknowledged as {sorted(ids)} but the store has {in_store}",
