@@ -20,7 +20,6 @@ import asyncpg
 from ratchet.libs import gates
 from ratchet.libs.shardmap import new_task_id, slot_of
 from ratchet.libs.taskstate import CancelReason
-from ratchet.services.history.config import Guards
 from ratchet.services.history.decide import BulkPlan, plan_bulk_cancel, plan_bulk_retry
 from ratchet.services.history.errors import OperationConflict, OperationNotFound
 from ratchet.services.history.model import TaskFilter
@@ -95,14 +94,12 @@ def _new_id(original: str) -> str:
     return new_task_id(slot_of(original))
 
 
-async def _retry_batch(conn, store: Store, op, f: TaskFilter, limit: int,
-                       guards: Guards) -> tuple[BulkPlan, list, tuple]:
+async def _retry_batch(conn, store: Store, op, f: TaskFilter, limit: int) -> tuple[BulkPlan, list, tuple]:
     cur = (op["cursor_state"], op["cursor_time"], str(op["cursor_task_id"])) if op["cursor_state"] else None
     rows = await store.task_bulk_retry_scan(conn, op["tenant_id"], op["app_id"], f, op["bound_at"], cur, limit)
-    plan = plan_bulk_retry(rows, frozenset(op["registered_task_types"]), _new_id, op["operation_id"],
-                           skip_retried=guards.retry_link_once)
+    plan = plan_bulk_retry(rows, frozenset(op["registered_task_types"]), _new_id, op["operation_id"])
     if plan.retries:
-        done = await store.task_retry_batch(conn, plan.retries, fenced=guards.retry_link_once)
+        done = await store.task_retry_batch(conn, plan.retries)
         # Locked above, so only a concurrent writer outside any operation could have beaten us.
         plan.skipped += len(plan.retries) - len(done)
         plan.retries = [(o, t) for o, t in plan.retries if o in done]
@@ -130,7 +127,7 @@ async def _cancel_batch(conn, store: Store, op, f: TaskFilter, limit: int,
 
 
 async def run_batch(conn: asyncpg.Connection, store: Store, operation_id: str, *, batch_size: int,
-                    grace_s: float, guards: Guards = Guards()) -> BatchOut:
+                    grace_s: float) -> BatchOut:
     """Process the next batch of a running operation part in one transaction."""
     async with conn.transaction():
         op = await store.bulk_operation_lock(conn, operation_id)
@@ -138,7 +135,7 @@ async def run_batch(conn: asyncpg.Connection, store: Store, operation_id: str, *
             return BatchOut(ran=False)
         f = TaskFilter.from_json(op["filter"])
         if op["kind"] == RETRY:
-            plan, rows, cursor = await _retry_batch(conn, store, op, f, batch_size, guards)
+            plan, rows, cursor = await _retry_batch(conn, store, op, f, batch_size)
             succeeded = len(plan.retries)
         else:
             plan, rows, cursor = await _cancel_batch(conn, store, op, f, batch_size, grace_s)

@@ -7,59 +7,11 @@ environment variables prefixed RATCHET_HISTORY_ (e.g. RATCHET_HISTORY_GRPC_PORT)
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 
 from ratchet.libs.config import ConfigError, field, load_config
 
 ENV_PREFIX = "RATCHET_HISTORY_"
-
-
-@dataclasses.dataclass(frozen=True)
-class Guards:
-    """TEST-ONLY switches, one per correctness guard, so the fault harness can
-    disable exactly one guard and prove its checker notices. Every default is
-    the safe setting; production configs must never set these.
-    """
-
-    epoch_check_on_complete: bool = field(
-        True, doc="True (safe): a completion must carry the task's current lease epoch. "
-                  "False: any completion for a LEASED task is accepted, stale ones too.")
-    charge_attempt_at_lease: bool = field(
-        True, doc="True (safe): every lease counts against max_attempts. False: attempts that end "
-                  "without a report (lease expiry, revoke after the grace) are not counted, so a "
-                  "task that kills its worker retries forever.")
-    timer_skip_locked: bool = field(
-        True, doc="True (safe): FireTimers locks the timers and tasks it claims (FOR UPDATE SKIP "
-                  "LOCKED) and applies them as compare-and-sets. False: timers are read without locks "
-                  "and applied without re-checking the task, so one timer can fire twice.")
-
-    retry_link_once: bool = field(
-        True, doc="True (safe): a bulk retry links each original to its new task once (retried_as is a "
-                  "compare-and-set) and skips originals already retried. False: every run retries them "
-                  "again, so one dead letter can become several new tasks.")
-
-    @classmethod
-    def from_value(cls, value: object) -> Guards:
-        """Guards from a Guards, a dict, or a JSON object string (env var)."""
-        if isinstance(value, Guards):
-            return value
-        if isinstance(value, str):
-            try:
-                value = json.loads(value)
-            except json.JSONDecodeError:
-                raise ConfigError(f"config field 'guards' must be a JSON object, got {value!r}") from None
-        if not isinstance(value, dict):
-            raise ConfigError(f"config field 'guards' must be an object, got {value!r}")
-        names = {f.name for f in dataclasses.fields(cls)}
-        unknown = set(value) - names
-        if unknown:
-            raise ConfigError(f"unknown guard(s) {sorted(unknown)}; known: {sorted(names)}")
-        for k, v in value.items():
-            if not isinstance(v, bool):
-                raise ConfigError(f"guards.{k} must be a boolean, got {v!r}")
-        return cls(**value)
-
 
 # wal_compression values history may set ('' keeps the server's; "on" is pglz's old name).
 WAL_COMPRESSION = ("lz4", "zstd", "pglz", "off", "")
@@ -96,10 +48,8 @@ class HistoryConfig:
                   "(default 10; a StartBulkOperation and a shard connecting late wake it at once, so the "
                   "check only finds operations another history process started on these shards).")
     log_level: str = field("INFO", doc="Python logging level.")
-    guards: Guards = field(default_factory=Guards, doc="TEST-ONLY guard switches (see Guards); keep the defaults.")
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "guards", Guards.from_value(self.guards))
         if not isinstance(self.shards, dict) or not self.shards:
             raise ConfigError("config field 'shards' is required: an object of shard id -> DSN")
         for key, dsn in self.shards.items():

@@ -36,14 +36,13 @@ _DEFAULT_ERRORS = {AttemptOutcome.CRASHED: CRASH_ERROR, AttemptOutcome.CANCELED:
 
 
 def end_attempt(task: TaskView, outcome: AttemptOutcome, error: ErrorInfo | None, *, fatal: bool = False,
-                retry_after_s: float | None = None, charged: bool = True, rand: Rand = random.random,
-                reason: str = "") -> Transition:
+                retry_after_s: float | None = None, rand: Rand = random.random, reason: str = "") -> Transition:
     """The transition out of LEASED for an attempt that did not succeed.
 
     A user cancel wins (CANCELED); a schedule_to_close cancel fails the task
     (no time is left to retry); otherwise the retry policy decides between
-    RETRY_WAIT and FAILED. `charged=False` leaves this attempt out of the
-    max_attempts count (only used when a test disables that guard).
+    RETRY_WAIT and FAILED. Every attempt counts against max_attempts: it was
+    charged when leased, whether or not it reported.
     """
     err = error or _DEFAULT_ERRORS.get(outcome) or ErrorInfo("Error", "the attempt failed without an error")
     base = dict(task_id=task.task_id, from_state=TaskState.LEASED, lease_epoch=task.lease_epoch,
@@ -65,7 +64,7 @@ def end_attempt(task: TaskView, outcome: AttemptOutcome, error: ErrorInfo | None
     # A matching rule's budget and backoff replace the policy's for this failure.
     policy = rule.apply(task.retry) if rule is not None else task.retry
     max_attempts = policy.max_attempts if rule is not None and rule.max_attempts is not None else task.max_attempts
-    if charged and task.attempt >= max_attempts:
+    if task.attempt >= max_attempts:
         return Transition(to_state=TaskState.FAILED, error=err,
                           reason=f"attempts exhausted ({task.attempt}/{max_attempts})", **base)
     delay = retry_after_s if retry_after_s is not None else backoff_delay(policy, task.attempt, rand)
@@ -128,7 +127,7 @@ def _advance(task: TaskView, t: Transition) -> None:
         task.cancel_requested, task.cancel_reason = False, None
 
 
-def _fire_lease(task: TaskView, due: TimerDue, plan: TimerPlan, charge: bool, rand: Rand) -> Transition | None:
+def _fire_lease(task: TaskView, due: TimerDue, plan: TimerPlan, rand: Rand) -> Transition | None:
     if task.state != TaskState.LEASED or task.lease_epoch != due.timer_epoch:
         return None  # the lease it guarded is gone: a stale timer
     if due.kill_passed and task.cancel_requested:
@@ -136,9 +135,9 @@ def _fire_lease(task: TaskView, due: TimerDue, plan: TimerPlan, charge: bool, ra
             return end_attempt(task, AttemptOutcome.CANCELED, CANCEL_GRACE_ERROR, rand=rand)
         error = (SCHEDULE_TO_CLOSE_ERROR if task.cancel_reason == CancelReason.SCHEDULE_TO_CLOSE
                  else START_TO_CLOSE_ERROR)
-        return end_attempt(task, AttemptOutcome.TIMED_OUT, error, charged=charge, rand=rand)
+        return end_attempt(task, AttemptOutcome.TIMED_OUT, error, rand=rand)
     if due.lease_expired:
-        return end_attempt(task, AttemptOutcome.LEASE_EXPIRED, LEASE_EXPIRED_ERROR, charged=charge, rand=rand,
+        return end_attempt(task, AttemptOutcome.LEASE_EXPIRED, LEASE_EXPIRED_ERROR, rand=rand,
                            reason=f"lease of attempt {task.attempt} expired, retrying")
     if due.deadline_passed and not task.cancel_requested:
         plan.cancel_reason = CancelReason.START_TO_CLOSE
@@ -159,8 +158,7 @@ def _fire_schedule_to_close(task: TaskView, plan: TimerPlan) -> Transition | Non
     return None
 
 
-def fire_timer(task: TaskView, due: TimerDue, plan: TimerPlan, *, charge: bool = True,
-               rand: Rand = random.random) -> None:
+def fire_timer(task: TaskView, due: TimerDue, plan: TimerPlan, *, rand: Rand = random.random) -> None:
     """Apply one due timer to the view and add its effects to the plan."""
     t: Transition | None = None
     if due.kind == "retry":
@@ -177,7 +175,7 @@ def fire_timer(task: TaskView, due: TimerDue, plan: TimerPlan, *, charge: bool =
     elif due.kind == "schedule_to_close":
         t = _fire_schedule_to_close(task, plan)
     elif due.kind == "lease":
-        t = _fire_lease(task, due, plan, charge, rand)
+        t = _fire_lease(task, due, plan, rand)
     else:
         raise ValueError(f"unknown timer kind {due.kind!r}")
     if t is not None:
@@ -188,12 +186,11 @@ def fire_timer(task: TaskView, due: TimerDue, plan: TimerPlan, *, charge: bool =
     plan.ready = task.state == TaskState.ENQUEUED and (due.due_now or due.kind == "retry")
 
 
-def plan_timers(task: TaskView, dues: list[TimerDue], *, charge: bool = True,
-                rand: Rand = random.random) -> TimerPlan:
+def plan_timers(task: TaskView, dues: list[TimerDue], *, rand: Rand = random.random) -> TimerPlan:
     """Fold a task's due timers (oldest first) into one plan."""
     plan = TimerPlan()
     for due in dues:
-        fire_timer(task, due, plan, charge=charge, rand=rand)
+        fire_timer(task, due, plan, rand=rand)
     return plan
 
 
@@ -222,23 +219,22 @@ def unregistered_reason(task_type: str) -> str:
     return f"task type {task_type} is no longer registered by the active deployment"
 
 
-def plan_bulk_retry(rows, registered: frozenset[str], new_id: Callable[[str], str], operation_id: str,
-                    *, skip_retried: bool = True) -> BulkPlan:
+def plan_bulk_retry(rows, registered: frozenset[str], new_id: Callable[[str], str], operation_id: str) -> BulkPlan:
     """Retry each terminal task as a new task (its create transition), unless
     it was retried already (skipped) or its type is no longer registered
-    (failed). `rows` carry task_id, task_type, retried_as. skip_retried=False
-    is test-only (guards.retry_link_once off)."""
+    (failed). `rows` carry task_id, task_type, retried_as."""
     plan = BulkPlan()
     for r in rows:
         original = str(r["task_id"])
-        if skip_retried and r["retried_as"] is not None:
+        if r["retried_as"] is not None:  # a task is retried once: a re-run skips it
             plan.skipped += 1
-        elif registered and r["task_type"] not in registered:
+            continue
+        if registered and r["task_type"] not in registered:
             plan.failures.append((original, unregistered_reason(r["task_type"])))
-        else:
-            create = Transition(task_id=new_id(original), from_state=None, to_state=TaskState.ENQUEUED,
-                                lease_epoch=0, reason=f"bulk retry of {original} (operation {operation_id})")
-            plan.retries.append((original, create))
+            continue
+        create = Transition(task_id=new_id(original), from_state=None, to_state=TaskState.ENQUEUED,
+                            lease_epoch=0, reason=f"bulk retry of {original} (operation {operation_id})")
+        plan.retries.append((original, create))
     return plan
 
 

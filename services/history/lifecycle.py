@@ -15,7 +15,6 @@ import asyncpg
 
 from ratchet.libs import gates
 from ratchet.libs.taskstate import CancelReason, TaskState
-from ratchet.services.history.config import Guards
 from ratchet.services.history.decide import Rand, cancel_now, on_completion
 from ratchet.services.history.errors import NotFound
 from ratchet.services.history.model import CompletionIn, TaskView, Transition
@@ -74,7 +73,7 @@ class CompletionOut:
     retry_in_s: float | None = None  # accepted into RETRY_WAIT: its retry timer is due in this long
 
 
-async def complete_tasks(conn: asyncpg.Connection, store: Store, items: Sequence[CompletionIn], guards: Guards,
+async def complete_tasks(conn: asyncpg.Connection, store: Store, items: Sequence[CompletionIn],
                          rand: Rand = random.random) -> list[CompletionOut]:
     """Apply completions whose lease is current; reject the rest without effect."""
     first: dict[str, int] = {}
@@ -84,12 +83,7 @@ async def complete_tasks(conn: asyncpg.Connection, store: Store, items: Sequence
     retry_in: dict[str, float] = {}
     await gates.reach("history.complete.received")  # fault tests: before any lock is taken
     async with conn.transaction():
-        if guards.epoch_check_on_complete:
-            applied = await _apply_optimistic(conn, store, uniq, rand, retry_in)
-        else:  # test-only: the pessimistic path without its epoch fence
-            locked = await store.task_complete_lock(conn, [c.task_id for c in uniq], [c.lease_epoch for c in uniq],
-                                                    fenced=False)
-            applied = await _decide_and_apply(conn, store, uniq, locked, rand, optimistic=False, retry_in=retry_in)
+        applied = await _apply_optimistic(conn, store, uniq, rand, retry_in)
         others = [c.task_id for c in uniq if c.task_id not in applied]
         states = await store.task_state_batch(conn, others) if others else {}
         await gates.reach("history.complete.before_commit")  # fault tests: applied, not committed

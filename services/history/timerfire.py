@@ -16,7 +16,6 @@ from collections import OrderedDict
 import asyncpg
 
 from ratchet.libs import gates
-from ratchet.services.history.config import Guards
 from ratchet.services.history.decide import Rand, TimerPlan, plan_timers
 from ratchet.services.history.model import TaskView, TimerDue
 from ratchet.services.history.store import Store
@@ -31,7 +30,7 @@ class FireOut:
     next_in_s: float | None
 
 
-def _plans(rows: list[asyncpg.Record], guards: Guards, rand: Rand) -> dict[str, tuple[TaskView, TimerPlan]]:
+def _plans(rows: list[asyncpg.Record], rand: Rand) -> dict[str, tuple[TaskView, TimerPlan]]:
     by_task: OrderedDict[str, list[asyncpg.Record]] = OrderedDict()
     for r in rows:
         by_task.setdefault(str(r["task_id"]), []).append(r)
@@ -41,12 +40,12 @@ def _plans(rows: list[asyncpg.Record], guards: Guards, rand: Rand) -> dict[str, 
         dues = [TimerDue(task_id=task_id, kind=r["kind"], timer_epoch=r["timer_epoch"], due_now=r["due_now"],
                          lease_expired=r["lease_expired"], deadline_passed=r["deadline_passed"],
                          kill_passed=r["kill_passed"]) for r in rs]
-        out[task_id] = (view, plan_timers(view, dues, charge=guards.charge_attempt_at_lease, rand=rand))
+        out[task_id] = (view, plan_timers(view, dues, rand=rand))
     return out
 
 
-async def fire_timers(conn: asyncpg.Connection, store: Store, *, max_timers: int, guards: Guards,
-                      grace_s: float, rand: Rand = random.random) -> FireOut:
+async def fire_timers(conn: asyncpg.Connection, store: Store, *, max_timers: int, grace_s: float,
+                      rand: Rand = random.random) -> FireOut:
     """Claim up to max_timers due timers and apply them.
 
     First one read outside any transaction: when neither a timer nor a lease check is due,
@@ -58,13 +57,12 @@ async def fire_timers(conn: asyncpg.Connection, store: Store, *, max_timers: int
     if next_in is None or next_in > 0:
         return FireOut(0, False, next_in)
     async with conn.transaction():
-        rows = await store.timer_claim_due(conn, max_timers, locked=guards.timer_skip_locked)
-        plans = _plans(rows, guards, rand)
+        rows = await store.timer_claim_due(conn, max_timers)
+        plans = _plans(rows, rand)
         rounds = max((len(p.transitions) for _, p in plans.values()), default=0)
         for k in range(rounds):
             await store.task_transition_apply(
-                conn, [p.transitions[k] for _, p in plans.values() if len(p.transitions) > k],
-                fenced=guards.timer_skip_locked)
+                conn, [p.transitions[k] for _, p in plans.values() if len(p.transitions) > k])
         cancels = [(tid, v.lease_epoch, p.cancel_reason.value) for tid, (v, p) in plans.items() if p.cancel_reason]
         if cancels:
             await store.task_cancel_request_batch(conn, [c[0] for c in cancels], [c[1] for c in cancels],
@@ -72,9 +70,6 @@ async def fire_timers(conn: asyncpg.Connection, store: Store, *, max_timers: int
         lease = [(tid, v.lease_epoch) for tid, (v, p) in plans.items() if p.reschedule_lease]
         if lease:
             await store.timer_lease_reschedule_batch(conn, [t for t, _ in lease], [e for _, e in lease])
-        if not guards.timer_skip_locked:
-            # The unlocked claim deleted nothing; delete what fired, after the task rows.
-            await store.timer_delete_batch(conn, [(str(r["task_id"]), r["kind"], r["fire_at"]) for r in rows])
         next_in = await store.timer_next_in(conn)
         await gates.reach("history.timers.before_commit")  # fault tests: fired, not committed
     return FireOut(len(rows), any(p.ready for _, p in plans.values()), next_in)

@@ -1,7 +1,8 @@
 """The long fault tier (`make chaos`): every nemesis against the mixed workload,
-a run mixing all of them, and the mutation runs in which one of history's
-guards is switched off and the checker must report it. Each run writes its
-folder; the session writes report.json and report.md beside them."""
+a run mixing all of them, and the mutation runs in which history runs with one
+of its guards removed (a mutant built from the shipped code, tests/fault/mutants)
+and the checker must report it. Each run writes its folder; the session writes
+report.json and report.md beside them."""
 
 from __future__ import annotations
 
@@ -80,7 +81,7 @@ def _everything() -> list[n.Nemesis]:
     return out
 
 
-# -- mutation runs: one guard off, the checker must notice ---------------------------
+# -- mutation runs: one guard removed, the checker must notice ----------------------
 SLOW_MIX = {"slow": (1, {"mode": "ok", "sleep": 2.5}, ("SUCCEEDED",), {})}
 # A quarter of the requests hang: at 1 in 31 (until session 10) an 8 s run of ~35 requests held
 # no hanging task about a third of the seeds, and the mutation went unseen for want of one.
@@ -95,19 +96,19 @@ MUTATIONS = {
     # arrives while the second lease still runs its 2.5 s handler.
     "mut_epoch_check": (_sc("mut_epoch_check", lambda: [n.ProxyFault("hostagent-dispatcher", "delay-up", 4.5)],
                             links=("hostagent-dispatcher",), gap_s=(0.5, 1), hold_s=(6, 8),
-                            guards={"epoch_check_on_complete": False},
+                            mutation="epoch_check_on_complete",
                             extra_overrides={"hostagent": {"capacity": 32}},
                             workload=WorkloadConfig(clients=1, mix=SLOW_MIX)),
                         ("single_completion",)),
     # Handlers that never return: every attempt is revoked after start_to_close + grace. Uncharged
     # attempts never run out, so the task never reaches FAILED.
     "mut_charge_at_lease": (_sc("mut_charge_at_lease", list, duration_s=8, settle_timeout_s=25,
-                                guards={"charge_attempt_at_lease": False},
+                                mutation="charge_attempt_at_lease",
                                 workload=WorkloadConfig(clients=2, mix=HANG_MIX)),
                             ("acked_terminal", "attempt_accounting", "handler_outcomes")),
     # A rival timer scanner races the dispatcher's: without SKIP LOCKED both fire the same timers.
     "mut_timer_skip_locked": (_sc("mut_timer_skip_locked", lambda: [n.RivalTimerScanner(3)], gap_s=(0.3, 0.6),
-                                  hold_s=(5, 8), guards={"timer_skip_locked": False}),
+                                  hold_s=(5, 8), mutation="timer_skip_locked"),
                               ("transition_log", "lease_epochs", "single_completion", "duplicates_explained",
                                "attempt_accounting")),
 }
@@ -145,7 +146,7 @@ def test_chaos(name, fault_root):
 def test_mutation_is_caught(name, fault_root):
     scenario, must_fail = MUTATIONS[name]
     verdict = run_scenario(scenario, fault_seed(5), fault_root)
-    verdict["mutation"] = {"guards": scenario.guards, "must_fail": list(must_fail)}
+    verdict["mutation"] = {"mutation": scenario.mutation, "must_fail": list(must_fail)}
     _VERDICTS.append(verdict)
     assert_caught(verdict, must_fail)
 

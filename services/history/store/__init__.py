@@ -4,6 +4,10 @@ one typed wrapper per query (same name as the query).
 Each wrapper runs through `Store._run`, which calls the test-only hooks for
 that query name first/after, so a fault harness can inject a failure into
 exactly one query ("the write happened but the caller saw a timeout").
+
+Every statement here is the guarded one: there is no variant without its
+fence, lock or compare-and-set. The fault checker's broken builds are made by
+the fault tests from these statements (tests/fault/mutants).
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ import json
 import pathlib
 import struct
 import uuid
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -113,8 +117,11 @@ class Store:
     """Typed access to one shard database's history tables.
 
     `before` and `after` map a query name to an async hook; they are empty in
-    production and exist only for fault-injection tests.
+    production and exist only for fault-injection tests. `queries` is the
+    statement registry the wrappers run (by name).
     """
+
+    queries: Mapping[str, str] = QUERIES
 
     def __init__(self) -> None:
         self.before: dict[str, Hook] = {}
@@ -124,7 +131,7 @@ class Store:
         hook = self.before.get(name)
         if hook is not None:
             await hook(name)
-        sql = QUERIES[name]
+        sql = self.queries[name]
         if fetch == "all":
             out = await conn.fetch(sql, *args)
         elif fetch == "row":
@@ -281,19 +288,13 @@ class Store:
         """Read, without locking, the tasks whose lease is current."""
         return await self._run(conn, "task_complete_read", _checked(ids), list(epochs))
 
-    async def task_complete_lock(self, conn, ids: Sequence[str], epochs: Sequence[int],
-                                 fenced: bool = True) -> list[asyncpg.Record]:
-        """Lock tasks whose lease is current (fenced=False: ignore the epoch, test-only)."""
-        if fenced:
-            return await self._run(conn, "task_complete_lock", _checked(ids), list(epochs))
-        return await self._run(conn, "task_complete_lock_unfenced", _checked(ids))
+    async def task_complete_lock(self, conn, ids: Sequence[str], epochs: Sequence[int]) -> list[asyncpg.Record]:
+        """Lock tasks whose lease is current."""
+        return await self._run(conn, "task_complete_lock", _checked(ids), list(epochs))
 
-    async def task_transition_apply(self, conn, ts: Sequence[Transition],
-                                    fenced: bool = True) -> dict[str, tuple[str, int]]:
-        """Apply transitions (one per task); returns {task_id: (state, version)} of those applied.
-
-        fenced=False (test-only, guards.timer_skip_locked off) drops the compare-and-set.
-        """
+    async def task_transition_apply(self, conn, ts: Sequence[Transition]) -> dict[str, tuple[str, int]]:
+        """Apply transitions (one per task), each a compare-and-set; returns {task_id: (state, version)}
+        of those applied."""
         cols: list[list] = [[] for _ in range(16)]
         (ids, from_s, epochs, to_s, delays, results, e_cls, e_msg, e_stack, reasons, outcomes, a_cls, a_msg,
          a_stack, checkpoints, cancel_seen) = cols
@@ -320,8 +321,7 @@ class Store:
         # a one-element column as every row's). asyncpg encodes an array element by element, an
         # isinstance check against collections.abc each: 16 full columns cost history ~2.9 us
         # per completion, shared ones ~0.85 (a batch of 100 successes, session 15).
-        recs = await self._run(conn, "task_transition_apply" if fenced else "task_transition_apply_unfenced",
-                               ids, *map(_shared, cols[1:]))
+        recs = await self._run(conn, "task_transition_apply", ids, *map(_shared, cols[1:]))
         return {str(r["task_id"]): (r["state"], r["version"]) for r in recs}
 
     async def attempt_list(self, conn, task_id: str) -> list[asyncpg.Record]:
@@ -332,14 +332,10 @@ class Store:
         """A task's transition log in version order."""
         return await self._run(conn, "transition_list", uuid.UUID(task_id))
 
-    async def task_retry_batch(self, conn, pairs: Sequence[tuple[str, Transition]],
-                               fenced: bool = True) -> dict[str, str]:
-        """Bulk retry (original id, create transition of the new task); returns {original: new id} done.
-
-        fenced=False (test-only, guards.retry_link_once off) retries originals already retried.
-        """
-        name = "task_retry_batch" if fenced else "task_retry_batch_unfenced"
-        recs = await self._run(conn, name, _uuids([o for o, _ in pairs]),
+    async def task_retry_batch(self, conn, pairs: Sequence[tuple[str, Transition]]) -> dict[str, str]:
+        """Bulk retry (original id, create transition of the new task); returns {original: new id} done
+        (an original already retried is left out)."""
+        recs = await self._run(conn, "task_retry_batch", _uuids([o for o, _ in pairs]),
                                _uuids([t.task_id for _, t in pairs]), [t.reason for _, t in pairs])
         return {str(r["original_id"]): str(r["task_id"]) for r in recs}
 
@@ -421,15 +417,9 @@ class Store:
         return [(str(r["task_id"]), r["reason"]) for r in recs]
 
     # -- timers ---------------------------------------------------------------
-    async def timer_claim_due(self, conn, max_timers: int, locked: bool = True) -> list[asyncpg.Record]:
-        """Claim and delete due timers with their tasks (locked=False: test-only read)."""
-        name = "timer_claim_due" if locked else "timer_claim_due_unlocked"
-        return await self._run(conn, name, max_timers)
-
-    async def timer_delete_batch(self, conn, timers: Sequence[tuple[str, str, datetime]]) -> None:
-        """Delete fired timer instances (task_id, kind, fire_at)."""
-        await self._run(conn, "timer_delete_batch", _uuids([t[0] for t in timers]), [t[1] for t in timers],
-                        [t[2] for t in timers])
+    async def timer_claim_due(self, conn, max_timers: int) -> list[asyncpg.Record]:
+        """Claim (lock, skipping rows others hold) and delete due timers with their tasks."""
+        return await self._run(conn, "timer_claim_due", max_timers)
 
     async def timer_lease_reschedule_batch(self, conn, ids: Sequence[str], epochs: Sequence[int]) -> None:
         """Set the lease timer of held leases to their next event."""

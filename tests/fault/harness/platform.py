@@ -10,7 +10,9 @@ FaultPlatform is ratchet.cli.platform.LocalPlatform plus:
   ``heal_everything`` that undoes any fault left behind;
 * more than one cron process (``cron_processes=2`` adds ``cron2``: the same
   config and database on its own port, supervised like the others; the design
-  lets several run at once). The gateway's schedule API talks to ``cron``.
+  lets several run at once). The gateway's schedule API talks to ``cron``;
+* a mutant history (``mutation=NAME``): history with one guard removed
+  (tests/fault/mutants), for the checker's mutation runs, restarted as such.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from .nemesis import restart_postgres
 FAKETIME_GLOBS = ("/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1",
                   "/usr/lib/*/faketime/libfaketimeMT.so.1", "/usr/lib/faketime/libfaketimeMT.so.1")
 LINKS = ("history-pg", "dispatcher-history", "gateway-history", "hostagent-dispatcher")
+REPO = pathlib.Path(__file__).resolve().parents[3]  # on a mutant history's path: it runs tests.fault.mutants
 
 
 def faketime_library() -> str | None:
@@ -51,7 +54,7 @@ class FaultPlatform(LocalPlatform):
 
     def __init__(self, state_dir, shards: int = 2, overrides: dict | None = None, *,
                  links: tuple[str, ...] = (), skew_services: tuple[str, ...] = (), cron_processes: int = 1,
-                 **kwargs):
+                 mutation: str | None = None, **kwargs):
         # RATCHET_FAULT_SERVICE_MODULES='{"gateway": "pkg.module"}' runs a stand-in for a service
         # (a local debugging aid; the default runs the real services).
         modules = json.loads(os.environ.get("RATCHET_FAULT_SERVICE_MODULES") or "{}")
@@ -75,6 +78,12 @@ class FaultPlatform(LocalPlatform):
         self.extra_services = tuple(f"cron{i}" for i in range(2, cron_processes + 1))
         for name in self.extra_services:
             self.modules[name] = self.modules["cron"]
+        self.mutation = mutation
+        if mutation is not None:
+            from tests.fault.mutants.mutations import mutation as known
+
+            known(mutation)  # an unknown name fails here, not in the started process (its log)
+            self.modules["history"] = "tests.fault.mutants.history"
 
     def service_names(self) -> tuple[str, ...]:
         """Every service process this platform runs, the extra cron processes included."""
@@ -107,8 +116,9 @@ class FaultPlatform(LocalPlatform):
             configs[name] = {**configs["cron"], "grpc_port": self.ports[name]}
         if "history-pg" in self.link_names:
             port = self._link("history-pg", self.cluster.port).port
-            configs["history"]["shards"] = {
-                k: dsn.replace(f":{self.cluster.port}/", f":{port}/") for k, dsn in configs["history"]["shards"].items()}
+            shards = configs["history"]["shards"]
+            configs["history"]["shards"] = {k: dsn.replace(f":{self.cluster.port}/", f":{port}/")
+                                            for k, dsn in shards.items()}
         for link, (svc, field, target) in {"dispatcher-history": ("dispatcher", "history_target", "history"),
                                            "gateway-history": ("gateway", "history_target", "history"),
                                            "hostagent-dispatcher": ("hostagent", "dispatcher_target", "dispatcher"),
@@ -133,12 +143,20 @@ class FaultPlatform(LocalPlatform):
         os.replace(tmp, path)  # faketime must never read a half-written file
 
     def _service_env(self, name: str) -> dict[str, str]:
-        if name not in self.skew_services or self._faketime is None:
-            return {}
-        site = str(pathlib.Path(__file__).resolve().parent / "faketime_site")
-        path = os.pathsep.join(p for p in (site, self.env.get("PYTHONPATH", "")) if p)
-        return {"LD_PRELOAD": self._faketime, "FAKETIME_TIMESTAMP_FILE": str(self.skew_dir / f"{name}.rc"),
-                "FAKETIME_NO_CACHE": "1", "FAKETIME_DONT_FAKE_MONOTONIC": "1", "PYTHONPATH": path}
+        out: dict[str, str] = {}
+        paths = []
+        if name == "history" and self.mutation is not None:
+            from tests.fault.mutants.mutations import ENV
+
+            out[ENV] = self.mutation
+            paths.append(str(REPO))
+        if name in self.skew_services and self._faketime is not None:
+            paths.insert(0, str(pathlib.Path(__file__).resolve().parent / "faketime_site"))
+            out.update({"LD_PRELOAD": self._faketime, "FAKETIME_TIMESTAMP_FILE": str(self.skew_dir / f"{name}.rc"),
+                        "FAKETIME_NO_CACHE": "1", "FAKETIME_DONT_FAKE_MONOTONIC": "1"})
+        if paths:
+            out["PYTHONPATH"] = os.pathsep.join(p for p in (*paths, self.env.get("PYTHONPATH", "")) if p)
+        return out
 
     def _spawn(self, name: str):
         base = self.env
@@ -162,7 +180,7 @@ class FaultPlatform(LocalPlatform):
         try:
             stub = hostagent_pb2_grpc.HostAgentServiceStub(channel)
             resp = stub.ListSandboxes(hostagent_pb2.ListSandboxesRequest(), timeout=3)
-        except Exception:  # the agent may be paused or restarting: no target this time
+        except Exception:  # noqa: BLE001 - the agent may be paused or restarting: no target this time
             return []
         finally:
             channel.close()

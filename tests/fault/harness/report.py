@@ -22,7 +22,7 @@ def row(verdict: dict) -> dict:
     else:
         status = "VALID" if verdict["valid"] else "INVALID: " + ", ".join(failing)
     return {"scenario": verdict.get("scenario"), "seed": verdict.get("seed"),
-            "guards": (mutation or {}).get("guards"),
+            "mutation": (mutation or {}).get("mutation"),
             "faults": dict(faults), "ops": verdict["stats"]["ops"], "acked": verdict["stats"]["acked"],
             "ambiguous": verdict["stats"]["ambiguous"], "lost": acked.get("lost"), "stuck": acked.get("stuck"),
             "executions": dup.get("executions"), "extra_executions": dup.get("extra_executions"),
@@ -37,7 +37,7 @@ def markdown(rows: list[dict]) -> str:
     for r in rows:
         faults = ", ".join(f"{k} x{v}" for k, v in sorted(r["faults"].items())) or "none"
         why = ", ".join(f"{k} {v}" for k, v in sorted(r["why"].items()))
-        name = r["scenario"] + (f" (guards {json.dumps(r['guards'])})" if r["guards"] else "")
+        name = r["scenario"] + (f" (mutant: {r['mutation']} removed)" if r["mutation"] else "")
         lines.append(f"| {name} | {faults} | {r['ops']} ({r['acked']} / {r['ambiguous']}) | {r['lost']} | "
                      f"{r['stuck']} | {r['duplicate_side_effects']}{f' ({why})' if why else ''} | {r['status']} |")
     return "\n".join(lines) + "\n"

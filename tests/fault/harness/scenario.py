@@ -55,7 +55,7 @@ class Scenario:
     shards: int = 2
     links: tuple[str, ...] = ()
     skew_services: tuple[str, ...] = ()
-    guards: dict | None = None  # history's test-only guard switches (mutation runs)
+    mutation: str | None = None  # mutation runs: history with this guard removed (tests/fault/mutants)
     workload: WorkloadConfig = dataclasses.field(default_factory=WorkloadConfig)
     extra_overrides: dict = dataclasses.field(default_factory=dict)  # {service: {field: value}} on top
     must_fail: tuple[str, ...] = ()  # mutation runs: invariants that must catch the broken guard
@@ -72,8 +72,6 @@ class Scenario:
         out = {k: dict(v) for k, v in FAST_OVERRIDES.items()}
         for svc, fields in self.extra_overrides.items():
             out.setdefault(svc, {}).update(fields)
-        if self.guards:
-            out["history"]["guards"] = dict(self.guards)
         return out
 
 
@@ -104,7 +102,8 @@ def run_scenario(sc: Scenario, seed: int, root: str | os.PathLike) -> dict:
     state = pathlib.Path(tempfile.mkdtemp(prefix="rf-"))
     os.chmod(state, 0o755)
     platform = FaultPlatform(state / "p", shards=sc.shards, overrides=sc.overrides(), links=sc.links,
-                             skew_services=sc.skew_services, cron_processes=sc.cron_processes, log_level="INFO")
+                             skew_services=sc.skew_services, cron_processes=sc.cron_processes, mutation=sc.mutation,
+                             log_level="INFO")
     env = _Env(platform, rec)
     harness: dict = {"errors": [], "skipped_nemeses": {}}
     extra = {"recorder_wall0": rec.wall0}
@@ -154,7 +153,7 @@ def run_scenario(sc: Scenario, seed: int, root: str | os.PathLike) -> dict:
         harness["seconds"] = round(time.monotonic() - started, 1)
         try:
             platform.stop()
-        except Exception as e:
+        except Exception as e:  # noqa: BLE001 - a harness error in the verdict; the logs are still kept
             harness["errors"].append(f"platform stop: {e}")
         _keep_logs(state / "p", run_dir)
         _write_meta(run_dir, sc, seed, locals().get("schedule", []), harness, extra)
@@ -195,7 +194,7 @@ def _cron_meta(platform: FaultPlatform, sc: Scenario) -> dict:
 
 def _write_meta(run_dir: pathlib.Path, sc: Scenario, seed: int, schedule, harness: dict, extra: dict) -> None:
     meta = {"scenario": sc.name, "seed": seed, "test": sc.test, "run_dir": str(run_dir),
-            "duration_s": sc.duration_s, "guards": sc.guards, "links": list(sc.links),
+            "duration_s": sc.duration_s, "mutation": sc.mutation, "links": list(sc.links),
             "skew_services": list(sc.skew_services),
             "schedule": [dataclasses.asdict(s) for s in schedule], "harness": harness, **extra}
     (run_dir / "run.json").write_text(json.dumps(meta, indent=1, default=str))

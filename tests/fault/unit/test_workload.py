@@ -94,7 +94,7 @@ def test_report_rows_and_table():
     r = row(verdict)
     assert r["status"] == "VALID" and r["lost"] == 0 and r["why"] == {"lease_expired": 1}
     assert r["faults"] == {}
-    verdict["mutation"] = {"guards": {"x": False}, "must_fail": ["acked_terminal"]}
+    verdict["mutation"] = {"mutation": "x", "must_fail": ["acked_terminal"]}
     assert row(verdict)["status"] == "MISSED"
     table = markdown([r])
     assert table.splitlines()[2].startswith("| crafted | none |")

@@ -13,6 +13,7 @@ import pytest
 from ratchet.api.tasks.v1 import tasks_pb2
 from ratchet.internal.history.v1 import history_pb2 as h
 from ratchet.libs.shardmap import slot_of
+from tests.fault.mutants.mutations import installed
 
 from .helpers import RPC_TIMEOUT, eventually, unique
 
@@ -257,9 +258,12 @@ async def test_a_restarted_history_resumes_a_running_operation(pg_cluster):
 
 
 async def test_the_retry_link_guard_is_what_keeps_a_rerun_from_retrying_twice(make_hist):
-    hist = await make_hist(guards={"retry_link_once": False})  # test-only: the guard off
-    originals = await _dead_letters(hist, "t", "app", 5)
-    for run in ("a", "b"):
-        await hist.bulk_done((await hist.start_bulk("op-" + run, "t", "app", states=[FAILED])).operation_id, "t")
-    retries = await _retries(hist, originals)
+    """The mutant without the guard (tests/fault/mutants: no skip of retried originals, no
+    retried_as IS NULL compare-and-set) retries every dead letter again on a re-run."""
+    with installed("retry_link_once"):
+        hist = await make_hist()
+        originals = await _dead_letters(hist, "t", "app", 5)
+        for run in ("a", "b"):
+            await hist.bulk_done((await hist.start_bulk("op-" + run, "t", "app", states=[FAILED])).operation_id, "t")
+        retries = await _retries(hist, originals)
     assert sorted(len(v) for v in retries.values()) == [2] * 5  # what the guard prevents

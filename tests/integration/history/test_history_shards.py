@@ -1,11 +1,15 @@
 """One shard down never breaks the others; a shard that comes up late
-starts serving; bad shard ids and guard switches; the process entry point."""
+starts serving; bad shard ids; the guards the fault tests remove (their
+mutant histories, tests/fault/mutants, against real shards); the process
+entry point."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
+import pathlib
 import signal
 import subprocess
 import sys
@@ -19,8 +23,10 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from ratchet.api.tasks.v1 import tasks_pb2
 from ratchet.internal.history.v1 import history_pb2 as h
 from ratchet.libs.pg.cluster import free_port
+from ratchet.services.history.store import QUERIES
+from tests.fault.mutants.mutations import MUTATIONS, installed, mutated_statements
 
-from .helpers import eventually, unique
+from .helpers import check_transition_logs, eventually, unique
 
 
 async def test_an_unreachable_shard_is_unavailable_by_name_and_the_others_serve(make_hist):
@@ -81,21 +87,47 @@ async def test_killed_database_connections_fail_cleanly_and_recover(hist):
     assert outcomes[-1] == "ok"
 
 
-async def test_disabled_epoch_guard_lets_a_stale_completion_through(make_hist):
-    """The test-only hook works: with the guard off the stale completion lands."""
-    hist = await make_hist(guards={"epoch_check_on_complete": False})
-    task_id = await hist.create_one("t", "app")
-    leased = await hist.lease_one("app")
-    r = await hist.complete_one(leased, "SUCCEEDED", epoch=leased.lease_epoch + 5)
-    assert r.accepted and r.state == tasks_pb2.TASK_STATE_SUCCEEDED
-    assert await hist.state(task_id, "t") == "SUCCEEDED"
+async def test_every_mutant_statement_is_valid_sql_on_a_shard(hist):
+    """The mutants' statements (the shipped ones minus a guard) prepare on a real shard, so a
+    mutation run fails for its missing guard, never for a broken statement."""
+    conn = await asyncpg.connect(hist.dsns[1], timeout=10)
+    try:
+        for m in MUTATIONS.values():
+            for (query, _), sql in mutated_statements(m).items():
+                assert sql != QUERIES[query]
+                await conn.prepare(sql)
+    finally:
+        await conn.close()
 
 
-async def test_disabled_charge_guard_never_exhausts_on_lease_expiry(make_hist):
-    hist = await make_hist(guards={"charge_attempt_at_lease": False, "timer_skip_locked": False})
-    task_id = await hist.create_one("t", "app", max_attempts=1, base_s=0.01)
-    await hist.lease_one("app", lease_s=0.1)
-    await hist.fire_until_state(task_id, "t", "ENQUEUED")  # with the guard on this would be FAILED
+def _history(mutation: str | None):
+    """A block in which history is shipped (None) or that mutant (tests/fault/mutants)."""
+    return installed(mutation) if mutation else contextlib.nullcontext()
+
+
+@pytest.mark.parametrize("mutant", [False, True])
+async def test_the_epoch_guard_and_its_mutant(make_hist, mutant):
+    """A completion carrying a stale lease epoch is refused; the mutant without the epoch check
+    lets it land."""
+    with _history("epoch_check_on_complete" if mutant else None):
+        hist = await make_hist()
+        task_id = await hist.create_one("t", "app")
+        leased = await hist.lease_one("app")
+        r = await hist.complete_one(leased, "SUCCEEDED", epoch=leased.lease_epoch + 5)
+        assert r.accepted is mutant
+        assert r.state == (tasks_pb2.TASK_STATE_SUCCEEDED if mutant else tasks_pb2.TASK_STATE_LEASED)
+        assert await hist.state(task_id, "t") == ("SUCCEEDED" if mutant else "LEASED")
+
+
+@pytest.mark.parametrize("mutant", [False, True])
+async def test_the_charge_guard_and_its_mutant(make_hist, mutant):
+    """An attempt whose lease expired counts: with one attempt allowed the task fails. The mutant
+    that does not charge unreported attempts retries it instead."""
+    with _history("charge_attempt_at_lease" if mutant else None):
+        hist = await make_hist()
+        task_id = await hist.create_one("t", "app", max_attempts=1, base_s=0.01)
+        await hist.lease_one("app", lease_s=0.1)
+        await hist.fire_until_state(task_id, "t", "ENQUEUED" if mutant else "FAILED")
 
 
 async def _race_two_firers(hist, query: str) -> list[int]:
@@ -117,13 +149,15 @@ async def _race_two_firers(hist, query: str) -> list[int]:
 
 
 @pytest.mark.parametrize("skip_locked", [True, False])
-async def test_timer_exclusivity_guard_and_its_test_only_switch(make_hist, skip_locked):
-    from .helpers import check_transition_logs
-    hist = await make_hist(check_logs=skip_locked, guards={"timer_skip_locked": skip_locked})
-    task_id = await hist.create_one("t", "app", base_s=30)
-    await hist.lease_one("app", lease_s=0.05)
-    await asyncio.sleep(0.2)  # the lease has expired; its timer is due
-    fired = await _race_two_firers(hist, "timer_claim_due" if skip_locked else "timer_claim_due_unlocked")
+async def test_timer_exclusivity_guard_and_its_mutant(make_hist, skip_locked):
+    """Two firers racing for one due lease check: one fires it. The mutant without FireTimers'
+    locks and compare-and-set (tests/fault/mutants) fires it twice."""
+    with _history(None if skip_locked else "timer_skip_locked"):
+        hist = await make_hist(check_logs=skip_locked)
+        task_id = await hist.create_one("t", "app", base_s=30)
+        await hist.lease_one("app", lease_s=0.05)
+        await asyncio.sleep(0.2)  # the lease has expired; its timer is due
+        fired = await _race_two_firers(hist, "timer_claim_due")
     log = [s for _, _, s, _ in await hist.log(task_id)]
     if skip_locked:
         assert sorted(fired) == [0, 1] and log == ["ENQUEUED", "LEASED", "RETRY_WAIT"]
@@ -171,6 +205,38 @@ def test_a_bad_config_exits_2_naming_the_field(tmp_path):
     r = subprocess.run([sys.executable, "-m", "ratchet.services.history", "--config", str(cfg)],
                        capture_output=True, text=True, timeout=30)
     assert r.returncode == 2 and "shards" in r.stderr
+
+
+async def test_the_mutant_process_is_history_with_its_guard_removed(fresh_db, tmp_path):
+    """What the fault harness starts for a mutation run: history's own main, serving, with the
+    mutation named in its log; without a mutation it refuses to start."""
+    repo = pathlib.Path(__file__).resolve().parents[3]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(repo), os.environ.get("PYTHONPATH")) if p)}
+    env.pop("RATCHET_FAULT_MUTATION", None)
+    cmd = [sys.executable, "-m", "tests.fault.mutants.history"]
+    r = await asyncio.to_thread(subprocess.run, [*cmd, "--config", "x.json"], capture_output=True, text=True,
+                                timeout=30, env=env, cwd=tmp_path)
+    assert r.returncode == 2 and "--mutation (or RATCHET_FAULT_MUTATION) is required" in r.stderr
+    port = free_port()
+    cfg = tmp_path / "history.json"
+    cfg.write_text(json.dumps({"shards": {"0": fresh_db("hist_mutant")}, "grpc_port": port}))
+    log = tmp_path / "history.log"
+    with log.open("w") as out:
+        proc = subprocess.Popen([*cmd, "--config", str(cfg)], stdout=out, stderr=subprocess.STDOUT, cwd=tmp_path,
+                                env={**env, "RATCHET_FAULT_MUTATION": "timer_skip_locked"})
+    try:
+        deadline = time.monotonic() + 30
+        while not await asyncio.to_thread(_healthy, port):
+            assert proc.poll() is None, log.read_text()
+            assert time.monotonic() < deadline, "the mutant history did not report SERVING"
+            await asyncio.sleep(0.1)
+        proc.send_signal(signal.SIGTERM)
+        assert await asyncio.to_thread(proc.wait, 20) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+    assert "history MUTANT timer_skip_locked: FireTimers claims" in log.read_text()
 
 
 async def test_a_crash_at_the_completion_gate_commits_nothing(fresh_db, tmp_path):

@@ -135,9 +135,12 @@ def test_lease_expiry_retries_then_fails_when_attempts_are_spent():
     assert last.to_state == S.FAILED and last.error.error_class == ErrorClass.LEASE_EXPIRED
 
 
-def test_uncharged_lease_expiry_never_exhausts_when_the_guard_is_off():
-    (t,) = plan_timers(view(attempt=3), [due("lease", lease_expired=True)], charge=False, rand=HALF).transitions
-    assert t.to_state == S.RETRY_WAIT
+def test_an_attempt_revoked_after_its_grace_counts_like_any_other():
+    """Attempts are charged at lease: one that never reported (revoked at the kill time after a
+    start_to_close cancel) exhausts the task too. (tests/fault/mutants removes this guard.)"""
+    v = view(attempt=3, cancel_requested=True, cancel_reason=R.START_TO_CLOSE)
+    (t,) = plan_timers(v, [due("lease", kill_passed=True)], rand=HALF).transitions
+    assert t.to_state == S.FAILED and t.attempt_outcome == O.TIMED_OUT and "exhausted" in t.reason
 
 
 def test_attempt_deadline_requests_a_cancel_then_the_kill_revokes():

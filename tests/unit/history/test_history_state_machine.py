@@ -1,10 +1,14 @@
 """The state machine is declared once (libs/taskstate) and everything else
 is held to it: the diagram in docs/state-machine.md and the guards of every
-state-changing SQL statement of the history service."""
+state-changing SQL statement of the history service, which has no statement
+or switch that runs without them."""
 
 from __future__ import annotations
 
+import importlib
+import inspect
 import pathlib
+import pkgutil
 import re
 
 import pytest
@@ -12,8 +16,9 @@ import pytest
 from ratchet.api.tasks.v1 import tasks_pb2
 from ratchet.libs import taskstate
 from ratchet.libs.taskstate import ALLOWED, CREATE, TERMINAL, AttemptOutcome, IllegalTransition, TaskState
+from ratchet.services import history
 from ratchet.services.history.model import Transition
-from ratchet.services.history.store import QUERIES
+from ratchet.services.history.store import QUERIES, Store
 
 ROOT = pathlib.Path(__file__).resolve().parents[3]
 S = TaskState
@@ -126,15 +131,9 @@ def _sets_state(set_part: str) -> bool:
     return re.search(r"(?<![\w.])state\s*=", set_part) is not None
 
 
-def _test_only(name: str) -> bool:
-    return name.endswith(("_unfenced", "_unlocked"))
-
-
 def _state_changing_queries():
     found = {}
     for name, sql in QUERIES.items():
-        if _test_only(name):
-            continue
         code = _code(sql)
         updates = [u for u in _task_updates(sql) if _sets_state(u[0])]
         inserts = re.search(r"INSERT\s+INTO\s+tasks\b", code) is not None
@@ -151,7 +150,7 @@ def test_every_state_changing_query_is_annotated_with_allowed_transitions():
         assert edges, f"query {name} changes task state but has no '-- transitions:' comment"
         assert edges <= ALLOWED, f"query {name} declares transitions outside ALLOWED: {edges - ALLOWED}"
     for name, sql in QUERIES.items():
-        if _annotated_edges(sql) is not None and not _test_only(name):
+        if _annotated_edges(sql) is not None:
             assert name in found, f"query {name} is annotated with transitions but changes no state"
 
 
@@ -189,8 +188,6 @@ def _only_links_a_retry(set_part: str) -> bool:
 def test_every_other_task_update_is_fenced_on_state_and_epoch():
     links = []
     for name, sql in QUERIES.items():
-        if _test_only(name):
-            continue
         for set_part, where_part in _task_updates(sql):
             if _sets_state(set_part):
                 continue
@@ -205,19 +202,49 @@ def test_every_other_task_update_is_fenced_on_state_and_epoch():
     assert links == ["task_retry_batch"]
 
 
-def test_test_only_variants_are_marked_and_differ_only_by_their_guard():
-    variants = [n for n in QUERIES if _test_only(n)]
-    assert set(variants) == {"task_complete_lock_unfenced", "timer_claim_due_unlocked",
-                             "task_transition_apply_unfenced", "task_retry_batch_unfenced"}
-    for name in variants:
-        assert "TEST-ONLY" in QUERIES[name], name
-    guard = ("       AND t.state = i.from_state AND t.lease_epoch = i.lease_epoch"
-             " AND t.version = COALESCE(lease.version, t.version)\n")
-    fenced = _code(QUERIES["task_transition_apply"])
-    assert guard in fenced
-    assert _code(QUERIES["task_transition_apply_unfenced"]).strip() == fenced.replace(guard, "").strip()
-    link_guard = "     WHERE o.task_id = i.original_id AND o.retried_as IS NULL\n"
-    linked = _code(QUERIES["task_retry_batch"])
-    assert link_guard in linked
-    assert _code(QUERIES["task_retry_batch_unfenced"]).strip() == linked.replace(
-        link_guard, "     WHERE o.task_id = i.original_id\n").strip()
+# -- one path: the guarded one ----------------------------------------------------
+# The fault checker's broken builds (one guard removed) are made by the fault tests from these
+# statements and functions (tests/fault/mutants; tests/fault/unit/test_mutants.py): nothing in
+# the shipped service can run without a guard.
+
+_SWITCHES = {"fenced", "locked", "guards", "charge", "charged", "skip_retried", "unfenced", "unlocked"}
+
+
+def _history_functions():
+    for info in pkgutil.walk_packages(history.__path__, history.__name__ + "."):
+        if info.name.endswith(".__main__"):  # (the entry point: grpc's settings must load before grpc)
+            continue
+        module = importlib.import_module(info.name)
+        for _, obj in inspect.getmembers(module):
+            if getattr(obj, "__module__", None) != module.__name__:
+                continue
+            if inspect.isclass(obj):
+                for name, fn in vars(obj).items():
+                    if inspect.isfunction(fn):
+                        yield f"{module.__name__}.{obj.__name__}.{name}", fn
+            elif inspect.isfunction(obj):
+                yield f"{module.__name__}.{obj.__name__}", obj
+
+
+def test_the_shipped_store_holds_only_guarded_statements():
+    assert Store.queries is QUERIES and Store().queries is QUERIES
+    assert not [n for n in QUERIES if re.search(r"unfenced|unlocked|unguarded|test_only", n)]
+    assert not [n for n, sql in QUERIES.items() if re.search(r"test-only|TEST-ONLY", sql)]
+    # The guards the fault tests remove are in the statements the store runs.
+    assert "t.lease_epoch = i.lease_epoch AND t.state = 'LEASED'" in QUERIES["task_complete_read"]
+    assert "ON t.task_id = i.task_id AND t.lease_epoch = i.lease_epoch" in QUERIES["task_complete_lock"]
+    assert _code(QUERIES["timer_claim_due"]).count("SKIP LOCKED") == 3
+    assert "FROM due JOIN gone ON gone.task_id = due.task_id" in QUERIES["timer_claim_due"]
+    assert "AND t.state = i.from_state AND t.lease_epoch = i.lease_epoch" in QUERIES["task_transition_apply"]
+    assert "o.retried_as IS NULL" in QUERIES["task_retry_batch"]
+
+
+def test_no_history_function_takes_a_guard_switch():
+    found = list(_history_functions())
+    assert len(found) > 100 and any(n.endswith("Store.task_transition_apply") for n, _ in found)
+    switches = {name: sorted(set(inspect.signature(fn).parameters) & _SWITCHES) for name, fn in found}
+    assert {name: s for name, s in switches.items() if s} == {}
+    # Each wrapper of a guarded statement runs that statement, and only it.
+    for name in ("task_complete_read", "task_complete_lock", "task_transition_apply", "task_retry_batch",
+                 "timer_claim_due"):
+        assert re.findall(r'_run\(conn, "(\w+)"', inspect.getsource(getattr(Store, name))) == [name], name
