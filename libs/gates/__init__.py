@@ -24,6 +24,7 @@ hit k by creating ``NAME.hit.k`` exclusively (JSON: pid, time) and waits for
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import os
 import re
@@ -49,17 +50,13 @@ class _Done:
 
 
 DONE = _Done()
-_dir: str | None = None
-_dir_read = False
 
 
+@functools.cache
 def gates_dir() -> str | None:
-    """The folder named by RATCHET_GATES_DIR, read once per process."""
-    global _dir, _dir_read
-    if not _dir_read:
-        _dir = os.environ.get(ENV) or None
-        _dir_read = True
-    return _dir
+    """The folder named by RATCHET_GATES_DIR, read once per process (a process's environment
+    is set before it starts; every reach() asks)."""
+    return os.environ.get(ENV) or None
 
 
 def check_name(name: str) -> str:
