@@ -1,68 +1,40 @@
-"""The cron service's errors and their one mapping to gRPC status.
+"""The cron service's errors.
 
-Handlers raise `CronServiceError` subclasses; `abort` turns them into the
-status the gateway passes on to the customer (and so the HTTP status, via
-ratchet.libs.rpc.status). Calls this service makes to the gateway and to
-history fail as `Transient` (try again later: the slot stays open) or
-`Refused` (the peer said no for good), classified in `from_rpc_error`.
+Handlers raise the shared errors (libs/rpc/errors); its edge turns them into the
+status the gateway passes on to the customer (and so the HTTP status). Calls this
+service makes to the gateway and to history fail as `Transient` (try again later:
+the slot stays open) or `Refused` (the peer said no for good), classified in
+`from_rpc_error`.
 """
 
 from __future__ import annotations
 
 import grpc
 
+from ratchet.libs.rpc.errors import (
+    AlreadyExists,
+    DeadlineExceeded,
+    FailedPrecondition,
+    Internal,
+    InvalidArgument,
+    ServiceError,
+    Unavailable,
+)
+from ratchet.libs.rpc.errors import NotFound as _NotFound
 
-class CronServiceError(Exception):
-    """Base class: a gRPC code and a message saying what to do."""
-
-    code: grpc.StatusCode = grpc.StatusCode.INTERNAL
-
-    def __init__(self, message: str):
-        super().__init__(message)
-        self.message = message
-
-
-class InvalidArgument(CronServiceError):
-    """Bad input (a malformed schedule): nothing was written."""
-
-    code = grpc.StatusCode.INVALID_ARGUMENT
+__all__ = ["AlreadyExists", "CronServiceError", "DeadlineExceeded", "FailedPrecondition", "Internal",
+           "InvalidArgument", "NotFound", "PeerError", "Refused", "Transient", "Unavailable", "from_rpc_error"]
 
 
-class NotFound(CronServiceError):
+# The shared vocabulary (libs/rpc/errors): the cron service's refusals are these.
+CronServiceError = ServiceError
+
+
+class NotFound(_NotFound):
     """No such schedule for this app (unknown ids and other apps' ids alike)."""
-
-    code = grpc.StatusCode.NOT_FOUND
 
     def __init__(self, schedule_id: str):
         super().__init__(f"schedule {schedule_id!r} not found")
-
-
-class AlreadyExists(CronServiceError):
-    """A request_id reused for a different schedule."""
-
-    code = grpc.StatusCode.ALREADY_EXISTS
-
-
-class FailedPrecondition(CronServiceError):
-    """A trigger the gateway refused for good (e.g. the task type is no longer deployed)."""
-
-    code = grpc.StatusCode.FAILED_PRECONDITION
-
-
-class Unavailable(CronServiceError):
-    """The cron database (or a peer a call needs) cannot be reached; retry shortly."""
-
-    code = grpc.StatusCode.UNAVAILABLE
-
-
-class DeadlineExceeded(CronServiceError):
-    """The call ran out of time; it may have taken effect."""
-
-    code = grpc.StatusCode.DEADLINE_EXCEEDED
-
-
-class Internal(CronServiceError):
-    code = grpc.StatusCode.INTERNAL
 
 
 class PeerError(Exception):
@@ -99,8 +71,3 @@ def from_rpc_error(peer: str, err: grpc.aio.AioRpcError) -> PeerError:
     """Classify a failed call to `peer`."""
     cls = Transient if err.code() in TRANSIENT_CODES else Refused
     return cls(peer, err.code(), err.details() or err.code().name)
-
-
-async def abort(context: grpc.aio.ServicerContext, err: CronServiceError) -> None:
-    """End a gRPC call with err (raises, as grpc.aio abort does)."""
-    await context.abort(err.code, err.message)

@@ -1,6 +1,6 @@
 """The thin RPC edge of ratchet.internal.cron.v1.CronService: unwrap the
-caller and the public request, call the API, wrap the answer. Domain errors
-become gRPC status in errors.abort; anything else is logged and INTERNAL."""
+caller and the public request, call the API, wrap the answer. Errors become
+the call's status at the shared edge (libs/rpc/errors.rpc)."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ import grpc
 from ratchet.api.schedules.v1 import schedules_pb2 as spb
 from ratchet.internal.cron.v1 import cron_pb2 as cpb
 from ratchet.internal.cron.v1 import cron_pb2_grpc
+from ratchet.libs.rpc.errors import rpc
 from ratchet.services.cron import errors
 from ratchet.services.cron.schedules import Caller, ScheduleApi
 
@@ -23,17 +24,15 @@ TRIGGER_WAIT_S = 10.0
 
 
 def _edge(fn: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+    """libs/rpc/errors.rpc, with the caller and the public request unwrapped."""
+    @rpc
     @functools.wraps(fn)
     async def wrapper(self: CronServicer, request, context: grpc.aio.ServicerContext):
         try:
             return await fn(self, _caller(request), request.request, context)
-        except errors.CronServiceError as e:
-            if e.code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.INTERNAL):
-                log.warning("%s -> %s: %s", fn.__name__, e.code.name, e.message)
-            await errors.abort(context, e)
-        except Exception as e:  # the edge must answer something; the traceback goes to the log
-            log.exception("unexpected error in %s", fn.__name__)
-            await errors.abort(context, errors.Internal(f"internal error ({type(e).__name__}); it has been logged"))
+        except errors.Unavailable as e:
+            log.warning("%s -> %s: %s", fn.__name__, e.code.name, e.message)
+            raise
     return wrapper
 
 
