@@ -70,80 +70,93 @@ async def serve(requests: AsyncIterator[Any], handle: Callable[[Any], Awaitable[
     running are answered and the stream ends with OK. The caller treats calls it
     sent but never saw answered as ambiguous and sends them again (to the next server).
     """
-    done: asyncio.Queue = asyncio.Queue()
-    slots = asyncio.Semaphore(max_in_flight)
-    running: set[asyncio.Task] = set()
-    # Whether this stream stopped because of `stopping` (set by stop_reading). Read instead of
-    # the event itself: a server that clears it to serve again (a test's) must not make this
-    # stream await the reader it cancelled: the CancelledError then ended the RPC without a
-    # status, and the caller's next call waited on a stream nobody read (seen once in CI).
-    stopped = False
-
-    async def one(call) -> None:
-        try:
-            limit = timeout_s(call)
-            if limit:
-                async with asyncio.timeout(limit):  # (this is a task already: no wait_for task)
-                    result = await handle(call)
-            else:
-                result = await handle(call)
-            reply = answer(call, result, None)
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:  # noqa: BLE001 - the call's own answer
-            reply = answer(call, None, error_of(exc, method))
-        finally:
-            slots.release()
-        done.put_nowait(reply)
-
-    async def read() -> None:
-        try:
-            async for msg in requests:
-                for call in calls_of(msg):
-                    await slots.acquire()
-                    task = asyncio.ensure_future(one(call))
-                    running.add(task)
-                    task.add_done_callback(running.discard)
-            if running:
-                await asyncio.wait(list(running))  # (wait, unlike gather, never cancels them)
-        finally:
-            if not stopped:
-                done.put_nowait(None)
-
-    async def stop_reading() -> None:
-        nonlocal stopped
-        await stopping.wait()
-        stopped = True
-        if not reader.done():
-            reader.cancel()  # an abandoned read: what it had started still runs and is answered
-        if running:
-            await asyncio.wait(list(running))
-        done.put_nowait(None)
-
-    reader = asyncio.ensure_future(read())
-    stopper = asyncio.ensure_future(stop_reading())
+    served = _Served(handle, answer, timeout_s, method, error_of, calls_of, max_in_flight)
+    reader = asyncio.ensure_future(served.read(requests))
+    stopper = asyncio.ensure_future(served.stop_reading(stopping, reader))
     try:
-        ended = False
-        while not ended:
-            reply = await done.get()
-            if reply is None:
-                break
-            batch = [reply]
-            while not done.empty() and len(batch) < MAX_FRAME_CALLS:
-                more = done.get_nowait()
-                if more is None:
-                    ended = True
-                    break
-                batch.append(more)
+        async for batch in served.answers():
             yield frame(batch)
-        if not stopped:
+        if not served.stopped:
             await reader  # re-raises what broke the read side
     finally:
         stopper.cancel()
         if not reader.done():
             reader.cancel()
-        for task in list(running):
+        for task in list(served.running):
             task.cancel()
+
+
+class _Served:
+    """One served call stream's state (see serve): the calls running and the answers ready."""
+
+    def __init__(self, handle, answer, timeout_s, method: str, error_of, calls_of, max_in_flight: int):
+        self._handle, self._answer, self._timeout_s = handle, answer, timeout_s
+        self._method, self._error_of, self._calls_of = method, error_of, calls_of
+        self._done: asyncio.Queue = asyncio.Queue()  # answers, then None: the stream's end
+        self._slots = asyncio.Semaphore(max_in_flight)
+        self.running: set[asyncio.Task] = set()
+        # Whether this stream stopped because of `stopping` (set by stop_reading). Read instead
+        # of the event itself: a server that clears it to serve again (a test's) must not make
+        # this stream await the reader it cancelled: the CancelledError then ended the RPC
+        # without a status, and the caller's next call waited on a stream nobody read (seen
+        # once in CI).
+        self.stopped = False
+
+    async def _one(self, call) -> None:
+        try:
+            limit = self._timeout_s(call)
+            if limit:
+                async with asyncio.timeout(limit):  # (this is a task already: no wait_for task)
+                    result = await self._handle(call)
+            else:
+                result = await self._handle(call)
+            reply = self._answer(call, result, None)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - the call's own answer
+            reply = self._answer(call, None, self._error_of(exc, self._method))
+        finally:
+            self._slots.release()
+        self._done.put_nowait(reply)
+
+    async def read(self, requests: AsyncIterator[Any]) -> None:
+        try:
+            async for msg in requests:
+                for call in self._calls_of(msg):
+                    await self._slots.acquire()
+                    task = asyncio.ensure_future(self._one(call))
+                    self.running.add(task)
+                    task.add_done_callback(self.running.discard)
+            if self.running:
+                await asyncio.wait(list(self.running))  # (wait, unlike gather, never cancels them)
+        finally:
+            if not self.stopped:
+                self._done.put_nowait(None)
+
+    async def stop_reading(self, stopping: asyncio.Event, reader: asyncio.Future) -> None:
+        await stopping.wait()
+        self.stopped = True
+        if not reader.done():
+            reader.cancel()  # an abandoned read: what it had started still runs and is answered
+        if self.running:
+            await asyncio.wait(list(self.running))
+        self._done.put_nowait(None)
+
+    async def answers(self) -> AsyncIterator[list[Any]]:
+        """The answers ready at once, up to MAX_FRAME_CALLS a message, until the end."""
+        ended = False
+        while not ended:
+            reply = await self._done.get()
+            if reply is None:
+                return
+            batch = [reply]
+            while not self._done.empty() and len(batch) < MAX_FRAME_CALLS:
+                more = self._done.get_nowait()
+                if more is None:
+                    ended = True
+                    break
+                batch.append(more)
+            yield batch
 
 
 # The header a call stream's server sends first, before any answer, and the metadata its
@@ -265,58 +278,65 @@ class CallStream:
     async def _write_loop(self) -> None:
         """Write the outbox until it is empty: each turn, what gathered as one message."""
         while self._outbox:
-            now = self._clock()
-            if self._call is None:
-                budget = max(self._outbox.values(), key=lambda v: v[1])[1] - now
-                try:
-                    async with asyncio.timeout(max(0.001, budget)):  # bounded by the longest-waiting caller
-                        await self._open()
-                except StreamBroken as e:
-                    ids = list(self._outbox)
-                    self._outbox.clear()
-                    self._fail(ids, e)
-                    continue
-                except TimeoutError:
-                    ids = list(self._outbox)
-                    self._outbox.clear()
-                    self._fail(ids, TimeoutError())
-                    continue
+            if self._call is None and not await self._opened():
+                continue
             call = self._call
-            assert call is not None  # _open() above set it, or raised
-            batch: list[tuple[int, Any, int]] = []
-            size = 0
-            for call_id, (req, deadline) in list(self._outbox.items()):
-                if batch and (len(batch) >= MAX_FRAME_CALLS or size >= MAX_FRAME_BYTES):
-                    break
-                del self._outbox[call_id]
-                req_size = req.ByteSize()
-                if req_size > MAX_STREAM_CALL_BYTES:
-                    self._fail((call_id,), _GoUnary())  # its caller sends it as a unary call
-                    continue
-                batch.append((call_id, req, max(1, int((deadline - now) * 1000))))
-                size += req_size
-            if not batch:
-                continue  # every caller gave up while the stream was opening
-            ids = [b[0] for b in batch]
-            self._on_stream[call].update(ids)  # before the write: the stream's end fails them
-            budget = max(b[2] for b in batch) / 1000
-            try:
-                async with asyncio.timeout(budget):
-                    await call.write(self._wrap(batch))
-            except TimeoutError:
-                # The server is not reading (stalled, or flow control is full): the stream is no good.
-                self._ended(call, grpc.StatusCode.DEADLINE_EXCEEDED, f"the {self.peer} did not take the call in time")
-            except (grpc.aio.AioRpcError, grpc.aio.UsageError, asyncio.InvalidStateError) as e:
-                # The stream was over before this write (the server stopping or gone): the
-                # message never left, so its calls may go out again on a new stream (they are
-                # idempotent by ids and keys in any case).
-                self._on_stream.get(call, set()).difference_update(ids)  # (before the await below)
-                code, details = await _final_status(call, e, self.peer)
-                self._fail(ids, StreamBroken(code, details, unsent=True))
-                self._ended(call, code, details)
-            else:
-                self.writes += 1
-                self.stream_calls += len(batch)
+            assert call is not None  # _opened() set it, or failed every waiting call
+            batch = self._take_batch(self._clock())
+            if batch:  # (else every caller gave up while the stream was opening)
+                await self._write(call, batch)
+
+    async def _opened(self) -> bool:
+        """Open the stream, bounded by the longest-waiting caller; False (each waiting call
+        failed with the reason) when it could not be."""
+        budget = max(self._outbox.values(), key=lambda v: v[1])[1] - self._clock()
+        try:
+            async with asyncio.timeout(max(0.001, budget)):
+                await self._open()
+            return True
+        except (StreamBroken, TimeoutError) as e:
+            ids = list(self._outbox)
+            self._outbox.clear()
+            self._fail(ids, e if isinstance(e, StreamBroken) else TimeoutError())
+            return False
+
+    def _take_batch(self, now: float) -> list[tuple[int, Any, int]]:
+        """The next message's calls, (call_id, request, timeout_ms), out of the outbox: up to
+        MAX_FRAME_CALLS or about MAX_FRAME_BYTES; an oversized one is sent back to go unary."""
+        batch: list[tuple[int, Any, int]] = []
+        size = 0
+        for call_id, (req, deadline) in list(self._outbox.items()):
+            if batch and (len(batch) >= MAX_FRAME_CALLS or size >= MAX_FRAME_BYTES):
+                break
+            del self._outbox[call_id]
+            req_size = req.ByteSize()
+            if req_size > MAX_STREAM_CALL_BYTES:
+                self._fail((call_id,), _GoUnary())  # its caller sends it as a unary call
+                continue
+            batch.append((call_id, req, max(1, int((deadline - now) * 1000))))
+            size += req_size
+        return batch
+
+    async def _write(self, call, batch: list[tuple[int, Any, int]]) -> None:
+        ids = [b[0] for b in batch]
+        self._on_stream[call].update(ids)  # before the write: the stream's end fails them
+        try:
+            async with asyncio.timeout(max(b[2] for b in batch) / 1000):
+                await call.write(self._wrap(batch))
+        except TimeoutError:
+            # The server is not reading (stalled, or flow control is full): the stream is no good.
+            self._ended(call, grpc.StatusCode.DEADLINE_EXCEEDED, f"the {self.peer} did not take the call in time")
+        except (grpc.aio.AioRpcError, grpc.aio.UsageError, asyncio.InvalidStateError) as e:
+            # The stream was over before this write (the server stopping or gone): the
+            # message never left, so its calls may go out again on a new stream (they are
+            # idempotent by ids and keys in any case).
+            self._on_stream.get(call, set()).difference_update(ids)  # (before the await below)
+            code, details = await _final_status(call, e, self.peer)
+            self._fail(ids, StreamBroken(code, details, unsent=True))
+            self._ended(call, code, details)
+        else:
+            self.writes += 1
+            self.stream_calls += len(batch)
 
     async def _open(self) -> None:
         """Open the stream and wait for the server's headers (sent first thing), so a server
