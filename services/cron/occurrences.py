@@ -62,20 +62,25 @@ def next_wall(expr: CronExpr, start: dt.datetime, horizon_year: int) -> dt.datet
             y, mo = (y + 1, 1) if mo == 12 else (y, mo + 1)
             d, h, mi, s = 1, 0, 0, 0
             continue
-        if not expr.day_matches(y, mo, d):
+        time_of_day = _time_in_day(expr, h, mi, s) if expr.day_matches(y, mo, d) else None
+        if time_of_day is None:
             d, h, mi, s = d + 1, 0, 0, 0
             continue
+        return dt.datetime(y, mo, d, *time_of_day)
+    return None
+
+
+def _time_in_day(expr: CronExpr, h: int, mi: int, s: int) -> tuple[int, int, int] | None:
+    """The first (hour, minute, second) >= h:mi:s matching expr, or None: none left that day."""
+    while h < 24:
         nh = _next_in(expr.hours, h)
         if nh is None:
-            d, h, mi, s = d + 1, 0, 0, 0
-            continue
+            return None
         if nh != h:
             h, mi, s = nh, 0, 0
         nm = _next_in(expr.minutes, mi)
         if nm is None:
             h, mi, s = h + 1, 0, 0
-            if h == 24:
-                d, h = d + 1, 0
             continue
         if nm != mi:
             mi, s = nm, 0
@@ -84,10 +89,8 @@ def next_wall(expr: CronExpr, start: dt.datetime, horizon_year: int) -> dt.datet
             mi, s = mi + 1, 0
             if mi == 60:
                 h, mi = h + 1, 0
-                if h == 24:
-                    d, h = d + 1, 0
             continue
-        return dt.datetime(y, mo, d, h, mi, ns)
+        return h, mi, ns
     return None
 
 

@@ -39,7 +39,25 @@ from ratchet.cli.errors import CLIError
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="ratchet", description="Ratchet: durable background tasks.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    _add_dev(sub)
+    tenants = sub.add_parser("tenants", help="create tenants (admin key)").add_subparsers(
+        dest="tenants_command", required=True, metavar="create")
+    create = tenants.add_parser("create", help="create a tenant with app `default`; prints its API key")
+    create.add_argument("name")
+    _state_dir_arg(create, None)
 
+    deploy = sub.add_parser("deploy", help="package an app folder and make it the app's active version")
+    deploy.add_argument("app_dir", metavar="DIR")
+    deploy.add_argument("--app", default="default", help="app name (default: default)")
+    deploy.add_argument("--module", help="handler module (default: ratchet.toml's module, else app)")
+    _state_dir_arg(deploy, None)
+    _add_tasks(sub)
+    bulk.add_commands(sub)
+    schedules.add_commands(sub)
+    return parser
+
+
+def _add_dev(sub) -> None:
     dev = sub.add_parser("dev", help="run a local platform").add_subparsers(dest="dev_command", required=True,
                                                                            metavar="up|down|status|env")
     up = dev.add_parser("up", help="start Postgres and every service")
@@ -54,18 +72,8 @@ def build_parser() -> argparse.ArgumentParser:
         if name == "status":
             p.add_argument("--json", action="store_true", help="print JSON")
 
-    tenants = sub.add_parser("tenants", help="create tenants (admin key)").add_subparsers(
-        dest="tenants_command", required=True, metavar="create")
-    create = tenants.add_parser("create", help="create a tenant with app `default`; prints its API key")
-    create.add_argument("name")
-    _state_dir_arg(create, None)
 
-    deploy = sub.add_parser("deploy", help="package an app folder and make it the app's active version")
-    deploy.add_argument("app_dir", metavar="DIR")
-    deploy.add_argument("--app", default="default", help="app name (default: default)")
-    deploy.add_argument("--module", help="handler module (default: ratchet.toml's module, else app)")
-    _state_dir_arg(deploy, None)
-
+def _add_tasks(sub) -> None:
     tasks = sub.add_parser("tasks", help="enqueue, inspect, search and bulk-retry tasks").add_subparsers(
         dest="tasks_command", required=True, metavar="enqueue|get|cancel|wait|list|retry|cancel-many")
     enq = tasks.add_parser("enqueue", help="enqueue a task; prints its id")
@@ -86,9 +94,6 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--timeout", type=float, default=60.0, help="seconds (default 60)")
         _state_dir_arg(p, None)
     bulk.add_task_commands(tasks)
-    bulk.add_commands(sub)
-    schedules.add_commands(sub)
-    return parser
 
 
 def run(args: argparse.Namespace) -> int:
