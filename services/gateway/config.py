@@ -37,7 +37,7 @@ class GatewayConfig:
     auth_cache_s: float = field(10.0, doc="how long a verified API key stays cached (so revocation takes this "
                                           "long), seconds; default 10")
     enqueue_calls_in_flight: int = field(1, doc="CreateTasks calls per shard at once for single enqueues "
-                                         "(coalesce.py): 1 coalesces the most, more wait less; 1..8; default 1")
+                                         "(enqueue.py): 1 coalesces the most, more wait less; 1..8; default 1")
     enqueue_stream: bool = field(True, doc="send CreateTasks to history as messages on one stream "
                                  "(CreateTasksStream) instead of unary calls; default true")
     log_level: str = field("INFO", doc="Python logging level; default INFO")

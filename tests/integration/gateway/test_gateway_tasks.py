@@ -11,7 +11,7 @@ from google.protobuf import json_format
 from ratchet.api.tasks.v1 import tasks_pb2
 from ratchet.libs.pg.cluster import free_port
 from ratchet.libs.shardmap import ShardMap, new_task_id, slot_for_key, slot_of
-from ratchet.services.gateway import tasks as gw_tasks
+from ratchet.services.gateway import enqueue as gw_enqueue
 
 from .conftest import SHARDS, start_gateway
 
@@ -125,7 +125,7 @@ async def test_batch_of_1000_ok_in_request_order_each_hundred_on_one_shard(env):
 
 async def test_a_large_batch_goes_to_its_shard_in_calls_of_bounded_size_in_request_order(env, monkeypatch):
     """One shard's part of a call is cut so no internal message nears the 64 MiB limit."""
-    monkeypatch.setattr(gw_tasks, "CREATE_CHUNK_BYTES", 40_000)
+    monkeypatch.setattr(gw_enqueue, "CREATE_CHUNK_BYTES", 40_000)
     before = len(env.history.calls)
     items = [{"task_type": "send", "payload": {"i": i, "pad": "x" * 9_000}} for i in range(12)]
     r = await env.http.post("/v1/tasks:batch", json={"tasks": items}, headers=env.auth())
@@ -142,7 +142,7 @@ async def test_a_plain_batch_goes_per_shard_in_bounded_calls_and_answers_in_requ
     """A plain batch (ids and payload_json only: the columns path) with ids on every shard and
     payloads big enough to cut one shard's part: one call per chunk, every task as sent, the
     ids back in request order (the fake records the columns as tasks)."""
-    monkeypatch.setattr(gw_tasks, "CREATE_CHUNK_BYTES", 40_000)
+    monkeypatch.setattr(gw_enqueue, "CREATE_CHUNK_BYTES", 40_000)
     shard_map = ShardMap.even(SHARDS)
     slots = {}
     for slot in range(0, 65536, 97):
