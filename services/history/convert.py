@@ -16,10 +16,9 @@ from ratchet.libs.fastcheck import first_bad_json
 from ratchet.libs.shardmap import all_canonical, parse_task_id
 from ratchet.libs.taskstate import TaskState
 from ratchet.services.history import policy
-from ratchet.services.history.enqueue import NewTaskIn
+from ratchet.services.history.enqueue import Batch, Policy, Request
 from ratchet.services.history.errors import InvalidArgument, PayloadTooLarge
 from ratchet.services.history.model import CompletionIn, ErrorInfo, TaskFilter
-from ratchet.services.history.store import NewRow
 
 MAX_PAYLOAD_BYTES = 256 * 1024
 MAX_BATCH = 1000
@@ -97,7 +96,7 @@ class Shared:
     retry: tasks_pb2.RetryPolicy | None = None
     timeouts: tasks_pb2.Timeouts | None = None
     non_retryable: tuple[str, ...] = ()
-    policy: _Policy | None = None  # the policy of a task that sets none of retry/timeouts/non_retryable
+    policy: Policy | None = None  # the policy of a task that sets none of retry/timeouts/non_retryable
 
 
 NO_SHARED = Shared()
@@ -138,7 +137,7 @@ def _own_or_shared(own: str, common: str, where: str, *, required: bool = True) 
     return common
 
 
-def _task_policy(p: history_pb2.NewTask, sh: Shared, w: str) -> _Policy:
+def _task_policy(p: history_pb2.NewTask, sh: Shared, w: str) -> Policy:
     own_retry, own_timeouts = p.HasField("retry"), p.HasField("timeouts")
     if not own_retry and not own_timeouts and not p.non_retryable and sh.policy is not None:
         return sh.policy  # (the common case of a batch: the policy validated once per request)
@@ -151,9 +150,9 @@ def _task_policy(p: history_pb2.NewTask, sh: Shared, w: str) -> _Policy:
                    tuple(p.non_retryable) or sh.non_retryable, w)
 
 
-def new_task(p: history_pb2.NewTask, i: int, sh: Shared = NO_SHARED) -> tuple[NewRow, str, float | None, float | None]:
-    """Validate one NewTask (with its request's shared fields):
-    (row, fingerprint, schedule_to_start_s, schedule_to_close_s)."""
+def new_task(p: history_pb2.NewTask, i: int, sh: Shared = NO_SHARED) -> tuple:
+    """Validate one NewTask (with its request's shared fields): its values in the order
+    task_id, payload, then enqueue.COLUMNS."""
     w = f"tasks[{i}]"
     delay_s, run_at = None, None
     if p.HasField("delay"):
@@ -170,47 +169,40 @@ def new_task(p: history_pb2.NewTask, i: int, sh: Shared = NO_SHARED) -> tuple[Ne
     pol = _task_policy(p, sh, w)
     schedule_id = _name(p.schedule_id, f"{w}.schedule_id") if p.schedule_id else None
     scheduled_time = p.scheduled_time.ToDatetime(tzinfo=dt.UTC) if p.HasField("scheduled_time") else None
-    row = NewRow(
-        task_id=task_id(p.task_id, f"{w}.task_id"),
-        tenant_id=_own_or_shared(p.tenant_id, sh.tenant_id, f"{w}.tenant_id"),
-        app_id=_own_or_shared(p.app_id, sh.app_id, f"{w}.app_id"),
-        task_type=_own_or_shared(p.task_type, sh.task_type, f"{w}.task_type"),
-        queue=_own_or_shared(p.queue, sh.queue, f"{w}.queue", required=False) or "default",
-        payload=_payload(p.payload_json, f"{w}.payload_json"),
-        delay_s=delay_s, run_at=run_at, idempotency_key=key,
-        max_attempts=pol.max_attempts, retry_policy=pol.retry_json, timeouts=pol.timeouts_json,
-        non_retryable=pol.non_retryable, retry_rules=pol.rules_json,
-        schedule_id=schedule_id, scheduled_time=scheduled_time)
-    return row, p.fingerprint, pol.schedule_to_start_s, pol.schedule_to_close_s
+    return (task_id(p.task_id, f"{w}.task_id"), _payload(p.payload_json, f"{w}.payload_json"),
+            _own_or_shared(p.tenant_id, sh.tenant_id, f"{w}.tenant_id"),
+            _own_or_shared(p.app_id, sh.app_id, f"{w}.app_id"),
+            _own_or_shared(p.task_type, sh.task_type, f"{w}.task_type"),
+            _own_or_shared(p.queue, sh.queue, f"{w}.queue", required=False) or "default",
+            pol, delay_s, run_at, key, p.fingerprint if key is not None else None, schedule_id, scheduled_time)
 
 
-@dataclasses.dataclass(slots=True)
-class PlainIn:
-    """A request's columns (CreateTasksRequest.columns), validated: columns and what they share."""
-
-    task_ids: list[str]  # canonical, unique
-    payloads: list[bytes]  # JSON text
-    tenant_id: str
-    app_id: str
-    task_type: str
-    queue: str
-    policy: _Policy
-
-    def items(self) -> list:
-        """The tasks one by one, as new_task makes them (the transactional path's input)."""
-        pol = self.policy
-        return [NewTaskIn(NewRow(task_id=tid, tenant_id=self.tenant_id, app_id=self.app_id, task_type=self.task_type,
-                                 queue=self.queue, payload=payload, delay_s=None, run_at=None, idempotency_key=None,
-                                 max_attempts=pol.max_attempts, retry_policy=pol.retry_json,
-                                 timeouts=pol.timeouts_json, non_retryable=pol.non_retryable,
-                                 retry_rules=pol.rules_json),
-                          "", pol.schedule_to_start_s, pol.schedule_to_close_s)
-                for tid, payload in zip(self.task_ids, self.payloads, strict=True)]
+def _column(values: tuple) -> list:
+    """A column as one value when every task holds it (list.count compares in C, identity first)."""
+    if len(values) > 1 and values.count(values[0]) == len(values):
+        return [values[0]]
+    return list(values)
 
 
-def plain(req: history_pb2.CreateTasksRequest) -> PlainIn:
-    """The request's plain tasks, checked (INVALID_ARGUMENT naming `columns.<field>[i]`): per
-    request, not per task, except the JSON scan of each payload."""
+def tasks(msgs, sh: Shared = NO_SHARED) -> Batch:
+    """A request's NewTasks (with its shared fields), validated, as columns."""
+    ids, payloads, *cols = zip(*(new_task(p, i, sh) for i, p in enumerate(msgs)), strict=True)
+    return Batch(list(ids), list(payloads), *map(_column, cols))
+
+
+def create_request(req: history_pb2.CreateTasksRequest) -> Request:
+    """A CreateTasksRequest validated (INVALID_ARGUMENT naming the field; nothing written), as
+    the one form the committer takes. An empty request is one of no tasks (nothing to do)."""
+    if req.HasField("columns"):
+        return Request(plain(req), columns=True)
+    if not req.tasks:
+        return Request(Batch([], [], [], [], [], [], [], [], [], [], [], [], []))
+    return Request(tasks(req.tasks, shared(req)))
+
+
+def plain(req: history_pb2.CreateTasksRequest) -> Batch:
+    """The request's plain tasks (CreateTasksRequest.columns), checked (INVALID_ARGUMENT naming
+    `columns.<field>[i]`): per request, not per task, except the JSON scan of each payload."""
     if req.tasks:
         raise InvalidArgument("columns and tasks are exclusive: send the request's tasks in one of them")
     sh = shared(req)
@@ -235,32 +227,21 @@ def plain(req: history_pb2.CreateTasksRequest) -> PlainIn:
     if first_bad_json(payloads) != -1 or max(map(len, payloads)) > MAX_PAYLOAD_BYTES:
         for i, raw in enumerate(payloads):
             _payload(raw, f"columns.payloads_json[{i}]")  # (raises for the first bad one)
-    return PlainIn(task_ids=ids, payloads=payloads, tenant_id=sh.tenant_id, app_id=sh.app_id,
-                   task_type=sh.task_type, queue=sh.queue or "default", policy=sh.policy)
+    return Batch(ids, payloads, [sh.tenant_id], [sh.app_id], [sh.task_type], [sh.queue or "default"],
+                 [sh.policy], _NONE, _NONE, _NONE, _NONE, _NONE, _NONE)
 
 
-@dataclasses.dataclass(frozen=True)
-class _Policy:
-    """A NewTask's validated retry policy, timeouts and non-retryable classes, as stored.
-    Shared by every task sent with the same three (the values are never mutated)."""
-
-    max_attempts: int
-    retry_json: dict
-    timeouts_json: dict
-    non_retryable: list[str]
-    rules_json: dict | None
-    schedule_to_start_s: float | None
-    schedule_to_close_s: float | None
+_NONE: list = [None]  # a column nobody sets (shared by every plain batch: never mutated)
 
 
 # Policies validated so far, by their wire form: a batch (or a stream of enqueues) of one task
 # type carries one policy, and converting it per task was ~1/4 of history's CPU per batched task.
-_POLICIES: dict[tuple[bytes, bytes, tuple[str, ...]], _Policy] = {}
+_POLICIES: dict[tuple[bytes, bytes, tuple[str, ...]], Policy] = {}
 _POLICIES_MAX = 4096
 
 
 def _policy(retry_p: tasks_pb2.RetryPolicy, timeouts_p: tasks_pb2.Timeouts, non_retryable: tuple[str, ...],
-            w: str) -> _Policy:
+            w: str) -> Policy:
     # (a cache key only: equal bytes are equal policies; the same policy serialized in another
     # map order would only miss the cache)
     key = (retry_p.SerializeToString(), timeouts_p.SerializeToString(), non_retryable)
@@ -274,7 +255,7 @@ def _policy(retry_p: tasks_pb2.RetryPolicy, timeouts_p: tasks_pb2.Timeouts, non_
     for j, name in enumerate(retry_p.non_retryable):
         _name(name, f"{w}.retry.non_retryable[{j}]")
     rules = _rules(retry_p, f"{w}.retry.rules")
-    out = _Policy(max_attempts=retry.max_attempts, retry_json=retry.to_json(), timeouts_json=timeouts.to_json(),
+    out = Policy(max_attempts=retry.max_attempts, retry_json=retry.to_json(), timeouts_json=timeouts.to_json(),
                   non_retryable=sorted(set(non_retryable) | set(retry_p.non_retryable)),
                   rules_json={k: r.to_json() for k, r in rules.items()} or None,
                   schedule_to_start_s=timeouts.schedule_to_start_s,

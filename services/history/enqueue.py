@@ -1,358 +1,402 @@
-"""CreateTasks: insert a batch of tasks in one transaction, honouring
-idempotency keys.
+"""CreateTasks, decided without I/O: the one form of a create request (`Batch`), the planner
+that chooses how a batch is written (`plan`), and the answers decided from the rows the
+create statement returns (`outcome`, `Request.settle`). commit.py runs what is decided here.
 
-Keys are claimed first (INSERT ... ON CONFLICT on the unique key), so 50
-concurrent creates with one key serialise on that index entry and exactly
-one of them inserts the task; the others read its id. A key reused with a
-different request (fingerprint) is a conflict and the whole request is
-rolled back. A task id that already exists (the gateway retried a create it
-never heard back from) is reported as deduplicated, so the RPC is safe to
-retry with the same ids.
+A request is all or nothing: its tasks are created together or none is. A task id that
+exists is its own create resent (the same tenant, app and type: `deduplicated`) or someone
+else's (INVALID_ARGUMENT). A live key is the same request (same fingerprint: its task,
+`deduplicated`) or a conflict (the whole request writes nothing and says so per task). The
+statement reports per row what it found; nothing here reads an error's text.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import enum
 import math
 from collections.abc import Sequence
 from datetime import UTC, datetime
-
-import asyncpg
+from typing import Any
 
 from ratchet.services.history.errors import Contention, HistoryError, InvalidArgument
-from ratchet.services.history.store import Key, NewRow, Store
+
+# The fewest plain rows written by COPY (a batch call's part for a shard: 100 rows a slot run);
+# fewer go by the statement, where COPY's fixed cost (asyncpg's copy-in, a second round trip)
+# outweighs what Postgres saves (single enqueues, 32 producers: history 226 -> 263 us per task).
+COPY_MIN_ROWS = 50
+# Statements one group of requests may take before its undecided requests give up (Contention:
+# the caller retries). A round decides every row but those that met a race, an expired key or
+# a request held back by another row of its own: in practice one or two rounds.
+MAX_ROUNDS = 6
 
 
-@dataclasses.dataclass(slots=True)
-class NewTaskIn:
-    """A validated item of a CreateTasks request (never modified once built)."""
+@dataclasses.dataclass(frozen=True)
+class Policy:
+    """A task's validated retry policy, timeouts and non-retryable classes, as stored. Shared by
+    every task sent with the same three (the values are never mutated)."""
 
-    row: NewRow
-    fingerprint: str
+    max_attempts: int
+    retry_json: dict
+    timeouts_json: dict
+    non_retryable: list[str]
+    rules_json: dict | None
     schedule_to_start_s: float | None
     schedule_to_close_s: float | None
 
-    @property
-    def key(self) -> Key | None:
-        """(tenant_id, app_id, idempotency_key), or None for an unkeyed task."""
-        if self.row.idempotency_key is None:
-            return None
-        return (self.row.tenant_id, self.row.app_id, self.row.idempotency_key)
+
+# The columns of a Batch besides the ids and payloads, in the statement's order of arguments.
+COLUMNS = ("tenant_id", "app_id", "task_type", "queue", "policy", "delay_s", "run_at", "key", "fingerprint",
+           "schedule_id", "scheduled_time")
+# Those a plain batch (COPY, task_create_plain) must share and those it must leave unset.
+_PLAIN_SHARED = ("tenant_id", "app_id", "task_type", "queue", "policy")
+_PLAIN_UNSET = ("delay_s", "run_at", "key", "schedule_id", "scheduled_time")
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(slots=True)
+class Batch:
+    """Tasks to create, validated, as columns in request order. Each column holds one value per
+    task, or one value every task shares (a list of one)."""
+
+    task_ids: list[str]  # canonical, unique in the batch
+    payloads: list[bytes]  # JSON text
+    tenant_id: list[str]
+    app_id: list[str]
+    task_type: list[str]
+    queue: list[str]
+    policy: list[Policy]
+    delay_s: list[float | None]
+    run_at: list[datetime | None]
+    key: list[str | None]
+    fingerprint: list[str | None]
+    schedule_id: list[str | None]
+    scheduled_time: list[datetime | None]
+
+    def __len__(self) -> int:
+        return len(self.task_ids)
+
+    def at(self, name: str, i: int) -> Any:
+        """Task i's value of a column."""
+        column = getattr(self, name)
+        return column[i] if len(column) > 1 else column[0]
+
+    def take(self, idx: Sequence[int]) -> Batch:
+        """The tasks at idx, in that order (shared columns stay shared)."""
+        def cut(column: list) -> list:
+            return column if len(column) == 1 else [column[i] for i in idx]
+        return Batch(task_ids=[self.task_ids[i] for i in idx], payloads=[self.payloads[i] for i in idx],
+                     **{name: cut(getattr(self, name)) for name in COLUMNS})
+
+
+def _same(values: list) -> bool:
+    v0 = values[0]
+    return all(v is v0 or v == v0 for v in values)  # (one policy's tasks hold one object: convert.py)
+
+
+def merge(batches: Sequence[Batch]) -> Batch:
+    """Several batches as one, in order: a column every one of them shares with one value stays
+    shared, any other is spelled per task."""
+    if len(batches) == 1:
+        return batches[0]
+    cols: dict[str, list] = {}
+    for name in COLUMNS:
+        parts = [getattr(b, name) for b in batches]
+        if all(len(p) == 1 for p in parts) and _same([p[0] for p in parts]):
+            cols[name] = parts[0]
+        else:
+            cols[name] = [v for b, p in zip(batches, parts, strict=True) for v in (p if len(p) > 1 else p * len(b))]
+    return Batch(task_ids=[t for b in batches for t in b.task_ids], payloads=[x for b in batches for x in b.payloads],
+                 **cols)
+
+
+class Writer(enum.Enum):
+    """How a batch is written (one statement, one transaction, whichever)."""
+
+    COPY = "copy"  # plain, no timer rows, COPY_MIN_ROWS or more: a binary COPY (Store.task_create_plain)
+    PLAIN = "plain"  # plain: task_create_plain, every value but id and payload once
+    GENERAL = "general"  # anything else: task_create (keys, per-task values, due times), per row answers
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Plan:
+    writer: Writer
+    keyed: bool  # some task has an idempotency key (only task_create claims keys)
+    timers: bool  # some task writes a timer row (a delay or run_at, a schedule-to-start or -close)
+
+
+def plain(b: Batch) -> bool:
+    """Whether every task shares every value but its id and payload, and sets no key, due time
+    or schedule: what the plain statement and the COPY write."""
+    return (all(len(getattr(b, name)) == 1 for name in _PLAIN_SHARED)
+            and all(all(v is None for v in getattr(b, name)) for name in _PLAIN_UNSET))
+
+
+def plan(b: Batch, probe: bool = False) -> Plan:
+    """The plan for a batch. probe: an id may exist (a plain write was refused: an id was
+    taken), so the general statement, which looks before it writes, answers it per row."""
+    keyed = any(k is not None for k in b.key)
+    timers = (any(d is not None for d in b.delay_s) or any(r is not None for r in b.run_at)
+              or any(p.schedule_to_start_s is not None or p.schedule_to_close_s is not None for p in b.policy))
+    if probe or not plain(b):
+        return Plan(Writer.GENERAL, keyed, timers)
+    if timers or len(b) < COPY_MIN_ROWS:
+        return Plan(Writer.PLAIN, keyed, timers)
+    return Plan(Writer.COPY, keyed, timers)
+
+
+def lane(b: Batch) -> tuple:
+    """Which requests may share a statement: plain ones sharing every value (the plain statement
+    takes them once), any others together (the general statement takes them per row). The
+    policy by identity: equal policies are one object (convert.py's cache)."""
+    if plain(b):
+        return ("plain", b.tenant_id[0], b.app_id[0], b.task_type[0], b.queue[0], id(b.policy[0]))
+    return ("general",)
+
+
+def first_timer_s(b: Batch) -> float | None:
+    """Seconds until the earliest timer these tasks may set (delay or run_at, schedule-to-start,
+    schedule-to-close), None when they set none: the hint for the dispatcher's timer loop. Each
+    timeout counts from now, the earliest it can fire (a hint may be early, never late)."""
+    best = math.inf
+    for s in b.delay_s:
+        if s is not None and s < best:
+            best = s
+    for p in b.policy:
+        for s in (p.schedule_to_start_s, p.schedule_to_close_s):
+            if s is not None and s < best:
+                best = s
+    if any(r is not None for r in b.run_at):
+        now = datetime.now(UTC)
+        best = min([best] + [(r - now).total_seconds() for r in b.run_at if r is not None])
+    return None if best == math.inf else max(0.0, best)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class CreateOut:
-    """The outcome of one item, in request order."""
+    """The answer for one task, in request order."""
 
     task_id: str
     deduplicated: bool = False
     conflict: bool = False
 
 
-def first_timer_s(items: Sequence[NewTaskIn]) -> float | None:
-    """Seconds until the earliest timer these new tasks may set (delay or run_at, schedule_to_start,
-    schedule_to_close), None when they set none: the hint for the dispatcher's timer loop. Each
-    timeout counts from now, the earliest it can fire (a hint may be early, never late)."""
-    best = math.inf
-    now = None
-    for it in items:
-        row = it.row
-        for s in (row.delay_s, it.schedule_to_start_s, it.schedule_to_close_s):
-            if s is not None and s < best:
-                best = s
-        if row.run_at is not None:
-            now = now or datetime.now(UTC)
-            best = min(best, (row.run_at - now).total_seconds())
-    return None if best == math.inf else max(0.0, best)
+@dataclasses.dataclass(frozen=True, slots=True)
+class Row:
+    """What task_create says of one task it was sent: written, or what it found instead."""
+
+    created: bool
+    due: bool = False  # created and due now
+    id_owner: tuple[str, str, str] | None = None  # (tenant, app, type) of a task that has this id
+    key_task: str | None = None  # the task a key row with this key's digest names
+    key_fingerprint: str | None = None
+    key_expired: bool = False
+    key_other: bool = False  # that key row is another key with the same digest (odds 2^-128)
 
 
-class _RollBack(Exception):
-    """Raised inside the transaction to roll back a conflicting request."""
+class Wait(enum.Enum):
+    """Why a task has no answer yet: what must happen before it goes again."""
+
+    HELD = "held"  # new, but another task of its request was not: nothing of the request was written
+    EXPIRED = "expired"  # its key's row is past its window: delete it (taken over), then again
 
 
-def _representatives(items: Sequence[NewTaskIn]) -> dict[int, int]:
-    """Map each item index to the index of the first item with its key (itself if unkeyed)."""
-    first: dict[Key, int] = {}
-    rep: dict[int, int] = {}
-    seen_ids: dict[str, int] = {}
-    for i, it in enumerate(items):
-        key = it.key
-        if key is not None and key in first:
-            j = first[key]
-            if items[j].fingerprint != it.fingerprint:
-                raise InvalidArgument(f"tasks[{j}] and tasks[{i}] use idempotency_key {key[2]!r} for different "
-                                      "requests; send one of them")
-            rep[i] = j
-            continue
-        if it.row.task_id in seen_ids:
-            raise InvalidArgument(f"tasks[{seen_ids[it.row.task_id]}] and tasks[{i}] have the same task_id")
-        seen_ids[it.row.task_id] = i
+Outcome = CreateOut | HistoryError | Wait
+
+
+def outcome(b: Batch, i: int, row: Row, where: str = "tasks[0].task_id") -> Outcome:
+    """Task i's answer from what the statement found (where: its task id's field, for messages)."""
+    if row.created:
+        return CreateOut(b.task_ids[i])
+    if row.key_task is not None:
+        if row.key_other:
+            return Contention(f"idempotency key {b.at('key', i)!r} shares its digest with another key; "
+                              f"use another key")
+        if row.key_expired:
+            return Wait.EXPIRED
+        if row.key_fingerprint == b.at("fingerprint", i):
+            return CreateOut(row.key_task, deduplicated=True)
+        return CreateOut(row.key_task, conflict=True)
+    if row.id_owner is not None:
+        if row.id_owner == (b.at("tenant_id", i), b.at("app_id", i), b.at("task_type", i)):
+            return CreateOut(b.task_ids[i], deduplicated=True)  # its create resent, committed before
+        return InvalidArgument(f"{where} {b.task_ids[i]} is already taken; mint a new id")
+    return Wait.HELD
+
+
+def own_leaders(b: Batch) -> list[int]:
+    """Each task's leader in its own request: the first task with its key (itself if unkeyed or
+    first). One key twice is one task when both are the same request (same fingerprint), else
+    INVALID_ARGUMENT; one task id twice is INVALID_ARGUMENT. Nothing is written either way."""
+    lead: list[int] = list(range(len(b)))
+    if len(b) == 1:
+        return lead
+    first: dict[tuple, int] = {}
+    seen: dict[str, int] = {}
+    keyed = any(k is not None for k in b.key)
+    for i, tid in enumerate(b.task_ids):
+        key = b.at("key", i) if keyed else None
         if key is not None:
-            first[key] = i
-        rep[i] = i
-    return rep
+            k = (b.at("tenant_id", i), b.at("app_id", i), key)
+            j = first.get(k)
+            if j is not None:
+                if b.at("fingerprint", j) != b.at("fingerprint", i):
+                    raise InvalidArgument(f"tasks[{j}] and tasks[{i}] use idempotency_key {key!r} for different "
+                                          "requests; send one of them")
+                lead[i] = j
+                continue
+            first[k] = i
+        if tid in seen:
+            raise InvalidArgument(f"tasks[{seen[tid]}] and tasks[{i}] have the same task_id")
+        seen[tid] = i
+    return lead
 
 
-async def _resolve_keys(conn, store: Store, items: Sequence[NewTaskIn], reps: list[int], window_s: float,
-                        out: dict[int, CreateOut]) -> tuple[list[int], bool]:
-    """Claim keyed representatives; returns (indexes to insert, any conflict)."""
-    keyed = sorted((i for i in reps if items[i].key is not None), key=lambda i: items[i].key)
-    if not keyed:
-        return [], False
-    keys = [items[i].key for i in keyed]
-    claimed = await store.idempotency_key_claim_batch(
-        conn, keys, [items[i].row.task_id for i in keyed], [items[i].fingerprint for i in keyed], window_s)
-    taken = [i for i in keyed if items[i].key not in claimed]
-    owners = await store.idempotency_key_get_batch(conn, [items[i].key for i in taken]) if taken else {}
-    conflict = False
-    for i in taken:
-        owner = owners.get(items[i].key)
-        if owner is None:
-            raise Contention(f"idempotency key {items[i].key[2]!r} changed owner during the request")
-        owner_id, fingerprint = owner
-        if fingerprint == items[i].fingerprint:
-            out[i] = CreateOut(owner_id, deduplicated=True)
-        else:
-            out[i] = CreateOut(owner_id, conflict=True)
-            conflict = True
-    return [i for i in keyed if items[i].key in claimed], conflict
+class Request:
+    """One CreateTasks request on its way through the committer: its tasks, the answers decided
+    so far, and the tasks still to write (all of them, or none, are written in one round)."""
 
+    def __init__(self, batch: Batch, columns: bool = False):
+        self.batch = batch
+        self.columns = columns  # sent as CreateTasksRequest.columns: answered all_created when it may
+        self.lead = own_leaders(batch)
+        self.answers: list[CreateOut | None] = [None] * len(batch)
+        self.error: BaseException | None = None  # a HistoryError, or what the shard raised
+        self.todo = [i for i, j in enumerate(self.lead) if i == j]
+        self.expired: list[tuple[str, str, str]] = []  # keys to expire before the next round
+        self.probe = False  # a plain write found an id taken: the general statement answers per row
+        self.created: Batch | None = None  # the tasks created now, once written
+        self.due = False  # some of them are due now (the ready event)
 
-async def create_tasks(conn: asyncpg.Connection, store: Store, items: Sequence[NewTaskIn],
-                       window_s: float) -> tuple[list[CreateOut], bool]:
-    """Insert the tasks atomically; returns (results in request order, any task due now)."""
-    rep = _representatives(items)
-    reps = sorted(set(rep.values()))
-    out: dict[int, CreateOut] = {}
-    any_due, conflict = False, False
-    try:
-        async with conn.transaction():
-            to_insert, conflict = await _resolve_keys(conn, store, items, reps, window_s, out)
-            if conflict:
-                raise _RollBack()
-            to_insert += [i for i in reps if items[i].key is None]
-            any_due = await _insert(conn, store, items, sorted(to_insert), out)
-    except _RollBack:
-        pass
-    results = []
-    for i in range(len(items)):
-        r = out.get(i) or CreateOut(items[i].row.task_id)
-        if rep[i] != i:
-            first = out.get(rep[i]) or CreateOut(items[rep[i]].row.task_id)
-            r = CreateOut(first.task_id, deduplicated=True, conflict=first.conflict)
-        results.append(r)
-    return results, any_due
+    @property
+    def done(self) -> bool:
+        return self.error is not None or not self.todo
 
+    def pending(self) -> Batch:
+        """The tasks still to write."""
+        return self.batch if len(self.todo) == len(self.batch) else self.batch.take(self.todo)
 
-async def _insert(conn, store: Store, items: Sequence[NewTaskIn], idx: list[int],
-                  out: dict[int, CreateOut]) -> bool:
-    if not idx:
-        return False
-    inserted = await store.task_insert_batch(
-        conn, [items[i].row for i in idx], [items[i].schedule_to_start_s for i in idx],
-        [items[i].schedule_to_close_s for i in idx])
-    missing = [items[i].row.task_id for i in idx if items[i].row.task_id not in inserted]
-    existing = await store.task_existing_batch(conn, missing) if missing else {}
-    for i in idx:
-        tid = items[i].row.task_id
-        if tid in inserted:
-            out[i] = CreateOut(tid)
-        elif existing.get(tid) == _owner(items[i]):
-            out[i] = CreateOut(tid, deduplicated=True)  # a retried create that had committed
-        else:
-            raise InvalidArgument(f"tasks[{i}].task_id {tid} is already taken; mint a new id")
-    return any(inserted.values())
+    def written(self) -> None:
+        """Every pending task was created now, due now (a plain write answers for all at once)."""
+        self.created = self.pending()
+        self.due = True
+        for i in self.todo:
+            self.answers[i] = CreateOut(self.batch.task_ids[i])
+        self.todo = []
 
+    def _where(self, i: int) -> str:
+        return f"columns.task_ids[{i}]" if self.columns else f"tasks[{i}].task_id"
 
-def _owner(it: NewTaskIn) -> tuple[str, str, str]:
-    """What a resent create's existing task must match to be its original: tenant, app, type."""
-    return it.row.tenant_id, it.row.app_id, it.row.task_type
+    def settle_rows(self, rows: Sequence[Row]) -> None:
+        """The pending tasks' rows from task_create, in order."""
+        b = self.pending()
+        self.due = self.due or any(r.due for r in rows)
+        self.settle([outcome(b, k, row, self._where(i)) for k, (i, row) in enumerate(zip(self.todo, rows,
+                                                                                        strict=True))])
 
-
-class Fallback(Exception):
-    """The grouped statement met a case only the per-request path decides
-    (a key claimed for a task id that already exists, an expired key, a key
-    or id inserted by another request meanwhile); the group's transaction
-    was rolled back and each request must run on its own."""
-
-
-def _group_plan(items: Sequence[NewTaskIn]) -> tuple[list[int], dict[int, int], list[int]]:
-    """(indexes sent to the statement, key follower -> its key's leader, indexes that
-    must run alone: a task id sent twice in the group)."""
-    lead_key: dict[Key, int] = {}
-    lead_id: set[str] = set()
-    send, follow, alone = [], {}, []
-    for i, it in enumerate(items):
-        key = it.key
-        if key is not None and key in lead_key:
-            follow[i] = lead_key[key]
-        elif it.row.task_id in lead_id:
-            alone.append(i)
-        else:
-            lead_id.add(it.row.task_id)
-            if key is not None:
-                lead_key[key] = i
-            send.append(i)
-    # Keys in one order across concurrent groups (the statement sorts the same way).
-    send.sort(key=lambda i: (0, items[i].key) if items[i].key is not None else (1, ("", "", "")))
-    return send, follow, alone
-
-
-async def create_group(conn: asyncpg.Connection, store: Store, items: Sequence[NewTaskIn],
-                       window_s: float) -> tuple[list[CreateOut | HistoryError | None], bool]:
-    """Create single-task requests of different callers in one statement (one transaction).
-
-    Returns (one outcome per item, any task due now). An outcome is a CreateOut, an error for
-    that caller alone, or None: that item must run through create_tasks on its own. Raises
-    Fallback (nothing written) when the whole group must. One item's key conflict writes
-    nothing for that item and does not touch the others: each request holds one task.
-    """
-    if await _create_alike(conn, store, items):  # (False, an id exists: the statement below answers it)
-        return [CreateOut(it.row.task_id) for it in items], True
-    send, follow, alone = _group_plan(items)
-    out: list[CreateOut | HistoryError | None] = [None] * len(items)
-    rows = [items[i] for i in send]
-    try:
-        got = await store.task_create_batch(conn, [r.row for r in rows], [r.schedule_to_start_s for r in rows],
-                                            [r.schedule_to_close_s for r in rows],
-                                            [r.fingerprint if r.key is not None else None for r in rows], window_s)
-    except asyncpg.InvalidTextRepresentationError as e:
-        _fallback_if_aborted(e)
-        raise
-    except asyncpg.UniqueViolationError:
-        raise Fallback() from None  # a key or id another request inserted meanwhile: nothing written
-    # Committed. What is left are reads, each in its own snapshot (which sees a key's committed owner).
-    taken = [i for i in send if items[i].key is not None and not got[items[i].row.task_id][2]]
-    owners = await store.idempotency_key_get_batch(conn, [items[i].key for i in taken]) if taken else {}
-    lost = [items[i].row.task_id for i in send if items[i].key is None and not got[items[i].row.task_id][0]]
-    existing = await store.task_existing_batch(conn, lost) if lost else {}
-    for i in send:
-        it = items[i]
-        inserted = got[it.row.task_id][0]
-        if it.key is None:
-            if inserted:
-                out[i] = CreateOut(it.row.task_id)
-            elif existing.get(it.row.task_id) == _owner(it):
-                out[i] = CreateOut(it.row.task_id, deduplicated=True)  # a retried create that had committed
+    def settle(self, outs: Sequence[Outcome]) -> None:
+        """The pending tasks' outcomes from one round, in order."""
+        errors = [o for o in outs if isinstance(o, HistoryError)]
+        contention = [e for e in errors if isinstance(e, Contention)]
+        if contention:
+            self.error = contention[0]
+            return
+        if any(isinstance(o, CreateOut) and o.conflict for o in outs):
+            for i, o in zip(self.todo, outs, strict=True):  # nothing of it was written, and never will be
+                self.answers[i] = o if isinstance(o, CreateOut) and o.conflict else CreateOut(self.batch.task_ids[i])
+            self.todo = []
+            return
+        if errors:
+            self.error = errors[0]
+            return
+        if any(isinstance(o, CreateOut) and not o.deduplicated for o in outs):
+            self.created = self.pending()  # (a request is written whole: every pending task)
+        left = []
+        for i, o in zip(self.todo, outs, strict=True):
+            if isinstance(o, CreateOut):
+                self.answers[i] = o
             else:
-                out[i] = InvalidArgument(f"tasks[0].task_id {it.row.task_id} is already taken; mint a new id")
-        else:
-            out[i] = _keyed_outcome(it, inserted, owners)
-    for i, lead in follow.items():
-        owner = _owner_of(items[lead], out[lead], owners)
-        out[i] = _keyed_outcome(items[i], False, {items[i].key: owner} if owner else {})
-    for i in alone:
-        out[i] = None
-    return out, any(due for inserted, due, _ in got.values() if inserted)
+                left.append(i)
+                if o is Wait.EXPIRED:
+                    self.expired.append((self.batch.at("tenant_id", i), self.batch.at("app_id", i),
+                                         self.batch.at("key", i)))
+        self.todo = left
+
+    def fail(self, error: BaseException) -> None:
+        self.error = error
+
+    def results(self) -> list[CreateOut] | None:
+        """Every task's answer in request order (a repeated key answered from its first), or
+        None: a request of columns whose tasks were all created now under their ids."""
+        if self.error is not None:
+            raise self.error
+        out: list[CreateOut] = []
+        for i, j in enumerate(self.lead):
+            a = self.answers[j]
+            assert a is not None, "a request is answered once every task is"
+            out.append(a if i == j else CreateOut(a.task_id, deduplicated=True, conflict=a.conflict))
+        if self.columns and not any(a.deduplicated or a.conflict for a in out):
+            return None
+        return out
 
 
-# The row fields task_create_plain takes once for every row: a group whose rows all share them
-# (and set no key, delay, run_at or schedule) is plain.
-_ALIKE = ("tenant_id", "app_id", "task_type", "queue", "max_attempts", "retry_policy", "timeouts",
-          "non_retryable", "retry_rules")
+@dataclasses.dataclass(slots=True)
+class Round:
+    """The requests of one statement, those answered from another's task, and those that wait."""
+
+    members: list[Request]
+    followers: list[tuple[Request, Request, int]]  # (single-task request, the member, its task's index there)
+    later: list[Request]
 
 
-def _alike(items: Sequence[NewTaskIn]) -> bool:
-    """Whether every item is a plain task sharing every value but its id and payload with the
-    first (values compared by identity first: one policy's dicts are one object, convert.py)."""
-    first = items[0]
-    r0 = first.row
-    for it in items:
-        r = it.row
-        if (r.idempotency_key is not None or r.delay_s is not None or r.run_at is not None
-                or r.schedule_id is not None or r.scheduled_time is not None):
-            return False
-        if it is first:
+def _marks(b: Batch, i: int) -> tuple[tuple, ...]:
+    key = b.at("key", i)
+    tid = ("id", b.task_ids[i])
+    return (tid, ("key", b.at("tenant_id", i), b.at("app_id", i), key)) if key is not None else (tid,)
+
+
+def compose(requests: Sequence[Request]) -> Round:
+    """A round's requests in order: one id and one key once per statement (a second would
+    refuse the whole statement). A single task whose key, or id without a key, is already in
+    the round is answered from that task's outcome; any other request that repeats one waits
+    for the next round."""
+    taken: dict[tuple, tuple[Request, int]] = {}
+    out = Round([], [], [])
+    for r in requests:
+        if r.done:
             continue
-        if (it.schedule_to_start_s != first.schedule_to_start_s
-                or it.schedule_to_close_s != first.schedule_to_close_s):
-            return False
-        for name in _ALIKE:
-            a, b = getattr(r, name), getattr(r0, name)
-            if a is not b and a != b:
-                return False
-    return True
+        b = r.pending()
+        marks = [_marks(b, i) for i in range(len(b))]
+        if len(b) == 1 and marks[0][-1] in taken:
+            out.followers.append((r, *taken[marks[0][-1]]))
+            continue
+        if any(m in taken for ms in marks for m in ms):
+            out.later.append(r)
+            continue
+        for i, ms in enumerate(marks):
+            for m in ms:
+                taken[m] = (r, i)
+        out.members.append(r)
+    return out
 
 
-async def _create_alike(conn: asyncpg.Connection, store: Store, items: Sequence[NewTaskIn]) -> bool | None:
-    """Plain tasks alike (_alike) inserted by task_create_plain, whose statement is a fraction
-    of task_create_batch's (one row: ~220 against ~450 us of backend CPU, most of it executor
-    start-up for the key-claiming statement's ~30 nodes): True once inserted; None (nothing
-    tried) when they are not alike; False (nothing written) when an id exists or repeats (a
-    retried create), which task_create_batch or create_tasks then answers per row."""
-    if not _alike(items):
-        return None
-    r0, first = items[0].row, items[0]
-    try:
-        await store.task_create_plain(conn, [it.row.task_id for it in items], [it.row.payload for it in items],
-                                      r0.tenant_id, r0.app_id, r0.task_type, r0.queue, r0.max_attempts,
-                                      r0.retry_policy, r0.timeouts, r0.non_retryable, r0.retry_rules,
-                                      first.schedule_to_start_s, first.schedule_to_close_s)
-    except asyncpg.UniqueViolationError:
-        return False
-    return True
-
-
-async def create_plain(conn: asyncpg.Connection, store: Store, plain) -> None:
-    """A request of plain tasks (convert.PlainIn) in one statement, all or nothing; Fallback
-    (nothing written) when an id exists: create_tasks then answers each task."""
-    pol = plain.policy
-    try:
-        await store.task_create_plain(conn, plain.task_ids, plain.payloads, plain.tenant_id, plain.app_id,
-                                      plain.task_type, plain.queue, pol.max_attempts, pol.retry_json,
-                                      pol.timeouts_json, pol.non_retryable, pol.rules_json,
-                                      pol.schedule_to_start_s, pol.schedule_to_close_s)
-    except asyncpg.UniqueViolationError:
-        raise Fallback() from None
-
-
-def _owner_of(lead: NewTaskIn, outcome, owners: dict) -> tuple[str, str] | None:
-    """(task id, fingerprint) now holding the leader's key."""
-    if isinstance(outcome, CreateOut) and not outcome.deduplicated and not outcome.conflict:
-        return lead.row.task_id, lead.fingerprint
-    return owners.get(lead.key)
-
-
-def _keyed_outcome(it: NewTaskIn, inserted: bool, owners: dict) -> CreateOut | HistoryError:
-    if inserted:
-        return CreateOut(it.row.task_id)
-    owner = owners.get(it.key)
-    if owner is None:
-        return Contention(f"idempotency key {it.key[2]!r} changed owner during the request")
-    owner_id, fingerprint = owner
-    if fingerprint == it.fingerprint:
-        return CreateOut(owner_id, deduplicated=True)
-    return CreateOut(owner_id, conflict=True)
-
-
-def _fallback_if_aborted(e: asyncpg.InvalidTextRepresentationError) -> None:
-    if "task_create_batch:" in str(e):
-        raise Fallback() from None  # the statement aborted itself: nothing was written
-
-
-async def create_all(conn: asyncpg.Connection, store: Store, items: Sequence[NewTaskIn],
-                     window_s: float) -> tuple[list[CreateOut], bool]:
-    """One request of several tasks in one statement, all or nothing: every task is new and
-    every key is claimed, else nothing is written and Fallback is raised (the caller runs
-    create_tasks, which answers keys held by other tasks and retried ids exactly)."""
-    alike = await _create_alike(conn, store, items)
-    if alike:
-        return [CreateOut(it.row.task_id) for it in items], True
-    if alike is False:
-        raise Fallback()  # an id exists or repeats: nothing written
-    rep = _representatives(items)
-    send, _follow, _alone = _group_plan([items[i] for i in sorted(set(rep.values()))])
-    reps = sorted(set(rep.values()))
-    rows = [items[reps[j]] for j in send]
-    try:
-        got = await store.task_create_batch(conn, [r.row for r in rows], [r.schedule_to_start_s for r in rows],
-                                            [r.schedule_to_close_s for r in rows],
-                                            [r.fingerprint if r.key is not None else None for r in rows], window_s,
-                                            strict=True)
-    except asyncpg.InvalidTextRepresentationError as e:
-        _fallback_if_aborted(e)
-        raise
-    except asyncpg.UniqueViolationError:
-        raise Fallback() from None  # a key or id another request inserted meanwhile: nothing written
-    results = [CreateOut(items[rep[i]].row.task_id, deduplicated=rep[i] != i) for i in range(len(items))]
-    return results, any(due for inserted, due, _ in got.values() if inserted)
+def follow(f: Request, lead: Batch, j: int, row: Row | None) -> None:
+    """A single-task request answered from the task j of the round (its key's, or its id's):
+    the owner that task's row names, or the task itself if it was created. With neither (the
+    task waits too), the follower goes again in the next round."""
+    b = f.batch
+    if b.at("key", 0) is not None:
+        if row is not None and row.created:
+            owner = (lead.task_ids[j], lead.at("fingerprint", j))
+        elif row is not None and row.key_task is not None and not (row.key_expired or row.key_other):
+            owner = (row.key_task, row.key_fingerprint)
+        else:
+            return
+        f.settle([CreateOut(owner[0], deduplicated=True) if owner[1] == b.at("fingerprint", 0)
+                  else CreateOut(owner[0], conflict=True)])
+        return
+    if row is not None and row.created:
+        ident = (lead.at("tenant_id", j), lead.at("app_id", j), lead.at("task_type", j))
+    elif row is not None and row.id_owner is not None:
+        ident = row.id_owner
+    else:
+        return
+    f.settle([outcome(b, 0, Row(created=False, id_owner=ident), f._where(0))])

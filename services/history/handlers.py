@@ -10,11 +10,10 @@ from collections.abc import Callable
 
 from ratchet.internal.history.v1 import history_pb2, history_pb2_grpc
 from ratchet.libs import gates, taskstate
-from ratchet.services.history import bulk, callstream, convert, dispatch, enqueue, lifecycle, policy, search, timerfire
+from ratchet.services.history import bulk, callstream, convert, dispatch, lifecycle, policy, search, timerfire
+from ratchet.services.history.commit import Committer
 from ratchet.services.history.config import HistoryConfig
 from ratchet.services.history.errors import InvalidArgument, rpc, rpc_stream
-from ratchet.services.history.groupcommit import CreateGroups
-from ratchet.services.history.plaincommit import PlainGroups
 from ratchet.services.history.ready import ReadyHub
 from ratchet.services.history.shards import ShardSet
 from ratchet.services.history.store import Store
@@ -61,12 +60,10 @@ class HistoryServicer(history_pb2_grpc.HistoryServiceServicer):
         self.rand = (rand or random.Random()).random
         self.on_bulk_start = on_bulk_start
         self.stopping = asyncio.Event()  # set at shutdown: call streams stop reading and end
-        # The ready event goes out after the group's commit, outside the transaction: never a NOTIFY.
-        self.groups = CreateGroups(store, cfg.idempotency_window_s, hub.publish,
-                                   max_in_flight=cfg.enqueue_groups_in_flight, on_timer=hub.timer_due)
-        # Batch calls of plain tasks, likewise: concurrent ones for a shard share a statement.
-        self.plains = PlainGroups(store, self._plain_alone, self._plain_committed,
-                                  max_in_flight=cfg.enqueue_groups_in_flight)
+        # Every create, group-committed per shard; the ready event goes out after the group's
+        # commit, outside the transaction: never a NOTIFY.
+        self.creates = Committer(store, cfg.idempotency_window_s, hub.publish, hub.timer_due,
+                                 max_in_flight=cfg.enqueue_groups_in_flight)
 
     @rpc
     async def CreateTasks(self, request, context):
@@ -85,65 +82,14 @@ class HistoryServicer(history_pb2_grpc.HistoryServiceServicer):
 
     async def _create_tasks(self, request) -> history_pb2.CreateTasksResponse:
         shard = self.shards.get(request.shard_id)
-        if request.HasField("columns"):
-            return await self._create_plain(shard, convert.plain(request))
         _batch(request.tasks, "tasks")
-        sh = convert.shared(request)
-        items = [enqueue.NewTaskIn(*convert.new_task(t, i, sh)) for i, t in enumerate(request.tasks)]
-        if not items:
-            return history_pb2.CreateTasksResponse()
-        if len(items) == 1:
-            # One task per call (the enqueue path): group-committed with concurrent calls.
-            results = [await self.groups.create(shard, items[0])]
-        else:
-            async with shard.conn() as conn:
-                try:  # one statement, all or nothing; the transactional path when it cannot decide
-                    results, due = await enqueue.create_all(conn, self.store, items, self.cfg.idempotency_window_s)
-                except enqueue.Fallback:
-                    results, due = await enqueue.create_tasks(conn, self.store, items,
-                                                              self.cfg.idempotency_window_s)
-            if due:
-                self.hub.publish(shard.id)  # after commit, outside the transaction: never a NOTIFY
-            self.hub.timer_due(shard.id, enqueue.first_timer_s(items))
+        results = await self.creates.create(shard, convert.create_request(request))
         await gates.reach("history.enqueue.after_commit")  # fault tests: committed, not yet answered
+        if results is None:
+            return history_pb2.CreateTasksResponse(all_created=True)
         return history_pb2.CreateTasksResponse(results=[
             history_pb2.CreateResult(task_id=r.task_id, deduplicated=r.deduplicated, conflict=r.conflict)
             for r in results])
-
-    async def _create_plain(self, shard, plain: convert.PlainIn) -> history_pb2.CreateTasksResponse:
-        """A request of plain tasks: one statement over its columns (shared with concurrent ones,
-        plaincommit.py), answered all_created; a resent or taken id sends it through the
-        transactional path, answered per task."""
-        response = await self.plains.create(shard, plain)
-        await gates.reach("history.enqueue.after_commit")  # fault tests: committed, not yet answered
-        return response
-
-    async def _plain_alone(self, shard, plain: convert.PlainIn) -> history_pb2.CreateTasksResponse:
-        """_create_plain of one request by itself."""
-        async with shard.conn() as conn:
-            try:
-                await enqueue.create_plain(conn, self.store, plain)
-                response = history_pb2.CreateTasksResponse(all_created=True)
-                due = True
-            except enqueue.Fallback:
-                results, due = await enqueue.create_tasks(conn, self.store, plain.items(),
-                                                          self.cfg.idempotency_window_s)
-                response = history_pb2.CreateTasksResponse(results=[
-                    history_pb2.CreateResult(task_id=r.task_id, deduplicated=r.deduplicated) for r in results])
-        if due:
-            self.hub.publish(shard.id)
-        self._plain_timer(shard, plain)
-        return response
-
-    def _plain_committed(self, shard, plain: convert.PlainIn) -> None:
-        """After a grouped statement of plain tasks committed (plain: one of its requests)."""
-        self.hub.publish(shard.id)
-        self._plain_timer(shard, plain)
-
-    def _plain_timer(self, shard, plain: convert.PlainIn) -> None:
-        pol = plain.policy
-        self.hub.timer_due(shard.id, min((s for s in (pol.schedule_to_start_s, pol.schedule_to_close_s)
-                                          if s is not None), default=None))
 
     @rpc
     async def GetTask(self, request, context):

@@ -12,7 +12,6 @@ the fault tests from these statements (tests/fault/mutants).
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import pathlib
 import struct
@@ -25,6 +24,7 @@ import asyncpg
 
 from ratchet.libs.fastcheck import copy_rows
 from ratchet.libs.pg.queries import load_queries
+from ratchet.services.history.enqueue import Batch, Row
 from ratchet.services.history.model import DAWN, MAX_ID, NEVER, NIL_ID, TaskFilter, Transition
 
 _HERE = pathlib.Path(__file__).parent
@@ -32,7 +32,7 @@ QUERIES = load_queries(*sorted(_HERE.glob("*.sql")))
 
 Hook = Callable[[str], Awaitable[None]]
 
-# What the COPY of plain tasks (Store.task_create_plain) writes: the id and the payload first,
+# What the COPY of plain tasks (Store.task_copy_plain) writes: the id and the payload first,
 # then the fields every row of a call shares, encoded once per call (libs/fastcheck.copy_rows
 # writes the rows in C). Every other column takes its default: version 1, attempt 0,
 # lease_epoch 0, cancel_requested false, NULL, and the transaction's now() for created_at,
@@ -60,35 +60,13 @@ def _text_array(values: list[str]) -> bytes:
 
 
 _ENQUEUED = _field(b"ENQUEUED")
-# The fewest rows Store.task_create_plain copies in (a batch call's part for a shard: 100 rows
-# a slot run); fewer go by the statement.
-COPY_MIN_ROWS = 50
 
 Key = tuple[str, str, str]  # (tenant_id, app_id, key)
 TypeKey = tuple[str, str, str]  # (tenant_id, app_id, task_type)
 
 
-@dataclasses.dataclass(slots=True)
-class NewRow:
-    """A validated task ready to insert (never modified once built; not frozen: a frozen
-    dataclass of 16 fields costs ~2 us more to build, per task of a batch)."""
-
-    task_id: str
-    tenant_id: str
-    app_id: str
-    task_type: str
-    queue: str
-    payload: bytes
-    delay_s: float | None
-    run_at: datetime | None
-    idempotency_key: str | None
-    max_attempts: int
-    retry_policy: dict
-    timeouts: dict
-    non_retryable: list[str]
-    retry_rules: dict | None = None  # {error_class: Rule.to_json()}, None when there are none
-    schedule_id: str | None = None
-    scheduled_time: datetime | None = None
+_CREATED = Row(created=True, due=True)
+_CREATED_LATER = Row(created=True)
 
 
 def _uuids(ids: Sequence[str]) -> list[uuid.UUID]:
@@ -145,11 +123,11 @@ class Store:
 
     # -- tasks ----------------------------------------------------------------
     @staticmethod
-    def _new_row_args(rows: Sequence[NewRow], s2s: Sequence[float | None], s2c: Sequence[float | None]) -> list:
-        """The insert statements' array parameters, one per column. A column every row shares
-        (a batch call's tenant, app, type, policy; the NULLs of what was not set) goes as a
-        one-element array the statement reads for every row: asyncpg encodes and Postgres
-        parses one value, not one per row (16 of the 18 columns of a typical batch)."""
+    def _create_args(b: Batch) -> list:
+        """task_create's array parameters, one per column. A column every row shares (a batch
+        call's tenant, app, type, policy; the NULLs of what was not set) goes as a one-element
+        array the statement reads for every row: asyncpg encodes and Postgres parses one value,
+        not one per row (16 of the 19 columns of a typical batch)."""
         dumped: dict[int, str] = {}  # rows of one policy share its dicts: encode each object once
 
         def dumps(obj) -> str | None:
@@ -159,75 +137,88 @@ class Store:
             if text is None:
                 text = dumped[id(obj)] = json.dumps(obj)
             return text
-        # (task ids as the canonical strings convert.new_task checked: asyncpg encodes them as uuid)
-        return [[r.task_id for r in rows], _shared([r.tenant_id for r in rows]), _shared([r.app_id for r in rows]),
-                _shared([r.task_type for r in rows]), _shared([r.queue for r in rows]), [r.payload for r in rows],
-                _shared([r.delay_s for r in rows]), _shared([r.run_at for r in rows]),
-                _shared([r.idempotency_key for r in rows]), _shared([r.max_attempts for r in rows]),
-                _shared([dumps(r.retry_policy) for r in rows]), _shared([dumps(r.timeouts) for r in rows]),
-                _shared([dumps(r.non_retryable) for r in rows]), _shared(list(s2s)), _shared(list(s2c)),
-                _shared([dumps(r.retry_rules) for r in rows]), _shared([r.schedule_id for r in rows]),
-                _shared([r.scheduled_time for r in rows])]
+        pol = b.policy
+        # (task ids as the canonical strings convert checked: asyncpg encodes them as uuid)
+        return [b.task_ids, _shared(b.tenant_id), _shared(b.app_id), _shared(b.task_type), _shared(b.queue),
+                b.payloads, _shared(b.delay_s), _shared(b.run_at), _shared(b.key),
+                _shared([p.max_attempts for p in pol]), _shared([dumps(p.retry_json) for p in pol]),
+                _shared([dumps(p.timeouts_json) for p in pol]), _shared([dumps(p.non_retryable) for p in pol]),
+                _shared([p.schedule_to_start_s for p in pol]), _shared([p.schedule_to_close_s for p in pol]),
+                _shared([dumps(p.rules_json) for p in pol]), _shared(b.schedule_id), _shared(b.scheduled_time),
+                _shared(b.fingerprint)]
 
-    async def task_insert_batch(self, conn, rows: Sequence[NewRow],
-                                s2s: Sequence[float | None], s2c: Sequence[float | None]) -> dict[str, bool]:
-        """Insert tasks; returns {task_id: due_now} for the rows inserted now."""
-        recs = await self._run(conn, "task_insert_batch", *self._new_row_args(rows, s2s, s2c))
-        return {str(r["task_id"]): r["due"] for r in recs}
+    async def task_create(self, conn, b: Batch, requests: list[int], window_s: float) -> list[Row] | None:
+        """Create the tasks of one or more requests (requests: each task's, or one for all), each
+        request whole or not at all: one Row per task, in order, saying what happened to it. None
+        when another writer inserted one of these ids or keys after the statement's snapshot (a
+        unique violation: SQLSTATE 23505, the race lost): nothing was written, and the next
+        statement sees that writer's rows."""
+        try:
+            recs = await self._run(conn, "task_create", *self._create_args(b), _shared(requests), window_s)
+        except asyncpg.UniqueViolationError:
+            return None
+        rows: list[Row] = [_CREATED] * len(b)
+        for r in recs:
+            if r["created"] and not r["due"]:
+                rows[r["ord"] - 1] = _CREATED_LATER
+            elif not r["created"]:
+                key_task = r["key_task"]
+                rows[r["ord"] - 1] = Row(
+                    created=False,
+                    id_owner=(r["id_tenant"], r["id_app"], r["id_type"]) if r["id_tenant"] is not None else None,
+                    key_task=str(key_task) if key_task is not None else None, key_fingerprint=r["key_fingerprint"],
+                    key_expired=bool(r["key_expired"]), key_other=bool(r["key_other"]))
+        return rows
 
-    async def task_create_batch(self, conn, rows: Sequence[NewRow], s2s: Sequence[float | None],
-                                s2c: Sequence[float | None], fingerprints: Sequence[str | None],
-                                window_s: float, strict: bool = False) -> dict[str, tuple[bool, bool, bool]]:
-        """Claim keys and insert in one statement -> {task_id: (inserted, due, key claimed)};
-        strict: every row is inserted or the statement aborts (InvalidTextRepresentationError)."""
-        recs = await self._run(conn, "task_create_batch", *self._new_row_args(rows, s2s, s2c),
-                               _shared(list(fingerprints)), window_s, strict)
-        return {str(r["task_id"]): (r["inserted"], r["due"], r["claimed"]) for r in recs}
+    @staticmethod
+    def _plain_policy(b: Batch) -> tuple:
+        p = b.policy[0]
+        return (p.max_attempts, json.dumps(p.retry_json) if p.retry_json else None,
+                json.dumps(p.timeouts_json) if p.timeouts_json else None, p.non_retryable or None,
+                json.dumps(p.rules_json) if p.rules_json else None)
 
-    async def task_create_plain(self, conn, task_ids: list[str], payloads: list[bytes], tenant_id: str,
-                                app_id: str, task_type: str, queue: str, max_attempts: int, retry_policy: dict,
-                                timeouts: dict, non_retryable: list[str], retry_rules: dict | None,
-                                s2s: float | None, s2c: float | None) -> int:
-        """Insert plain tasks, due now, sharing every value but id and payload; all or none
-        (asyncpg.UniqueViolationError when an id exists). Returns how many: all of them. The
-        ids must be canonical and each payload one JSON value alone (convert.plain checks).
-
-        COPY_MIN_ROWS or more without schedule-to-start or schedule-to-close timeouts (no
-        timer rows: the usual plain batch) go in by a binary COPY: Postgres' multi-row heap
-        insert, one WAL record per page, no executor projection per row: ~25 % less backend
-        CPU and ~11 % less WAL per row than the statement (250-row calls). Its data is built in
-        one C call (copy_rows; asyncpg's records cost ~2 us per row to encode here). Fewer
-        rows (the single enqueues' groups) keep the statement: there the COPY's fixed cost in
-        history (asyncpg's copy-in, a second round trip) outweighs what Postgres saves (single
-        enqueues, 32 producers: history 226 -> 263 us per task with COPY). One statement
-        either way: one transaction."""
-        rp = json.dumps(retry_policy) if retry_policy else None
-        to = json.dumps(timeouts) if timeouts else None
-        rr = json.dumps(retry_rules) if retry_rules else None
-        if s2s is not None or s2c is not None or len(task_ids) < COPY_MIN_ROWS:
+    async def task_create_plain(self, conn, b: Batch) -> bool:
+        """Insert plain tasks (enqueue.plain: every value but id and payload shared, all due now)
+        by the plain statement, all or none: False when an id exists (a unique violation, SQLSTATE
+        23505), nothing written. The ids must be canonical and each payload one JSON value alone
+        (convert checks)."""
+        max_attempts, rp, to, nr, rr = self._plain_policy(b)
+        pol = b.policy[0]
+        try:
             # (one text and one bytea value, not two arrays: see the statement)
-            return await self._run(conn, "task_create_plain", ",".join(task_ids),
-                                   b"[" + b",".join(payloads) + b"]", tenant_id, app_id, task_type, queue,
-                                   max_attempts, rp, to, non_retryable or None, rr, s2s, s2c, fetch="val")
+            await self._run(conn, "task_create_plain", ",".join(b.task_ids), b"[" + b",".join(b.payloads) + b"]",
+                            b.tenant_id[0], b.app_id[0], b.task_type[0], b.queue[0], max_attempts, rp, to, nr, rr,
+                            pol.schedule_to_start_s, pol.schedule_to_close_s, fetch="val")
+        except asyncpg.UniqueViolationError:
+            return False
+        return True
+
+    async def task_copy_plain(self, conn, b: Batch) -> bool:
+        """task_create_plain's rows by a binary COPY (plain tasks without timer rows): Postgres'
+        multi-row heap insert, one WAL record per page, no executor projection per row: ~25 %
+        less backend CPU and ~11 % less WAL per row than the statement (250-row calls). Its data
+        is built in one C call (copy_rows; asyncpg's records cost ~2 us per row to encode here).
+        False when an id exists (a unique violation), nothing written. Runs the
+        task_create_plain hooks (fault injection names the write, not its form)."""
+        max_attempts, rp, to, nr, rr = self._plain_policy(b)
         hook = self.before.get("task_create_plain")
         if hook is not None:
             await hook("task_create_plain")
-        shared = b"".join((_field(tenant_id.encode()), _field(app_id.encode()),
-                           _field(None if queue == "default" else queue.encode()), _field(task_type.encode()),
+        queue = b.queue[0]
+        shared = b"".join((_field(b.tenant_id[0].encode()), _field(b.app_id[0].encode()),
+                           _field(None if queue == "default" else queue.encode()), _field(b.task_type[0].encode()),
                            _ENQUEUED, _field(struct.pack("!i", max_attempts)), _jsonb(rp), _jsonb(to),
-                           _field(_text_array(non_retryable) if non_retryable else None), _jsonb(rr)))
-        data = copy_rows(task_ids, payloads, len(_PLAIN_COPY_COLUMNS), shared)
-        # (a memoryview: asyncpg reads bytes as a file's path, os.fspath takes them)
-        await conn.copy_to_table("tasks", source=memoryview(data), columns=_PLAIN_COPY_COLUMNS, format="binary")
+                           _field(_text_array(nr) if nr else None), _jsonb(rr)))
+        data = copy_rows(b.task_ids, b.payloads, len(_PLAIN_COPY_COLUMNS), shared)
+        try:
+            # (a memoryview: asyncpg reads bytes as a file's path, os.fspath takes them)
+            await conn.copy_to_table("tasks", source=memoryview(data), columns=_PLAIN_COPY_COLUMNS, format="binary")
+        except asyncpg.UniqueViolationError:
+            return False
         hook = self.after.get("task_create_plain")
         if hook is not None:
             await hook("task_create_plain")
-        return len(task_ids)
-
-    async def task_existing_batch(self, conn, ids: Sequence[str]) -> dict[str, tuple[str, str, str]]:
-        """{task_id: (tenant_id, app_id, task_type)} for the ids that exist."""
-        recs = await self._run(conn, "task_existing_batch", _uuids(ids))
-        return {str(r["task_id"]): (r["tenant_id"], r["app_id"], r["task_type"]) for r in recs}
+        return True
 
     async def task_get(self, conn, task_id: str) -> asyncpg.Record | None:
         """The whole task row, or None."""
@@ -430,15 +421,7 @@ class Store:
         return await self._run(conn, "timer_next_in", fetch="val")
 
     # -- idempotency keys -----------------------------------------------------
-    async def idempotency_key_claim_batch(self, conn, keys: Sequence[Key], task_ids: Sequence[str],
-                                          fingerprints: Sequence[str], window_s: float) -> set[Key]:
-        """Claim keys (sorted by the caller); returns the keys this request now owns."""
-        recs = await self._run(conn, "idempotency_key_claim_batch", [k[0] for k in keys], [k[1] for k in keys],
-                               [k[2] for k in keys], _uuids(task_ids), list(fingerprints), window_s)
-        return {(r["tenant_id"], r["app_id"], r["key"]) for r in recs}
-
-    async def idempotency_key_get_batch(self, conn, keys: Sequence[Key]) -> dict[Key, tuple[str, str]]:
-        """{key: (task_id, fingerprint)} for keys that exist."""
-        recs = await self._run(conn, "idempotency_key_get_batch", [k[0] for k in keys], [k[1] for k in keys],
-                               [k[2] for k in keys])
-        return {(r["tenant_id"], r["app_id"], r["key"]): (str(r["task_id"]), r["fingerprint"]) for r in recs}
+    async def idempotency_key_expire_batch(self, conn, keys: Sequence[Key]) -> None:
+        """Delete these keys where their window has passed (a live key stays)."""
+        await self._run(conn, "idempotency_key_expire_batch", [k[0] for k in keys], [k[1] for k in keys],
+                        [k[2] for k in keys])

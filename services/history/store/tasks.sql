@@ -6,106 +6,32 @@
 -- ratchet.libs.taskstate.ALLOWED and against the statement's state guard.
 -- Only the shard clock (clock_timestamp()) decides due times and deadlines.
 
--- name: task_insert_batch
+-- name: task_create
 -- transitions: (create)->ENQUEUED
--- Insert new tasks and their timers in one statement (the create
--- transition is implied by the row). ON CONFLICT (task_id) DO NOTHING makes a retried CreateTasks
--- harmless: only the rows inserted now come back. A delayed task gets a
--- `delay` timer only as a wake-up; readiness is run_at <= clock_timestamp().
+-- Create tasks of one or more requests (enqueue.plan's general statement:
+-- keys, due times, per-task values), each request whole or not at all, and
+-- say per row what happened: the committer decides every answer from these
+-- rows (enqueue.outcome), never from an error. $1..$19 are the columns (a
+-- column every row shares comes as a one-element array, Store._create_args),
+-- $20 each row's request (one element: all one request), $21 the key window
+-- in seconds. Each row first looks for what the shard holds (the statement's
+-- snapshot): a task with its id, a key row with its key's digest (one probe
+-- each; the LIMIT keeps them probes, never a join with the table). A request
+-- is written only if every row of it found neither; then its keys and tasks
+-- are plain inserts, keys in key order so concurrent statements take them in
+-- one order (no ON CONFLICT: no speculative-insert record per row). A key or
+-- id another writer inserted after the snapshot makes the insert fail with a
+-- unique violation and the statement writes nothing (Store.task_create
+-- returns None: the committer runs it again, and the next snapshot sees the
+-- owner). A row returns created, or what it found: the id's owner (tenant,
+-- app, type), or the key's task and fingerprint, whether that key row is past
+-- its window (the committer expires it and goes again) and whether it is
+-- another key with the same digest. The due time and the timer rows are
+-- computed from the columns (the transaction's clock), not read back.
 WITH now AS (SELECT clock_timestamp() AS t),
 i AS (
-    -- A column whose value every row shares comes as a one-element array (Store._new_row_args).
-    SELECT u.task_id,
-           CASE WHEN cardinality($2::text[]) = 1 THEN ($2::text[])[1] ELSE u.tenant_id END AS tenant_id,
-           CASE WHEN cardinality($3::text[]) = 1 THEN ($3::text[])[1] ELSE u.app_id END AS app_id,
-           CASE WHEN cardinality($4::text[]) = 1 THEN ($4::text[])[1] ELSE u.task_type END AS task_type,
-           CASE WHEN cardinality($5::text[]) = 1 THEN ($5::text[])[1] ELSE u.queue END AS queue,
-           u.payload,
-           CASE WHEN cardinality($7::float8[]) = 1 THEN ($7::float8[])[1] ELSE u.delay_s END AS delay_s,
-           CASE WHEN cardinality($8::timestamptz[]) = 1 THEN ($8::timestamptz[])[1] ELSE u.run_at END AS run_at,
-           CASE WHEN cardinality($9::text[]) = 1 THEN ($9::text[])[1] ELSE u.idempotency_key END AS idempotency_key,
-           CASE WHEN cardinality($10::int[]) = 1 THEN ($10::int[])[1] ELSE u.max_attempts END AS max_attempts,
-           CASE WHEN cardinality($11::jsonb[]) = 1 THEN ($11::jsonb[])[1] ELSE u.retry_policy END AS retry_policy,
-           CASE WHEN cardinality($12::jsonb[]) = 1 THEN ($12::jsonb[])[1] ELSE u.timeouts END AS timeouts,
-           CASE WHEN cardinality($13::jsonb[]) = 1 THEN ($13::jsonb[])[1] ELSE u.non_retryable END AS non_retryable,
-           CASE WHEN cardinality($14::float8[]) = 1 THEN ($14::float8[])[1] ELSE u.schedule_to_start_s END AS schedule_to_start_s,
-           CASE WHEN cardinality($15::float8[]) = 1 THEN ($15::float8[])[1] ELSE u.schedule_to_close_s END AS schedule_to_close_s,
-           CASE WHEN cardinality($16::jsonb[]) = 1 THEN ($16::jsonb[])[1] ELSE u.retry_rules END AS retry_rules,
-           CASE WHEN cardinality($17::text[]) = 1 THEN ($17::text[])[1] ELSE u.schedule_id END AS schedule_id,
-           CASE WHEN cardinality($18::timestamptz[]) = 1 THEN ($18::timestamptz[])[1] ELSE u.scheduled_time END AS scheduled_time
-      FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::bytea[],
-                  $7::float8[], $8::timestamptz[], $9::text[], $10::int[], $11::jsonb[],
-                  $12::jsonb[], $13::jsonb[], $14::float8[], $15::float8[], $16::jsonb[], $17::text[],
-                  $18::timestamptz[])
-        AS u(task_id, tenant_id, app_id, task_type, queue, payload, delay_s, run_at, idempotency_key,
-             max_attempts, retry_policy, timeouts, non_retryable, schedule_to_start_s, schedule_to_close_s,
-             retry_rules, schedule_id, scheduled_time)
-),
-ins AS (
-    INSERT INTO tasks (task_id, tenant_id, app_id, queue, task_type, state, version, attempt,
-                       max_attempts, lease_epoch, payload, retry_policy, timeouts, non_retryable,
-                       idempotency_key, run_at, created_at, updated_at, retry_rules, schedule_id,
-                       scheduled_time)
-    -- The default queue, policy and timeouts are stored as NULL (migration 0013).
-    SELECT i.task_id, i.tenant_id, i.app_id, NULLIF(i.queue, 'default'), i.task_type, 'ENQUEUED', 1, 0,
-           i.max_attempts, 0, i.payload, NULLIF(i.retry_policy, '{}'::jsonb), NULLIF(i.timeouts, '{}'::jsonb),
-           -- (None is sent for no classes: no array subquery per row)
-           CASE WHEN i.non_retryable IS NOT NULL
-                THEN NULLIF(ARRAY(SELECT jsonb_array_elements_text(i.non_retryable)), '{}') END,
-           i.idempotency_key,
-           COALESCE(i.run_at, now.t + make_interval(secs => COALESCE(i.delay_s, 0))), now.t, now.t,
-           i.retry_rules, i.schedule_id, i.scheduled_time
-      FROM i CROSS JOIN now
-    ON CONFLICT (task_id) DO NOTHING
-    RETURNING task_id, run_at, created_at
-),
-tm AS (
-    -- One SELECT per timer kind (a UNION ALL), not a LATERAL VALUES list per row, which
-    -- Postgres initialises again for every outer row (task_create_plain says more).
-    INSERT INTO timer_queue (task_id, kind, fire_at, lease_epoch)
-    SELECT ins.task_id, 'delay', ins.run_at, 0 FROM ins WHERE ins.run_at > ins.created_at
-    UNION ALL
-    SELECT ins.task_id, 'schedule_to_start', ins.run_at + make_interval(secs => i.schedule_to_start_s), 0
-      FROM ins JOIN i ON i.task_id = ins.task_id WHERE i.schedule_to_start_s IS NOT NULL
-    UNION ALL
-    SELECT ins.task_id, 'schedule_to_close', ins.created_at + make_interval(secs => i.schedule_to_close_s), 0
-      FROM ins JOIN i ON i.task_id = ins.task_id WHERE i.schedule_to_close_s IS NOT NULL
-)
-SELECT ins.task_id, ins.run_at <= ins.created_at AS due FROM ins
-
--- name: task_create_batch
--- transitions: (create)->ENQUEUED
--- Group commit of single-task creates (enqueue.create_group): claim the
--- idempotency keys of the keyed rows and insert every unkeyed row and every
--- row whose key this statement claimed, with their
--- timers, in one statement. The caller sends each key and each task id at
--- most once (ON CONFLICT DO UPDATE may not touch a row twice), keyed rows
--- in key order so concurrent groups lock keys in one order. Keys are unique
--- by their digest (migration 0006); an expired key is taken over here, a
--- live key (or, at odds of 2^-128, another key with the same digest) is left
--- alone, not returned, and the caller reads its owner in the next
--- statement, whose new snapshot sees the committed owner. $19 are the
--- fingerprints, $20 the key window in seconds. One statement is one
--- transaction (no BEGIN/COMMIT round trips), so the one case it cannot
--- decide alone, a key claimed for a task id that already exists (a
--- duplicated id racing with another request), aborts the whole statement
--- with a deliberate cast error naming it; the caller then runs each
--- request on the transactional path. With $21 (strict: one request of
--- several tasks, all or nothing) any row not inserted aborts it too, so a
--- key held by another task or a retried id writes nothing here and the
--- request takes the transactional path, which answers it exactly.
--- Tasks are plain inserts guarded by a primary-key probe per row (session 6:
--- ON CONFLICT (task_id) logged a 48-byte speculative-insert confirmation per
--- task, ~9 % of an enqueue's WAL); a retried id already committed is not
--- inserted, and one inserted meanwhile by another request raises a unique
--- violation, which the caller answers as it does for keys (nothing written,
--- each request on the transactional path). The keys keep ON CONFLICT: plain
--- key inserts guarded by NOT EXISTS made the statement ~15x slower (0.6-0.8
--- ms -> 10-15 ms mean under 8 producers; docs/benchmarks/findings.md).
-WITH now AS (SELECT clock_timestamp() AS t),
-i AS (
-    -- A column whose value every row shares comes as a one-element array (Store._new_row_args).
-    SELECT u.task_id,
+    SELECT u.ord, u.task_id,
+           CASE WHEN cardinality($20::int[]) = 1 THEN ($20::int[])[1] ELSE u.req END AS req,
            CASE WHEN cardinality($2::text[]) = 1 THEN ($2::text[])[1] ELSE u.tenant_id END AS tenant_id,
            CASE WHEN cardinality($3::text[]) = 1 THEN ($3::text[])[1] ELSE u.app_id END AS app_id,
            CASE WHEN cardinality($4::text[]) = 1 THEN ($4::text[])[1] ELSE u.task_type END AS task_type,
@@ -127,25 +53,38 @@ i AS (
       FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::bytea[],
                   $7::float8[], $8::timestamptz[], $9::text[], $10::int[], $11::jsonb[],
                   $12::jsonb[], $13::jsonb[], $14::float8[], $15::float8[], $16::jsonb[], $17::text[],
-                  $18::timestamptz[], $19::text[])
+                  $18::timestamptz[], $19::text[], $20::int[]) WITH ORDINALITY
         AS u(task_id, tenant_id, app_id, task_type, queue, payload, delay_s, run_at, idempotency_key,
              max_attempts, retry_policy, timeouts, non_retryable, schedule_to_start_s, schedule_to_close_s,
-             retry_rules, schedule_id, scheduled_time, fingerprint)
+             retry_rules, schedule_id, scheduled_time, fingerprint, req, ord)
+),
+p AS (
+    SELECT i.*, COALESCE(i.run_at, now.t + make_interval(secs => COALESCE(i.delay_s, 0))) AS due_at, now.t AS now_t,
+           x.tenant_id AS id_tenant, x.app_id AS id_app, x.task_type AS id_type,
+           k.task_id AS key_task, k.fingerprint AS key_fingerprint, k.expired AS key_expired, k.other AS key_other
+      FROM i CROSS JOIN now
+      LEFT JOIN LATERAL (SELECT t.tenant_id, t.app_id, t.task_type FROM tasks t WHERE t.task_id = i.task_id LIMIT 1) x
+        ON true
+      LEFT JOIN LATERAL (
+          SELECT ik.task_id, ik.fingerprint, ik.expires_at <= now.t AS expired,
+                 (ik.tenant_id, ik.app_id, ik.key) IS DISTINCT FROM (i.tenant_id, i.app_id, i.idempotency_key) AS other
+            FROM idempotency_keys ik
+           WHERE i.idempotency_key IS NOT NULL
+             AND idempotency_key_hash(ik.tenant_id, ik.app_id, ik.key)
+                 = idempotency_key_hash(i.tenant_id, i.app_id, i.idempotency_key)
+           LIMIT 1) k ON true
+),
+g AS (
+    -- A request goes only if every row of it is new.
+    SELECT p.*, bool_and(p.id_tenant IS NULL AND p.key_task IS NULL) OVER (PARTITION BY p.req) AS go FROM p
 ),
 k AS (
     INSERT INTO idempotency_keys (tenant_id, app_id, key, task_id, fingerprint, created_at, expires_at)
-    SELECT i.tenant_id, i.app_id, i.idempotency_key, i.task_id, i.fingerprint, now.t,
-           now.t + make_interval(secs => $20::float8)
-      FROM i CROSS JOIN now
-     WHERE i.idempotency_key IS NOT NULL
-     ORDER BY i.tenant_id COLLATE "C", i.app_id COLLATE "C", i.idempotency_key COLLATE "C"
-    ON CONFLICT ((idempotency_key_hash(tenant_id, app_id, key))) DO UPDATE
-       SET task_id = EXCLUDED.task_id, fingerprint = EXCLUDED.fingerprint,
-           created_at = EXCLUDED.created_at, expires_at = EXCLUDED.expires_at
-     WHERE idempotency_keys.expires_at <= clock_timestamp()
-       AND (idempotency_keys.tenant_id, idempotency_keys.app_id, idempotency_keys.key)
-           = (EXCLUDED.tenant_id, EXCLUDED.app_id, EXCLUDED.key)
-    RETURNING task_id
+    SELECT g.tenant_id, g.app_id, g.idempotency_key, g.task_id, g.fingerprint, g.now_t,
+           g.now_t + make_interval(secs => $21::float8)
+      FROM g
+     WHERE g.go AND g.idempotency_key IS NOT NULL
+     ORDER BY g.tenant_id COLLATE "C", g.app_id COLLATE "C", g.idempotency_key COLLATE "C"
 ),
 ins AS (
     INSERT INTO tasks (task_id, tenant_id, app_id, queue, task_type, state, version, attempt,
@@ -153,56 +92,49 @@ ins AS (
                        idempotency_key, run_at, created_at, updated_at, retry_rules, schedule_id,
                        scheduled_time)
     -- The default queue, policy and timeouts are stored as NULL (migration 0013).
-    SELECT i.task_id, i.tenant_id, i.app_id, NULLIF(i.queue, 'default'), i.task_type, 'ENQUEUED', 1, 0,
-           i.max_attempts, 0, i.payload, NULLIF(i.retry_policy, '{}'::jsonb), NULLIF(i.timeouts, '{}'::jsonb),
+    SELECT g.task_id, g.tenant_id, g.app_id, NULLIF(g.queue, 'default'), g.task_type, 'ENQUEUED', 1, 0,
+           g.max_attempts, 0, g.payload, NULLIF(g.retry_policy, '{}'::jsonb), NULLIF(g.timeouts, '{}'::jsonb),
            -- (None is sent for no classes: no array subquery per row)
-           CASE WHEN i.non_retryable IS NOT NULL
-                THEN NULLIF(ARRAY(SELECT jsonb_array_elements_text(i.non_retryable)), '{}') END,
-           i.idempotency_key,
-           COALESCE(i.run_at, now.t + make_interval(secs => COALESCE(i.delay_s, 0))), now.t, now.t,
-           i.retry_rules, i.schedule_id, i.scheduled_time
-      FROM i CROSS JOIN now
-      -- One probe per id (the LIMIT keeps it a lateral probe, never a join with the table).
-      LEFT JOIN LATERAL (SELECT true AS taken FROM tasks x WHERE x.task_id = i.task_id LIMIT 1) e ON true
-     WHERE e.taken IS NULL AND (i.idempotency_key IS NULL OR i.task_id IN (SELECT k.task_id FROM k))
-    RETURNING task_id, run_at, created_at
+           CASE WHEN g.non_retryable IS NOT NULL
+                THEN NULLIF(ARRAY(SELECT jsonb_array_elements_text(g.non_retryable)), '{}') END,
+           g.idempotency_key, g.due_at, g.now_t, g.now_t, g.retry_rules, g.schedule_id, g.scheduled_time
+      FROM g
+     WHERE g.go
 ),
 tm AS (
     -- One SELECT per timer kind (a UNION ALL), not a LATERAL VALUES list per row, which
     -- Postgres initialises again for every outer row (task_create_plain says more).
     INSERT INTO timer_queue (task_id, kind, fire_at, lease_epoch)
-    SELECT ins.task_id, 'delay', ins.run_at, 0 FROM ins WHERE ins.run_at > ins.created_at
+    SELECT g.task_id, 'delay', g.due_at, 0 FROM g WHERE g.go AND g.due_at > g.now_t
     UNION ALL
-    SELECT ins.task_id, 'schedule_to_start', ins.run_at + make_interval(secs => i.schedule_to_start_s), 0
-      FROM ins JOIN i ON i.task_id = ins.task_id WHERE i.schedule_to_start_s IS NOT NULL
+    SELECT g.task_id, 'schedule_to_start', g.due_at + make_interval(secs => g.schedule_to_start_s), 0
+      FROM g WHERE g.go AND g.schedule_to_start_s IS NOT NULL
     UNION ALL
-    SELECT ins.task_id, 'schedule_to_close', ins.created_at + make_interval(secs => i.schedule_to_close_s), 0
-      FROM ins JOIN i ON i.task_id = ins.task_id WHERE i.schedule_to_close_s IS NOT NULL
+    SELECT g.task_id, 'schedule_to_close', g.now_t + make_interval(secs => g.schedule_to_close_s), 0
+      FROM g WHERE g.go AND g.schedule_to_close_s IS NOT NULL
 )
-SELECT i.task_id, ins.task_id IS NOT NULL AS inserted, COALESCE(ins.run_at <= ins.created_at, false) AS due,
-       c.claimed,
-       CASE WHEN (c.claimed OR $21::boolean) AND ins.task_id IS NULL
-            THEN ('task_create_batch: not inserted: task ' || i.task_id::text)::int END AS abort
-  FROM i LEFT JOIN ins ON ins.task_id = i.task_id
- CROSS JOIN LATERAL (SELECT i.idempotency_key IS NOT NULL AND i.task_id IN (SELECT k.task_id FROM k) AS claimed) c
+SELECT g.ord, g.go AS created, g.go AND g.due_at <= g.now_t AS due, g.id_tenant, g.id_app, g.id_type,
+       g.key_task, g.key_fingerprint, g.key_expired, g.key_other
+  FROM g
 
 -- name: task_create_plain
 -- transitions: (create)->ENQUEUED
--- Used for fewer than COPY_MIN_ROWS plain tasks, or for plain tasks whose
--- policy sets a schedule-to-start or schedule-to-close timeout (timer rows);
--- otherwise Store.task_create_plain writes the same rows, ENQUEUED, by a
--- binary COPY (the times from migration 0015's defaults).
--- A request of plain tasks (CreateTasksRequest.plain): ids $1 and payloads
+-- enqueue.plan's plain statement: fewer than COPY_MIN_ROWS plain tasks, or
+-- plain tasks whose policy sets a schedule-to-start or schedule-to-close
+-- timeout (timer rows); more without timer rows go by a binary COPY of the
+-- same rows, ENQUEUED (Store.task_copy_plain; the times from migration 0015's
+-- defaults). Plain tasks of one or more requests: ids $1 and payloads
 -- $2 as the only columns, every other value given once ($3..$13: tenant,
 -- app, type, queue, then the policy as stored: max attempts, retry policy,
 -- timeouts, non-retryable classes, rules, schedule-to-start and
 -- schedule-to-close seconds). All due now, so a timer row only for the
--- timeouts the policy sets. A plain insert, without task_create_batch's
--- probe per id: an id that exists (a resent request whose answer was lost,
--- or one taken by another) raises a unique violation, which writes nothing,
--- and the caller runs the request on the transactional path that answers
--- it per task. Returns how many rows it inserted. The two columns come as
--- one value each, not as arrays: $1 the ids joined by commas, $2 the
+-- timeouts the policy sets. A plain insert, without task_create's probe per
+-- id: an id that exists (a resent request whose answer was lost, or one
+-- taken by another) raises a unique violation, which writes nothing
+-- (Store.task_create_plain returns False), and the committer runs the
+-- requests through task_create, which answers them per task. Returns how
+-- many rows it inserted. The two columns come as one value each, not as
+-- arrays: $1 the ids joined by commas, $2 the
 -- payloads as one JSON array (UTF-8); asyncpg encodes an array element by
 -- element in Python (~3 us per task of a 100-task call, session 9), and
 -- json_array_elements returns each element's text exactly as sent (the
@@ -234,11 +166,6 @@ tm AS (
       FROM ins WHERE $13::float8 IS NOT NULL
 )
 SELECT count(*) FROM ins
-
--- name: task_existing_batch
--- Which of these ids already exist, whose they are and their type (a retried
--- create is one of the same tenant, app and type).
-SELECT task_id, tenant_id, app_id, task_type FROM tasks WHERE task_id = ANY($1::uuid[])
 
 -- name: task_get
 SELECT * FROM tasks WHERE task_id = $1::uuid

@@ -1,4 +1,4 @@
-"""Group commit of single-task CreateTasks: concurrent calls share one
+"""Group commit of CreateTasks (commit.py): concurrent calls share one
 statement, and every caller still gets exactly its own answer."""
 
 from __future__ import annotations
@@ -21,14 +21,14 @@ async def _count(hist, tenant: str) -> int:
 async def test_concurrent_single_creates_share_transactions(make_hist):
     hist = await make_hist()
     tenant = unique("t")
-    groups = hist.server.servicer.groups
-    before = groups.groups
+    creates = hist.server.servicer.creates
+    before = creates.statements
     tasks = [hist.task(tenant, idempotency_key=f"k{i}" if i % 2 else "", fingerprint="f") for i in range(200)]
     results = await asyncio.gather(*(hist.create(t) for t in tasks))
     assert [r.results[0].task_id for r in results] == [t.task_id for t in tasks]
     assert not any(r.results[0].deduplicated or r.results[0].conflict for r in results)
     assert await _count(hist, tenant) == 200
-    assert groups.groups - before < 200  # coalesced: fewer statements than calls
+    assert creates.statements - before < 200  # coalesced: fewer statements than calls
     for t in tasks[:3]:
         assert await hist.log(t.task_id) == [(1, None, "ENQUEUED", 0)]
 
@@ -80,8 +80,9 @@ async def test_the_same_task_id_twice_at_once_is_one_task(hist):
     assert await _count(hist, tenant) == 1
 
 
-async def test_a_key_claimed_for_an_existing_id_falls_back_to_the_transactional_path(hist):
-    """The grouped statement aborts itself (nothing written) and the request runs alone."""
+async def test_a_new_key_sent_with_an_existing_id_is_that_tasks_create_resent(hist):
+    """The statement finds the id taken by the same tenant, app and type: it writes nothing (no
+    key row for a task it did not insert) and answers the task deduplicated."""
     tenant = unique("t")
     first = hist.task(tenant)
     await hist.create(first)
@@ -90,6 +91,7 @@ async def test_a_key_claimed_for_an_existing_id_falls_back_to_the_transactional_
     (r,) = (await hist.create(keyed)).results
     assert (r.task_id, r.deduplicated) == (first.task_id, True)
     assert await _count(hist, tenant) == 1
+    assert await hist.sql(1, "SELECT key FROM idempotency_keys WHERE tenant_id = $1", tenant) == []
 
 
 async def test_a_foreign_task_id_fails_only_its_own_caller(hist):
@@ -115,27 +117,27 @@ async def test_a_shard_down_fails_the_group_unavailable(make_hist, pg_cluster, k
     assert e.value.code() == grpc.StatusCode.UNAVAILABLE
 
 
-async def test_a_request_of_several_new_tasks_is_one_statement_and_a_held_key_falls_back(make_hist):
-    """All new: one task_create_batch and nothing else; a key held by another task: that
-    statement writes nothing and the transactional path answers (dedup here, and the
-    rest of the request is created)."""
+async def test_a_request_of_several_new_tasks_is_one_statement_and_a_held_key_one_more(make_hist):
+    """All new: one task_create and nothing else; a key held by another task: that statement
+    writes nothing of the request and answers that task (dedup here), and the rest of the
+    request, planned again, is created by the next (plain here: the plain statement)."""
     hist = await make_hist()
     ran: list[str] = []
 
     async def seen(name: str) -> None:
         ran.append(name)
-    for name in ("task_create_batch", "idempotency_key_claim_batch", "task_insert_batch"):
+    for name in ("task_create", "task_create_plain", "idempotency_key_expire_batch"):
         hist.server.store.before[name] = seen
     tenant = unique("t")
     tasks = [hist.task(tenant, idempotency_key=f"k{i}" if i % 2 else "", fingerprint="f") for i in range(10)]
     r = await hist.create(*tasks)
-    assert [x.task_id for x in r.results] == [t.task_id for t in tasks] and ran == ["task_create_batch"]
+    assert [x.task_id for x in r.results] == [t.task_id for t in tasks] and ran == ["task_create"]
     ran.clear()
     again = hist.task(tenant, idempotency_key="k1", fingerprint="f")
     fresh = hist.task(tenant)
     r = await hist.create(fresh, again)
     assert (r.results[1].task_id, r.results[1].deduplicated) == (tasks[1].task_id, True)
-    assert ran == ["task_create_batch", "idempotency_key_claim_batch", "task_insert_batch"]
+    assert ran == ["task_create", "task_create_plain"]
     assert await _count(hist, tenant) == 11
 
 
@@ -153,10 +155,10 @@ def _count_calls(monkeypatch, store, *names: str) -> dict[str, int]:
 
 async def test_alike_plain_singles_take_the_plain_statement_and_write_the_same_rows(make_hist, monkeypatch):
     # A group of unkeyed tasks sharing every value but id and payload is task_create_plain's
-    # (a fraction of task_create_batch's cost); its rows are those the general statement writes.
+    # (a fraction of task_create's cost); its rows are those the general statement writes.
     from .test_history_shared import _rows
     hist = await make_hist()
-    counts = _count_calls(monkeypatch, hist.server.servicer.store, "task_create_plain", "task_create_batch")
+    counts = _count_calls(monkeypatch, hist.server.servicer.store, "task_create_plain", "task_create")
     via_plain, via_batch = unique("t"), unique("t")
 
     def shaped(tenant: str, i: int) -> h.NewTask:
@@ -168,13 +170,13 @@ async def test_alike_plain_singles_take_the_plain_statement_and_write_the_same_r
     results = await asyncio.gather(*(hist.create(t) for t in alike))
     assert all(r.results[0].task_id == t.task_id and not r.results[0].deduplicated
                for r, t in zip(results, alike, strict=True))
-    assert counts["task_create_plain"] >= 1 and counts["task_create_batch"] == 0
+    assert counts["task_create_plain"] >= 1 and counts["task_create"] == 0
     # The same tasks one request each with a key (never alike): the general statement.
     keyed = [shaped(via_batch, i) for i in range(40)]
     for i, t in enumerate(keyed):
         t.idempotency_key, t.fingerprint = f"k{i}", "f"
     await asyncio.gather(*(hist.create(t) for t in keyed))
-    assert counts["task_create_batch"] >= 1
+    assert counts["task_create"] >= 1
     strip = ("idempotency_key",)
     got = [{k: v for k, v in r.items() if k not in strip}
            for r in await _rows(hist, via_plain, [t.task_id for t in alike])]
@@ -207,12 +209,12 @@ async def test_a_request_of_several_alike_tasks_is_one_plain_statement_and_a_res
         make_hist, monkeypatch):
     # What the gateway's coalesced single enqueues are: one CreateTasks of several plain tasks alike.
     hist = await make_hist()
-    counts = _count_calls(monkeypatch, hist.server.servicer.store, "task_create_plain", "task_create_batch")
+    counts = _count_calls(monkeypatch, hist.server.servicer.store, "task_create_plain", "task_create")
     tenant = unique("t")
     tasks = [hist.task(tenant, payload=b'{"i":%d}' % i) for i in range(6)]
     r = await hist.create(*tasks)
     assert [(x.task_id, x.deduplicated) for x in r.results] == [(t.task_id, False) for t in tasks]
-    assert counts == {"task_create_plain": 1, "task_create_batch": 0}
+    assert counts == {"task_create_plain": 1, "task_create": 0}
     # The same request again (its answer lost) plus one new task: nothing written twice.
     new = hist.task(tenant)
     r = await hist.create(*tasks[:3], new)

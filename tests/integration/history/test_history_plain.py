@@ -1,5 +1,6 @@
 """CreateTasksRequest.columns: a batch call's plain tasks as two columns, inserted by
-one statement and answered all_created; anything it cannot decide goes the per-task way."""
+one statement (or a COPY) and answered all_created; an id that exists sends it through
+the general statement, which answers per task."""
 
 from __future__ import annotations
 
@@ -10,8 +11,8 @@ import pytest
 
 from ratchet.internal.history.v1 import history_pb2 as h
 from ratchet.libs.shardmap import new_task_id
+from ratchet.services.history.enqueue import COPY_MIN_ROWS
 from ratchet.services.history.policy import duration
-from ratchet.services.history.store import COPY_MIN_ROWS
 
 from .helpers import RPC_TIMEOUT, unique
 from .test_history_shared import _rows
@@ -63,7 +64,7 @@ async def test_plain_columns_make_the_rows_tasks_with_the_same_fields_make(hist)
 async def test_plain_tasks_without_timeouts_are_copied_in_as_the_tasks_path_writes_them(hist, monkeypatch, queue,
                                                                                         non_retryable):
     # No schedule-to-start or schedule-to-close timeout: no timer rows, so the rows go in by
-    # COPY (Store.task_create_plain), their times from the column defaults (migration 0015).
+    # COPY (Store.task_copy_plain), their times from the column defaults (migration 0015).
     alone, plain = unique("t"), unique("t")
     payloads = [b'{"i":%d}' % i for i in range(COPY_MIN_ROWS)] + [b"null", '"\u00e9t\u00e9"'.encode(),
                                                                   b'[1, {"a" : 2.50}]']
@@ -77,7 +78,7 @@ async def test_plain_tasks_without_timeouts_are_copied_in_as_the_tasks_path_writ
                                     timeout=RPC_TIMEOUT)
     assert len(r.results) == len(payloads)
     copies = []
-    real_copy = hist.server.servicer.store.__class__.task_create_plain
+    real_copy = hist.server.servicer.store.__class__.task_copy_plain
 
     class Spy:  # the connection, with its COPY counted
         def __init__(self, conn):
@@ -92,7 +93,7 @@ async def test_plain_tasks_without_timeouts_are_copied_in_as_the_tasks_path_writ
 
     async def counted(self, conn, *args):
         return await real_copy(self, Spy(conn), *args)
-    monkeypatch.setattr(hist.server.servicer.store.__class__, "task_create_plain", counted)
+    monkeypatch.setattr(hist.server.servicer.store.__class__, "task_copy_plain", counted)
     ids = [new_task_id() for _ in payloads]
     assert (await _plain(hist, shared(plain), ids, payloads)).all_created
     assert copies == ["binary"]
@@ -105,7 +106,7 @@ async def test_plain_tasks_without_timeouts_are_copied_in_as_the_tasks_path_writ
     assert (t["version"], t["attempt"], t["lease_epoch"], t["cancel_requested"], t["state"]) == (
         1, 0, 0, False, "ENQUEUED")
     assert await hist.timers(ids[0]) == {}
-    # a resent call: the COPY's unique violation writes nothing and the per-task path answers it
+    # a resent call: the COPY's unique violation writes nothing and the general statement answers it
     r = await _plain(hist, shared(plain), ids, payloads)
     assert not r.all_created and [x.deduplicated for x in r.results] == [True] * len(ids)
     assert await _written(hist, ids) == len(ids)
@@ -128,8 +129,8 @@ async def test_the_default_policy_and_queue_are_stored_as_null_and_set_no_timers
 
 
 async def test_a_resent_plain_request_is_answered_per_task_and_writes_nothing_twice(hist):
-    """The lost-answer retry: every id exists, so the statement's unique violation sends the
-    request down the transactional path, which answers each task deduplicated."""
+    """The lost-answer retry: every id exists, so the plain statement's unique violation sends
+    the request through the general statement, which answers each task deduplicated."""
     tenant = unique("t")
     ids = [new_task_id() for _ in range(4)]
     assert (await _plain(hist, _shared(tenant), ids, [b"1"] * 4)).all_created
@@ -151,7 +152,7 @@ async def test_an_id_another_tenant_holds_is_refused_and_nothing_is_written(hist
     with pytest.raises(grpc.aio.AioRpcError) as e:
         await _plain(hist, _shared(unique("t")), [fresh, taken], [b"1", b"2"])
     assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
-    assert f"task_id {taken} is already taken" in e.value.details()
+    assert f"columns.task_ids[1] {taken} is already taken" in e.value.details()
     assert await _written(hist, [fresh]) == 0
 
 
@@ -206,20 +207,20 @@ async def test_upper_case_ids_are_stored_canonical(hist):
     assert await _written(hist, ids) == 2
 
 
-# Group commit of concurrent plain calls (plaincommit.py): calls for one shard that arrive while
-# one is in flight share one statement; every caller still gets exactly its own answer.
+# Group commit of concurrent plain calls (commit.py): calls for one shard that arrive while one
+# is in flight share one statement; every caller still gets exactly its own answer.
 
 async def test_concurrent_plain_calls_share_statements(make_hist):
     hist = await make_hist()
-    plains = hist.server.servicer.plains
-    before, grouped = plains.statements, plains.grouped_calls
+    creates = hist.server.servicer.creates
+    before = creates.statements
     tenant = unique("t")
     calls = [[new_task_id() for _ in range(50)] for _ in range(20)]
     answers = await asyncio.gather(*(_plain(hist, _shared(tenant), ids, [b'{"c":%d}' % c] * 50)
                                      for c, ids in enumerate(calls)))
     assert all(a.all_created and not a.results for a in answers)
     assert await _written(hist, [t for ids in calls for t in ids]) == 1000
-    assert plains.statements > before and plains.grouped_calls - grouped >= 2  # some calls shared one
+    assert 0 < creates.statements - before < 20  # some calls shared one
     rows = await hist.sql(1, "SELECT task_id::text AS id, payload FROM tasks WHERE tenant_id = $1", tenant)
     by_id = {r["id"]: bytes(r["payload"]) for r in rows}
     assert all(by_id[t] == b'{"c":%d}' % c for c, ids in enumerate(calls) for t in ids)  # each row its own call's
@@ -227,20 +228,20 @@ async def test_concurrent_plain_calls_share_statements(make_hist):
 
 async def test_a_resent_call_in_a_group_is_answered_per_task_and_the_others_all_created(make_hist):
     hist = await make_hist()
-    plains = hist.server.servicer.plains
+    creates = hist.server.servicer.creates
     tenant = unique("t")
     old = [new_task_id() for _ in range(5)]
     assert (await _plain(hist, _shared(tenant), old, [b"1"] * 5)).all_created
     fresh = [[new_task_id() for _ in range(5)] for _ in range(8)]
-    before = plains.statements
+    before = creates.statements
     answers = await asyncio.gather(*(_plain(hist, _shared(tenant), ids, [b"2"] * 5) for ids in [*fresh[:4], old,
                                                                                                  *fresh[4:]]))
     resent = answers[4]
     assert not resent.all_created and [(x.task_id, x.deduplicated) for x in resent.results] == [(i, True) for i in old]
     others = answers[:4] + answers[5:]
-    for ids, a in zip(fresh, others, strict=True):  # all_created, or answered per task as new when it went alone
+    for ids, a in zip(fresh, others, strict=True):  # all_created, or answered per task as new when it went again
         assert a.all_created or [(x.task_id, x.deduplicated) for x in a.results] == [(i, False) for i in ids]
-    assert plains.statements > before  # the resent call was in a group that fell back
+    assert creates.statements > before
     assert await _written(hist, old + [t for ids in fresh for t in ids]) == 45
 
 
@@ -255,7 +256,7 @@ async def test_a_foreign_id_in_a_group_fails_only_its_own_caller(make_hist):
                                       for ids in [*fresh[:3], bad, *fresh[3:]]), return_exceptions=True)
     err = outcomes[3]
     assert isinstance(err, grpc.aio.AioRpcError) and err.code() == grpc.StatusCode.INVALID_ARGUMENT
-    assert f"task_id {taken} is already taken" in err.details()
+    assert f"columns.task_ids[1] {taken} is already taken" in err.details()
     assert all(not isinstance(o, BaseException) for i, o in enumerate(outcomes) if i != 3)
     assert await _written(hist, [t for ids in fresh for t in ids]) == 18
     assert await _written(hist, [bad[0]]) == 0

@@ -41,27 +41,35 @@ async def test_a_completion_batch_reads_each_lease_by_its_key(make_hist):
     _assert_probes_only(root, n)
 
 
-async def test_a_group_of_creates_probes_each_new_id_by_its_key(make_hist):
-    """Session 6: the grouped create inserts tasks without ON CONFLICT (a 48-byte confirmation
-    record per task), guarded by a primary-key probe per id; the guard must never become a join
-    with the whole table (the session-3 NOT EXISTS on keys ran ~15x slower)."""
+async def test_a_group_of_creates_probes_each_id_and_key_by_its_index(make_hist):
+    """The general create looks before it writes: a primary-key probe per id and a digest-index
+    probe per key (plain inserts after: no 48-byte speculative-insert record per row). The
+    probes must never become a join with the whole table (the session-3 NOT EXISTS on keys ran
+    ~15x slower), on tasks or on idempotency_keys."""
     hist = await make_hist(check_logs=False)
     await _load(hist, "ENQUEUED", version=1, attempt=0)
+    await hist.sql(1, f"""
+        INSERT INTO idempotency_keys (tenant_id, app_id, key, task_id, fingerprint, created_at, expires_at)
+        SELECT 'big', 'app', 'old-' || g, gen_random_uuid(), 'f', now(), now() + interval '1 day'
+          FROM generate_series(1, {ROWS}) g""")
+    await hist.sql(1, "ANALYZE idempotency_keys")
     new = [hist.task("big") for _ in range(BATCH)]
     taken = (await hist.sql(1, "SELECT task_id FROM tasks LIMIT 1"))[0]["task_id"]
-    n = len(new) + 1
-    ids = [t.task_id for t in new] + [str(taken)]  # the last one exists: not inserted, no error
-    args = [ids, ["big"] * n, ["app"] * n, ["work"] * n, ["default"] * n, [b"1"] * n, [None] * n, [None] * n,
-            [None] * n, [5] * n, ["{}"] * n, ["{}"] * n, ["[]"] * n, [None] * n, [None] * n, [None] * n,
-            [None] * n, [None] * n, [None] * n, 86400.0, False]
+    n = len(new) + 2
+    ids = [t.task_id for t in new] + [str(taken), hist.task("big").task_id]  # an id that exists, a key held
+    keys = [f"new-{i}" if i % 2 else None for i in range(len(new))] + [None, "old-7"]
+    args = [ids, ["big"], ["app"], ["work"], ["default"], [b"1"] * n, [None], [None], keys, [5], [None], [None],
+            [None], [None], [None], [None], [None], [None], ["f"], list(range(n)), 86400.0]
     types = ["uuid[]", "text[]", "text[]", "text[]", "text[]", "bytea[]", "float8[]", "timestamptz[]", "text[]",
              "int[]", "jsonb[]", "jsonb[]", "jsonb[]", "float8[]", "float8[]", "jsonb[]", "text[]",
-             "timestamptz[]", "text[]", "float8", "boolean"]
+             "timestamptz[]", "text[]", "int[]", "float8"]
     root, inserted = await _explain_generic(
-        hist.dsns[1], "task_create_batch", args, types,
-        after="SELECT count(*) FROM tasks WHERE non_retryable IS NULL")
-    assert inserted == BATCH  # every new id, not the taken one, with no non-retryable classes stored
+        hist.dsns[1], "task_create", args, types,
+        after="SELECT count(*) FROM tasks WHERE created_at >= now()")
+    assert inserted == BATCH  # every new request, not the taken id nor the held key (each its own request)
     _assert_probes_only(root, n)
+    scans = [p for p in _nodes(root) if p["Node Type"] == "Seq Scan" and p.get("Relation Name") == "idempotency_keys"]
+    assert not scans, json.dumps(root)[:4000]
 
 
 async def test_a_lease_batch_finds_its_rows_by_key_and_leases_each(make_hist):

@@ -86,9 +86,9 @@ def test_new_task_merges_non_retryable_lists_and_keeps_schedule_fields():
     p.retry.non_retryable.extend(["B", "A"])
     p.retry.rules["C"].non_retryable = True
     p.scheduled_time.FromDatetime(dt.datetime(2024, 3, 10, 2, 30))
-    row, *_ = convert.new_task(p, 0)
-    assert row.non_retryable == ["A", "B"] and row.retry_rules == {"C": {"non_retryable": True}}
-    assert row.schedule_id == "sch-1" and row.scheduled_time == dt.datetime(2024, 3, 10, 2, 30, tzinfo=dt.UTC)
+    b = convert.tasks([p])
+    assert b.policy[0].non_retryable == ["A", "B"] and b.policy[0].rules_json == {"C": {"non_retryable": True}}
+    assert b.schedule_id == ["sch-1"] and b.scheduled_time == [dt.datetime(2024, 3, 10, 2, 30, tzinfo=dt.UTC)]
 
 
 def test_checkpoints_are_size_and_json_checked():
@@ -160,11 +160,9 @@ def _new(**retry) -> convert.history_pb2.NewTask:
 
 def test_a_policy_is_converted_once_and_only_for_requests_that_carry_it():
     convert._POLICIES.clear()
-    a1, *_ = convert.new_task(_new(max_attempts=3), 0)
-    a2, *_ = convert.new_task(_new(max_attempts=3), 1)
-    b, *_ = convert.new_task(_new(max_attempts=7), 2)
-    assert a1.retry_policy is a2.retry_policy, "one conversion for tasks sharing a policy"
-    assert a1.max_attempts == a2.max_attempts == 3 and b.max_attempts == 7 and b.retry_policy != a1.retry_policy
+    a1, a2, b = convert.tasks([_new(max_attempts=3), _new(max_attempts=3), _new(max_attempts=7)]).policy
+    assert a1 is a2, "one conversion for tasks sharing a policy"
+    assert a1.max_attempts == a2.max_attempts == 3 and b.max_attempts == 7 and b.retry_json != a1.retry_json
     assert len(convert._POLICIES) == 2
 
 
