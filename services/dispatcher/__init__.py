@@ -1,5 +1,6 @@
 """The shard dispatcher: hands leases to host agents (pull, long poll), takes
-their heartbeats and completions, and fires each owned shard's timers.
+their heartbeats and completions (the worker plane, worker.proto), and fires
+each owned shard's timers.
 
 It owns no task table. It owns decisions (which shard to ask, the per-shard
 tenant cursor, when to fire timers, who of the parked polls goes next) and

@@ -22,7 +22,7 @@ import grpc
 
 from ratchet.services.dispatcher.errors import Unauthenticated, grpc_status
 
-SERVICE_PREFIX = "/ratchet.internal.dispatcher.v1.DispatchService/"
+SERVICE_PREFIX = "/ratchet.internal.worker.v1.DispatchService/"
 ADMIN_PREFIX = "/ratchet.internal.dispatcher.v1.BreakerAdminService/"
 
 

@@ -20,6 +20,7 @@ import logging
 from collections.abc import Callable, Iterable, Sequence
 
 from ratchet.internal.history.v1 import history_pb2 as hpb
+from ratchet.internal.worker.v1 import worker_pb2 as wpb
 from ratchet.libs.clock import Clock
 from ratchet.services.dispatcher.breakers import CLOSED, HALF_OPEN, Breaker, BreakerKey, Outcome, is_probe
 
@@ -38,7 +39,7 @@ class _Token:
     in_flight: bool = False
 
 
-def key_of(item: hpb.LeasedTask | hpb.Completion) -> BreakerKey | None:
+def key_of(item: wpb.LeasedTask | wpb.Completion) -> BreakerKey | None:
     """The breaker a leased task or a completion belongs to; None if it does not say."""
     names = (item.tenant_id, item.app_id, item.task_type)
     if not all(names) or any(len(n) > MAX_NAME for n in names):
@@ -81,7 +82,7 @@ class BreakerGate:
                    and BreakerKey(lim.tenant_id, lim.app_id, lim.task_type) not in granted)
         return out[:MAX_LIMITS], granted
 
-    def settle(self, granted: Iterable[BreakerKey], tasks: Sequence[hpb.LeasedTask]) -> None:
+    def settle(self, granted: Iterable[BreakerKey], tasks: Sequence[wpb.LeasedTask]) -> None:
         """A call carrying `granted` tokens answered with `tasks`: a task of a
         granted type is its probe; the other tokens return."""
         granted = set(granted)
@@ -106,10 +107,10 @@ class BreakerGate:
                 token.in_flight = False
                 self._tidy(key)
 
-    def outcome(self, completion: hpb.Completion) -> Outcome | None:
+    def outcome(self, completion: wpb.Completion) -> Outcome | None:
         """The Outcome the breakers must hear for a completion: every crash, and
         the end of a probe; None for everything else (the common case)."""
-        crashed = completion.outcome == hpb.COMPLETION_OUTCOME_CRASHED
+        crashed = completion.outcome == wpb.COMPLETION_OUTCOME_CRASHED
         if not crashed and not self._rows:
             return None
         key = key_of(completion)

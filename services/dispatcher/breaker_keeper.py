@@ -18,7 +18,7 @@ import datetime as dt
 import logging
 from collections.abc import Callable, Sequence
 
-from ratchet.internal.history.v1 import history_pb2 as hpb
+from ratchet.internal.worker.v1 import worker_pb2 as wpb
 from ratchet.services.dispatcher import breakers as machine
 from ratchet.services.dispatcher.breaker_gate import BreakerGate
 from ratchet.services.dispatcher.breakers import OPEN, Breaker, BreakerKey, Outcome, Settings
@@ -65,7 +65,7 @@ class BreakerKeeper:
         gate.on_probe_leased = self.probe_leased
 
     # -- producers (hot paths: never block) ---------------------------------------------
-    def observe(self, completions: Sequence[hpb.Completion]) -> None:
+    def observe(self, completions: Sequence[wpb.Completion]) -> None:
         """Queue the crashes and probe ends among completions history answered."""
         for completion in completions:
             outcome = self.gate.outcome(completion)

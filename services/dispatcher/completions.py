@@ -17,7 +17,7 @@ import dataclasses
 import logging
 from collections.abc import Sequence
 
-from ratchet.internal.history.v1 import history_pb2 as hpb
+from ratchet.internal.worker.v1 import worker_pb2 as wpb
 from ratchet.services.dispatcher.errors import CallUnavailable, HistoryRejected, ShardUnavailable
 from ratchet.services.dispatcher.grouping import MismatchedAnswer, group_by_shard, merge_in_order, pick
 from ratchet.services.dispatcher.history_client import HistoryClient
@@ -39,7 +39,7 @@ MAX_IN_FLIGHT = 1
 @dataclasses.dataclass
 class _Batch:
     # One entry per submission: its completions and the future its caller awaits.
-    waiters: list[tuple[Sequence[hpb.Completion], asyncio.Future]] = dataclasses.field(default_factory=list)
+    waiters: list[tuple[Sequence[wpb.Completion], asyncio.Future]] = dataclasses.field(default_factory=list)
     size: int = 0
 
 
@@ -66,7 +66,7 @@ class CompletionBatcher:
         self._flushes: set[asyncio.Task] = set()
         self.calls = 0  # CompleteTasks calls made, for tests and benchmarks
 
-    async def complete(self, shard_id: int, completions: Sequence[hpb.Completion]) -> list[hpb.CompletionResult]:
+    async def complete(self, shard_id: int, completions: Sequence[wpb.Completion]) -> list[wpb.CompletionResult]:
         """Results for `completions` (all of one shard), in order."""
         shard = self._shards.setdefault(shard_id, _Shard())
         if self._max_in_flight is None or (shard.in_flight < self._max_in_flight and not shard.queued):
@@ -132,12 +132,12 @@ class CompletionBatcher:
             _settle(future, list(results[start:start + len(cs)]))
             start += len(cs)
 
-    async def _send(self, shard_id: int, completions: Sequence[hpb.Completion]) -> Sequence[hpb.CompletionResult]:
+    async def _send(self, shard_id: int, completions: Sequence[wpb.Completion]) -> Sequence[wpb.CompletionResult]:
         self.calls += 1
         response = await self._history.complete_tasks(shard_id, completions)
         return _checked(shard_id, len(completions), response.results)
 
-    async def _send_part(self, shard_id: int, completions: Sequence[hpb.Completion], future: asyncio.Future) -> None:
+    async def _send_part(self, shard_id: int, completions: Sequence[wpb.Completion], future: asyncio.Future) -> None:
         try:
             _settle(future, list(await self._send(shard_id, completions)))
         except Exception as err:  # noqa: BLE001 - handed to that waiter's caller, which maps it to a status
@@ -170,15 +170,15 @@ def _settle(future: asyncio.Future, result=None, *, error: BaseException | None 
 
 
 def _checked(shard_id: int, expected: int,
-             results: Sequence[hpb.CompletionResult]) -> Sequence[hpb.CompletionResult]:
+             results: Sequence[wpb.CompletionResult]) -> Sequence[wpb.CompletionResult]:
     if len(results) != expected:
         raise MismatchedAnswer(f"history answered {len(results)} results for {expected} completions "
                                f"on shard {shard_id}")
     return results
 
 
-async def complete(batcher: CompletionBatcher, completions: Sequence[hpb.Completion],
-                   timeout: float | None = None) -> list[hpb.CompletionResult]:
+async def complete(batcher: CompletionBatcher, completions: Sequence[wpb.Completion],
+                   timeout: float | None = None) -> list[wpb.CompletionResult]:
     """One CompletionResult per completion, in request order; UNAVAILABLE if
     any shard failed or did not answer within `timeout` seconds."""
     if not completions:

@@ -11,7 +11,7 @@ from ratchet.services.dispatcher.breakers import MAX_CRASH_TIMES
 
 ENV_PREFIX = "RATCHET_DISPATCHER_"
 
-# The contract caps a poll's wait at 60 s (dispatcher.proto, PollRequest.max_wait).
+# The contract caps a poll's wait at 60 s (worker.proto, PollRequest.max_wait).
 MAX_POLL_WAIT_S = 60.0
 
 _SHA256_HEX = re.compile(r"^[0-9a-f]{64}$")

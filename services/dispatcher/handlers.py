@@ -1,4 +1,4 @@
-"""The DispatchService and BreakerAdminService edges: validate, call the
+"""The DispatchService (worker.proto) and BreakerAdminService edges: validate, call the
 domain, shape the answer. Authentication happens before these run
 (auth.AuthInterceptor)."""
 
@@ -11,7 +11,8 @@ from collections.abc import Sequence
 from ratchet.api.tasks.v1 import breakers_pb2 as bpb
 from ratchet.internal.dispatcher.v1 import dispatcher_pb2 as dpb
 from ratchet.internal.dispatcher.v1 import dispatcher_pb2_grpc as dgrpc
-from ratchet.internal.history.v1 import history_pb2 as hpb
+from ratchet.internal.worker.v1 import worker_pb2 as wpb
+from ratchet.internal.worker.v1 import worker_pb2_grpc as wgrpc
 from ratchet.services.dispatcher import validation
 from ratchet.services.dispatcher.breaker_keeper import BreakerKeeper, View
 from ratchet.services.dispatcher.breakers import CLOSED, HALF_OPEN, OPEN
@@ -24,7 +25,7 @@ from ratchet.services.dispatcher.polling import Poller
 log = logging.getLogger(__name__)
 
 
-class DispatchServicer(dgrpc.DispatchServiceServicer):
+class DispatchServicer(wgrpc.DispatchServiceServicer):
     """Poll, Heartbeat and Complete for host agents."""
 
     def __init__(self, poller: Poller, history: HistoryClient, batcher: CompletionBatcher,
@@ -36,25 +37,25 @@ class DispatchServicer(dgrpc.DispatchServiceServicer):
         self._breakers = breakers
 
     @maps_errors
-    async def Poll(self, request: dpb.PollRequest, context) -> None:
+    async def Poll(self, request: wpb.PollRequest, context) -> None:
         """Long poll: writes zero or more PollResponse messages, then closes."""
         spec = validation.poll_spec(request, self._default_wait_s)
 
-        async def emit(tasks: Sequence[hpb.LeasedTask]) -> None:
-            await context.write(dpb.PollResponse(tasks=list(tasks)))
+        async def emit(tasks: Sequence[wpb.LeasedTask]) -> None:
+            await context.write(wpb.PollResponse(tasks=list(tasks)))
 
         leased = await self._poller.poll(spec, emit)
         log.debug("poll by %s: %d task(s) leased", spec.worker_id, leased)
 
     @maps_errors
-    async def Heartbeat(self, request: dpb.HeartbeatRequest, context) -> dpb.HeartbeatResponse:
+    async def Heartbeat(self, request: wpb.HeartbeatRequest, context) -> wpb.HeartbeatResponse:
         """Extend every lease; one answer per lease, in request order."""
         validation.leases(request.leases)
         results = await record_heartbeats(self._history, request.leases, context.time_remaining())
-        return dpb.HeartbeatResponse(results=results)
+        return wpb.HeartbeatResponse(results=results)
 
     @maps_errors
-    async def Complete(self, request: dpb.CompleteRequest, context) -> dpb.CompleteResponse:
+    async def Complete(self, request: wpb.CompleteRequest, context) -> wpb.CompleteResponse:
         """Apply finished attempts; one answer per completion, in request order."""
         validation.completions(request.completions)
         timeout = self._history.budget(context.time_remaining())
@@ -63,7 +64,7 @@ class DispatchServicer(dgrpc.DispatchServiceServicer):
             # Counted once history answered: an agent resending after UNAVAILABLE
             # is counted then (the keeper ignores an attempt it already counted).
             self._breakers.observe(request.completions)
-        return dpb.CompleteResponse(results=results)
+        return wpb.CompleteResponse(results=results)
 
 
 _STATES = {CLOSED: bpb.BREAKER_STATE_CLOSED, OPEN: bpb.BREAKER_STATE_OPEN, HALF_OPEN: bpb.BREAKER_STATE_HALF_OPEN}

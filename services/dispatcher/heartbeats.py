@@ -19,7 +19,7 @@ import asyncio
 import logging
 from collections.abc import Sequence
 
-from ratchet.internal.history.v1 import history_pb2 as hpb
+from ratchet.internal.worker.v1 import worker_pb2 as wpb
 from ratchet.services.dispatcher.errors import CallUnavailable, ShardUnavailable
 from ratchet.services.dispatcher.grouping import chunked, group_by_shard, merge_in_order, pick
 from ratchet.services.dispatcher.history_client import HistoryClient
@@ -31,15 +31,15 @@ UNCHANGED_REASON = "shard unavailable, lease unchanged"
 MAX_PER_CALL = 1000
 
 
-def unchanged(leases: Sequence[hpb.LeaseRef]) -> list[hpb.HeartbeatResult]:
+def unchanged(leases: Sequence[wpb.LeaseRef]) -> list[wpb.HeartbeatResult]:
     """CONTINUE answers for leases whose shard could not be reached."""
-    return [hpb.HeartbeatResult(task_id=ref.task_id, lease_epoch=ref.lease_epoch,
-                                action=hpb.LEASE_ACTION_CONTINUE, reason=UNCHANGED_REASON)
+    return [wpb.HeartbeatResult(task_id=ref.task_id, lease_epoch=ref.lease_epoch,
+                                action=wpb.LEASE_ACTION_CONTINUE, reason=UNCHANGED_REASON)
             for ref in leases]
 
 
-async def record_heartbeats(history: HistoryClient, leases: Sequence[hpb.LeaseRef],
-                            caller_remaining_s: float | None = None) -> list[hpb.HeartbeatResult]:
+async def record_heartbeats(history: HistoryClient, leases: Sequence[wpb.LeaseRef],
+                            caller_remaining_s: float | None = None) -> list[wpb.HeartbeatResult]:
     """One HeartbeatResult per lease, in request order. A shard that does not
     answer before the caller's deadline counts as unavailable, so one hung
     shard cannot make the whole heartbeat time out."""
@@ -51,7 +51,7 @@ async def record_heartbeats(history: HistoryClient, leases: Sequence[hpb.LeaseRe
     outcomes = await asyncio.gather(
         *(history.record_heartbeats(shard, pick(leases, groups[(shard, n)]), timeout) for shard, n in keys),
         return_exceptions=True)
-    answers: dict[tuple[int, int], Sequence[hpb.HeartbeatResult]] = {}
+    answers: dict[tuple[int, int], Sequence[wpb.HeartbeatResult]] = {}
     failed: list[ShardUnavailable] = []
     for key, outcome in zip(keys, outcomes, strict=True):
         if isinstance(outcome, ShardUnavailable):

@@ -11,6 +11,7 @@ from google.protobuf import duration_pb2
 
 from ratchet.internal.history.v1 import history_pb2 as hpb
 from ratchet.internal.history.v1 import history_pb2_grpc as hgrpc
+from ratchet.internal.worker.v1 import worker_pb2 as wpb
 from ratchet.services.dispatcher.errors import from_rpc_error
 
 # Time kept back from a caller's deadline to send our answer.
@@ -66,13 +67,13 @@ class HistoryClient:
                                         lease_duration=self._lease, type_limits=list(type_limits))
         return await self._call(shard_id, self._stub.LeaseTasks, request, timeout)
 
-    async def record_heartbeats(self, shard_id: int, leases: Sequence[hpb.LeaseRef],
+    async def record_heartbeats(self, shard_id: int, leases: Sequence[wpb.LeaseRef],
                                 timeout: float | None = None) -> hpb.RecordHeartbeatsResponse:
         """Extend the given leases of shard_id by the configured lease duration."""
         request = hpb.RecordHeartbeatsRequest(shard_id=shard_id, leases=list(leases), lease_duration=self._lease)
         return await self._call(shard_id, self._stub.RecordHeartbeats, request, timeout)
 
-    async def complete_tasks(self, shard_id: int, completions: Sequence[hpb.Completion]) -> hpb.CompleteTasksResponse:
+    async def complete_tasks(self, shard_id: int, completions: Sequence[wpb.Completion]) -> hpb.CompleteTasksResponse:
         """Apply attempt outcomes on shard_id in one history transaction."""
         request = hpb.CompleteTasksRequest(shard_id=shard_id, completions=list(completions))
         return await self._call(shard_id, self._stub.CompleteTasks, request, None)

@@ -16,6 +16,7 @@ import logging
 from collections.abc import Awaitable, Callable, Sequence
 
 from ratchet.internal.history.v1 import history_pb2 as hpb
+from ratchet.internal.worker.v1 import worker_pb2 as wpb
 from ratchet.libs.clock import Clock
 from ratchet.services.dispatcher.breaker_gate import BreakerGate
 from ratchet.services.dispatcher.errors import HistoryRejected, ShardUnavailable
@@ -30,7 +31,7 @@ log = logging.getLogger(__name__)
 # ambiguous (tasks may be leased to nobody until the lease expires).
 MIN_CALL_S = 0.02
 
-Emit = Callable[[Sequence[hpb.LeasedTask]], Awaitable[None]]
+Emit = Callable[[Sequence[wpb.LeasedTask]], Awaitable[None]]
 
 
 @dataclasses.dataclass
@@ -102,7 +103,7 @@ class Leaser:
 
     @staticmethod
     def _account(result: RoundResult, shard: int,
-                 response: hpb.LeaseTasksResponse | None) -> Sequence[hpb.LeasedTask] | None:
+                 response: hpb.LeaseTasksResponse | None) -> Sequence[wpb.LeasedTask] | None:
         if response is None:
             result.failed.add(shard)
             return None

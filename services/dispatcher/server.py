@@ -1,6 +1,7 @@
 """Wiring: build the dispatcher from its config, migrate its database (the
-circuit breakers), serve DispatchService and BreakerAdminService with health
-and reflection, run the background loops, stop gracefully."""
+circuit breakers), serve the worker plane's DispatchService and
+BreakerAdminService with health and reflection, run the background loops,
+stop gracefully."""
 
 from __future__ import annotations
 
@@ -14,6 +15,8 @@ import uuid
 
 from ratchet.internal.dispatcher.v1 import dispatcher_pb2 as dpb
 from ratchet.internal.dispatcher.v1 import dispatcher_pb2_grpc as dgrpc
+from ratchet.internal.worker.v1 import worker_pb2 as wpb
+from ratchet.internal.worker.v1 import worker_pb2_grpc as wgrpc
 from ratchet.libs.clock import Clock, SystemClock
 from ratchet.libs.pg import migrate
 from ratchet.libs.pg.pool import create_pool
@@ -40,7 +43,7 @@ from ratchet.services.dispatcher.store import Store
 
 log = logging.getLogger(__name__)
 
-SERVICE_NAME = dpb.DESCRIPTOR.services_by_name["DispatchService"].full_name
+SERVICE_NAME = wpb.DESCRIPTOR.services_by_name["DispatchService"].full_name
 ADMIN_SERVICE_NAME = dpb.DESCRIPTOR.services_by_name["BreakerAdminService"].full_name
 MIGRATIONS = pathlib.Path(__file__).with_name("migrations")
 LOOP_RESTART_S = 1.0
@@ -74,7 +77,7 @@ class DispatcherServer:
         self.batcher = CompletionBatcher(self.history, complete_max_in_flight)
         servicer = DispatchServicer(self.poller, self.history, self.batcher, config.poll_max_wait_s, self.breakers)
         admin = BreakerAdminServicer(self.breakers, config.rpc_timeout_s)
-        self.rpc = Server([(dgrpc.add_DispatchServiceServicer_to_server, servicer),
+        self.rpc = Server([(wgrpc.add_DispatchServiceServicer_to_server, servicer),
                            (dgrpc.add_BreakerAdminServiceServicer_to_server, admin)],
                           [SERVICE_NAME, ADMIN_SERVICE_NAME], host=config.host, port=config.grpc_port,
                           interceptors=[AuthInterceptor(TokenVerifier(config.host_token_sha256))])

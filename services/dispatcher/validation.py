@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ratchet.internal.dispatcher.v1 import dispatcher_pb2 as dpb
-from ratchet.internal.history.v1 import history_pb2 as hpb
+from ratchet.internal.worker.v1 import worker_pb2 as wpb
 from ratchet.services.dispatcher.breakers import BreakerKey
 from ratchet.services.dispatcher.config import MAX_POLL_WAIT_S
 from ratchet.services.dispatcher.errors import InvalidRequest
@@ -22,7 +22,7 @@ MAX_LEASES = 10_000
 MAX_COMPLETIONS = 1000
 
 
-def poll_spec(request: dpb.PollRequest, default_wait_s: float) -> PollSpec:
+def poll_spec(request: wpb.PollRequest, default_wait_s: float) -> PollSpec:
     """A PollSpec from a request, or InvalidRequest naming the bad field."""
     _check_id("worker_id", request.worker_id)
     if not 1 <= request.capacity <= MAX_CAPACITY:
@@ -44,7 +44,7 @@ def poll_spec(request: dpb.PollRequest, default_wait_s: float) -> PollSpec:
     return PollSpec(request.worker_id, request.capacity, tuple(dict.fromkeys(request.app_ids)), wait_s)
 
 
-def leases(refs: Sequence[hpb.LeaseRef]) -> None:
+def leases(refs: Sequence[wpb.LeaseRef]) -> None:
     """Refuse a heartbeat whose lease references are malformed."""
     if len(refs) > MAX_LEASES:
         raise InvalidRequest(f"leases lists {len(refs)} leases; send at most {MAX_LEASES} per call")
@@ -52,13 +52,13 @@ def leases(refs: Sequence[hpb.LeaseRef]) -> None:
         _check_ref(f"leases[{i}]", ref.shard_id, ref.task_id, ref.lease_epoch)
 
 
-def completions(items: Sequence[hpb.Completion]) -> None:
+def completions(items: Sequence[wpb.Completion]) -> None:
     """Refuse a completion request with a malformed item."""
     if len(items) > MAX_COMPLETIONS:
         raise InvalidRequest(f"completions lists {len(items)} items; send at most {MAX_COMPLETIONS} per call")
     for i, item in enumerate(items):
         _check_ref(f"completions[{i}]", item.shard_id, item.task_id, item.lease_epoch)
-        if item.outcome == hpb.COMPLETION_OUTCOME_UNSPECIFIED:
+        if item.outcome == wpb.COMPLETION_OUTCOME_UNSPECIFIED:
             raise InvalidRequest(f"completions[{i}].outcome must be set (SUCCEEDED, FAILED, CANCELED or CRASHED)")
 
 

@@ -11,6 +11,7 @@ from google.protobuf import duration_pb2, json_format, struct_pb2, timestamp_pb2
 
 from ratchet.api.tasks.v1 import tasks_pb2
 from ratchet.internal.history.v1 import history_pb2
+from ratchet.internal.worker.v1 import worker_pb2
 from ratchet.libs import taskstate
 from ratchet.libs.fastcheck import first_bad_json
 from ratchet.libs.shardmap import all_canonical, parse_task_id
@@ -28,10 +29,10 @@ MAX_CHECKPOINT_BYTES = 64 * 1024
 MAX_RULES = 100
 
 _OUTCOMES = {
-    history_pb2.COMPLETION_OUTCOME_SUCCEEDED: "SUCCEEDED",
-    history_pb2.COMPLETION_OUTCOME_FAILED: "FAILED",
-    history_pb2.COMPLETION_OUTCOME_CANCELED: "CANCELED",
-    history_pb2.COMPLETION_OUTCOME_CRASHED: "CRASHED",
+    worker_pb2.COMPLETION_OUTCOME_SUCCEEDED: "SUCCEEDED",
+    worker_pb2.COMPLETION_OUTCOME_FAILED: "FAILED",
+    worker_pb2.COMPLETION_OUTCOME_CANCELED: "CANCELED",
+    worker_pb2.COMPLETION_OUTCOME_CRASHED: "CRASHED",
 }
 
 
@@ -294,7 +295,7 @@ def _error(p: tasks_pb2.TaskError) -> ErrorInfo | None:
     return ErrorInfo(p.error_class or "Error", p.message[:MAX_ERROR_TEXT], p.stack[:MAX_ERROR_TEXT])
 
 
-def completion(p: history_pb2.Completion, i: int, shard_id: int) -> CompletionIn:
+def completion(p: worker_pb2.Completion, i: int, shard_id: int) -> CompletionIn:
     """Validate one Completion."""
     w = f"completions[{i}]"
     if p.shard_id and p.shard_id != shard_id:
@@ -314,7 +315,7 @@ def completion(p: history_pb2.Completion, i: int, shard_id: int) -> CompletionIn
                         retry_after_s=retry_after, checkpoint=cp)
 
 
-def lease_ref(p: history_pb2.LeaseRef, i: int, shard_id: int) -> tuple[str, int, bytes | None]:
+def lease_ref(p: worker_pb2.LeaseRef, i: int, shard_id: int) -> tuple[str, int, bytes | None]:
     """Validate one LeaseRef: (task_id, lease_epoch, checkpoint or None)."""
     if p.shard_id and p.shard_id != shard_id:
         raise InvalidArgument(f"leases[{i}].shard_id is {p.shard_id} but the request is for shard {shard_id}")
@@ -413,10 +414,10 @@ def task_to_proto(row, attempts=()) -> tasks_pb2.Task:
     return out
 
 
-def leased_to_proto(shard_id: int, r, lease: duration_pb2.Duration) -> history_pb2.LeasedTask:
+def leased_to_proto(shard_id: int, r, lease: duration_pb2.Duration) -> worker_pb2.LeasedTask:
     """A row returned by task_lease_batch as a LeasedTask (lease: the batch's lease duration,
     made once for all its rows and copied into each)."""
-    out = history_pb2.LeasedTask(
+    out = worker_pb2.LeasedTask(
         shard_id=shard_id, task_id=str(r["task_id"]), tenant_id=r["tenant_id"], app_id=r["app_id"],
         task_type=r["task_type"], queue=r["queue"], payload_json=bytes(r["payload"]), attempt=r["attempt"],
         max_attempts=r["max_attempts"], lease_epoch=r["lease_epoch"], lease_duration=lease,

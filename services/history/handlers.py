@@ -9,6 +9,7 @@ import random
 from collections.abc import Callable
 
 from ratchet.internal.history.v1 import history_pb2, history_pb2_grpc
+from ratchet.internal.worker.v1 import worker_pb2
 from ratchet.libs import gates, taskstate
 from ratchet.services.history import bulk, callstream, convert, dispatch, lifecycle, policy, search, timerfire
 from ratchet.services.history.commit import Committer
@@ -25,9 +26,9 @@ MAX_TIMER_BATCH = 5000
 DEFAULT_TIMER_BATCH = 500
 
 _ACTIONS = {
-    "CONTINUE": history_pb2.LEASE_ACTION_CONTINUE,
-    "CANCEL": history_pb2.LEASE_ACTION_CANCEL,
-    "LEASE_LOST": history_pb2.LEASE_ACTION_LEASE_LOST,
+    "CONTINUE": worker_pb2.LEASE_ACTION_CONTINUE,
+    "CANCEL": worker_pb2.LEASE_ACTION_CANCEL,
+    "LEASE_LOST": worker_pb2.LEASE_ACTION_LEASE_LOST,
 }
 
 
@@ -172,8 +173,8 @@ class HistoryServicer(history_pb2_grpc.HistoryServiceServicer):
         self.hub.timer_due(shard.id, min((r.retry_in_s for r in results if r.retry_in_s is not None),
                                          default=None))
         return history_pb2.CompleteTasksResponse(results=[
-            history_pb2.CompletionResult(task_id=r.task_id, accepted=r.accepted, reason=r.reason,
-                                         state=taskstate.to_proto(r.state) if r.state else 0)
+            worker_pb2.CompletionResult(task_id=r.task_id, accepted=r.accepted, reason=r.reason,
+                                        state=taskstate.to_proto(r.state) if r.state else 0)
             for r in results])
 
     @rpc

@@ -21,7 +21,7 @@ import datetime as dt
 import logging
 from collections.abc import Callable
 
-from ratchet.internal.history.v1 import history_pb2
+from ratchet.internal.worker.v1 import worker_pb2
 from ratchet.services.hostagent import outcomes
 from ratchet.services.hostagent.bundles import BundleStore
 from ratchet.services.hostagent.control import Deployments
@@ -44,7 +44,7 @@ CONTROL_RETRY_MAX_S = 2.0
 class Lease:
     """A task the agent holds a lease on."""
 
-    task: history_pb2.LeasedTask
+    task: worker_pb2.LeasedTask
     running: bool = True  # holds a slot; False once its completion is queued
     sandbox: Sandbox | None = None
     cancel_requested: bool = False
@@ -59,8 +59,8 @@ class Lease:
     def checkpoint_unacked(self) -> bool:
         return self.checkpoint_seq > self.checkpoint_acked
 
-    def ref(self, with_checkpoint: bool = True) -> history_pb2.LeaseRef:
-        ref = history_pb2.LeaseRef(shard_id=self.task.shard_id, task_id=self.task.task_id,
+    def ref(self, with_checkpoint: bool = True) -> worker_pb2.LeaseRef:
+        ref = worker_pb2.LeaseRef(shard_id=self.task.shard_id, task_id=self.task.task_id,
                                    lease_epoch=self.task.lease_epoch)
         if with_checkpoint and self.checkpoint_unacked:
             ref.checkpoint_json = self.checkpoint
@@ -71,7 +71,7 @@ class Agent:
     """Runs leased tasks in sandboxes of their app's active version."""
 
     def __init__(self, *, capacity: int, deployments: Deployments, bundles: BundleStore, pool: SandboxPool,
-                 submit: Callable[[history_pb2.Completion], None]):
+                 submit: Callable[[worker_pb2.Completion], None]):
         self.capacity = capacity
         self._deployments, self._bundles, self._pool, self._submit = deployments, bundles, pool, submit
         self._leases: dict[str, Lease] = {}
@@ -112,11 +112,11 @@ class Agent:
             self._busy -= 1
             self._slot_freed.set()
 
-    def lease_refs(self) -> list[history_pb2.LeaseRef]:
+    def lease_refs(self) -> list[worker_pb2.LeaseRef]:
         """Every lease held, for the heartbeat."""
         return [ref for ref, _ in self.heartbeat_batch()]
 
-    def heartbeat_batch(self) -> list[tuple[history_pb2.LeaseRef, int]]:
+    def heartbeat_batch(self) -> list[tuple[worker_pb2.LeaseRef, int]]:
         """Every lease held with the checkpoint seq its ref carries (pass it back
         to on_heartbeat; 0 when it carries none)."""
         batch, budget = [], HEARTBEAT_CHECKPOINT_BUDGET
@@ -132,7 +132,7 @@ class Agent:
     def running(self) -> int:
         return self.capacity - self.free_slots()
 
-    def accept(self, task: history_pb2.LeasedTask) -> None:
+    def accept(self, task: worker_pb2.LeasedTask) -> None:
         """Start running a task the dispatcher leased to this agent."""
         old = self._leases.get(task.task_id)
         if old is not None:
@@ -155,7 +155,7 @@ class Agent:
         self._runs.add(run)
         run.add_done_callback(self._runs.discard)
 
-    def _ready_sandbox(self, task: history_pb2.LeasedTask) -> Sandbox | None:
+    def _ready_sandbox(self, task: worker_pb2.LeasedTask) -> Sandbox | None:
         """A sandbox for the task if nothing needs waiting for (a deployment look-up, a bundle
         fetch, a sandbox start), reserved as _prepare's would be; else None."""
         deployment = self._deployments.cached(task.app_id)
@@ -163,7 +163,7 @@ class Agent:
             return None
         return self._pool.try_acquire(task.app_id, deployment.digest, task.task_type)
 
-    async def _prepare(self, task: history_pb2.LeasedTask) -> Sandbox:
+    async def _prepare(self, task: worker_pb2.LeasedTask) -> Sandbox:
         deployment = await self._deployments.active(task.app_id)
         bundle_dir = await self._bundles.ensure(deployment.digest)
         return await self._pool.acquire(task.app_id, deployment.digest, deployment.module, bundle_dir,
@@ -244,7 +244,7 @@ class Agent:
         self.heartbeat_wanted.set()
 
     @staticmethod
-    def _run_frame(task: history_pb2.LeasedTask) -> dict:
+    def _run_frame(task: worker_pb2.LeasedTask) -> dict:
         # Only what the handler needs: no lease id, no shard, no credential.
         scheduled = (task.scheduled_time.ToDatetime(tzinfo=dt.UTC).isoformat()
                      if task.HasField("scheduled_time") else None)
@@ -254,7 +254,7 @@ class Agent:
                 "task_type": task.task_type, "payload": task.payload_json.decode("utf-8", "replace"),
                 "last_checkpoint": last, "schedule_id": task.schedule_id or None, "scheduled_time": scheduled}
 
-    def _complete(self, lease: Lease, completion: history_pb2.Completion) -> None:
+    def _complete(self, lease: Lease, completion: worker_pb2.Completion) -> None:
         self._disarm(lease)
         self._release_slot(lease)
         self._submit(completion)
@@ -265,18 +265,18 @@ class Agent:
         if lease is not None and lease.task.lease_epoch == lease_epoch and not lease.running:
             del self._leases[task_id]
 
-    def on_heartbeat(self, result: history_pb2.HeartbeatResult, checkpoint_seq: int = 0) -> None:
+    def on_heartbeat(self, result: worker_pb2.HeartbeatResult, checkpoint_seq: int = 0) -> None:
         """Act on the dispatcher's answer for one lease; checkpoint_seq is what
         heartbeat_batch said the lease's ref carried."""
         lease = self._leases.get(result.task_id)
         if lease is None or lease.task.lease_epoch != result.lease_epoch:
             return
-        if result.action == history_pb2.LEASE_ACTION_CONTINUE and not result.reason:
+        if result.action == worker_pb2.LEASE_ACTION_CONTINUE and not result.reason:
             # History extended the lease, and stored the checkpoint under the same fence.
             lease.checkpoint_acked = max(lease.checkpoint_acked, checkpoint_seq)
-        if result.action == history_pb2.LEASE_ACTION_LEASE_LOST:
+        if result.action == worker_pb2.LEASE_ACTION_LEASE_LOST:
             self._lose(lease, result.reason or "lease lost")
-        elif result.action == history_pb2.LEASE_ACTION_CANCEL and lease.running:
+        elif result.action == worker_pb2.LEASE_ACTION_CANCEL and lease.running:
             kill_after = (result.kill_after.ToTimedelta().total_seconds() if result.HasField("kill_after")
                           else DEFAULT_KILL_AFTER_S)
             self._cancel(lease, kill_after, result.reason)

@@ -9,15 +9,15 @@ from __future__ import annotations
 from google.protobuf import duration_pb2
 
 from ratchet.api.tasks.v1 import tasks_pb2
-from ratchet.internal.history.v1 import history_pb2
+from ratchet.internal.worker.v1 import worker_pb2
 from ratchet.sandbox.execute import MAX_MESSAGE_CHARS, MAX_RESULT_BYTES, MAX_STACK_CHARS
 from ratchet.services.hostagent.errors import SANDBOX_CRASHED, SANDBOX_PROTOCOL
 from ratchet.services.hostagent.sandboxes import RunEnd, describe_exit
 
 _OUTCOMES = {
-    "succeeded": history_pb2.COMPLETION_OUTCOME_SUCCEEDED,
-    "failed": history_pb2.COMPLETION_OUTCOME_FAILED,
-    "canceled": history_pb2.COMPLETION_OUTCOME_CANCELED,
+    "succeeded": worker_pb2.COMPLETION_OUTCOME_SUCCEEDED,
+    "failed": worker_pb2.COMPLETION_OUTCOME_FAILED,
+    "canceled": worker_pb2.COMPLETION_OUTCOME_CANCELED,
 }
 
 
@@ -25,17 +25,17 @@ class BadDone(ValueError):
     """A done frame that does not follow the protocol."""
 
 
-def _base(task: history_pb2.LeasedTask) -> history_pb2.Completion:
+def _base(task: worker_pb2.LeasedTask) -> worker_pb2.Completion:
     # tenant/app/task_type let the dispatcher count crashes per task type (circuit breakers).
-    return history_pb2.Completion(shard_id=task.shard_id, task_id=task.task_id, lease_epoch=task.lease_epoch,
+    return worker_pb2.Completion(shard_id=task.shard_id, task_id=task.task_id, lease_epoch=task.lease_epoch,
                                   tenant_id=task.tenant_id, app_id=task.app_id, task_type=task.task_type)
 
 
-def failed(task: history_pb2.LeasedTask, error_class: str, message: str, *, stack: str = "",
-           fatal: bool = False, crashed: bool = False) -> history_pb2.Completion:
+def failed(task: worker_pb2.LeasedTask, error_class: str, message: str, *, stack: str = "",
+           fatal: bool = False, crashed: bool = False) -> worker_pb2.Completion:
     """A FAILED (or CRASHED) completion decided by the agent itself."""
     c = _base(task)
-    c.outcome = history_pb2.COMPLETION_OUTCOME_CRASHED if crashed else history_pb2.COMPLETION_OUTCOME_FAILED
+    c.outcome = worker_pb2.COMPLETION_OUTCOME_CRASHED if crashed else worker_pb2.COMPLETION_OUTCOME_FAILED
     c.error.CopyFrom(tasks_pb2.TaskError(error_class=error_class, message=message, stack=stack))
     c.fatal = fatal
     return c
@@ -52,7 +52,7 @@ def _error(raw: object) -> tasks_pb2.TaskError:
                                stack=fields["stack"][-MAX_STACK_CHARS:])
 
 
-def from_done(task: history_pb2.LeasedTask, done: dict) -> history_pb2.Completion:
+def from_done(task: worker_pb2.LeasedTask, done: dict) -> worker_pb2.Completion:
     """The completion a done frame reports; BadDone if it breaks the protocol."""
     outcome = _OUTCOMES.get(done.get("outcome"))
     if outcome is None:
@@ -80,7 +80,7 @@ def from_done(task: history_pb2.LeasedTask, done: dict) -> history_pb2.Completio
     return c
 
 
-def from_end(task: history_pb2.LeasedTask, end: RunEnd, log_tail: str = "") -> history_pb2.Completion:
+def from_end(task: worker_pb2.LeasedTask, end: RunEnd, log_tail: str = "") -> worker_pb2.Completion:
     """The completion for a run that ended with a done frame or a dead sandbox."""
     if end.done is not None:
         try:
@@ -95,7 +95,7 @@ def from_end(task: history_pb2.LeasedTask, end: RunEnd, log_tail: str = "") -> h
                   f"while running the handler", stack=stack, crashed=True)
 
 
-def killed_beside(task: history_pb2.LeasedTask, killed_for: str) -> history_pb2.Completion:
+def killed_beside(task: worker_pb2.LeasedTask, killed_for: str) -> worker_pb2.Completion:
     """The completion of a task whose sandbox the agent killed because of another task it
     ran (one that broke the protocol): FAILED, retried like a failure, with the crash error
     class, but not CRASHED: this task's code did not crash anything, so it must not count

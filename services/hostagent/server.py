@@ -7,9 +7,9 @@ import logging
 import os
 import pathlib
 
-from ratchet.internal.dispatcher.v1 import dispatcher_pb2_grpc
 from ratchet.internal.gateway.v1 import control_pb2_grpc
 from ratchet.internal.hostagent.v1 import hostagent_pb2_grpc
+from ratchet.internal.worker.v1 import worker_pb2_grpc
 from ratchet.libs.rpc.client import aio_channel
 from ratchet.libs.rpc.server import Server
 from ratchet.services.hostagent.agent import Agent
@@ -40,7 +40,7 @@ class HostAgent:
         metadata = config.auth_metadata
         self._dispatcher_channel = aio_channel(config.dispatcher_target)
         self._control_channel = aio_channel(config.control_target)
-        dispatch = dispatcher_pb2_grpc.DispatchServiceStub(self._dispatcher_channel)
+        dispatch = worker_pb2_grpc.DispatchServiceStub(self._dispatcher_channel)
         control = control_pb2_grpc.ControlServiceStub(self._control_channel)
         self.pool = SandboxPool(dirs=SandboxDirs.under(work_dir), python=config.sandbox_python,
                                 capacity=config.capacity, start_timeout_s=config.sandbox_start_timeout_s,

@@ -22,7 +22,7 @@ EXPECTED = {
     "gateway": {"ratchet.api.tasks.v1.TaskService", "ratchet.api.apps.v1.AppService",
                 "ratchet.api.tenants.v1.TenantService", "ratchet.internal.gateway.v1.ControlService"},
     "history": {"ratchet.internal.history.v1.HistoryService"},
-    "dispatcher": {"ratchet.internal.dispatcher.v1.DispatchService"},
+    "dispatcher": {"ratchet.internal.worker.v1.DispatchService", "ratchet.internal.dispatcher.v1.BreakerAdminService"},
     "hostagent": {"ratchet.internal.hostagent.v1.HostAgentService"},
 }
 

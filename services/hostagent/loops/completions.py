@@ -16,8 +16,7 @@ from collections.abc import Callable
 
 import grpc
 
-from ratchet.internal.dispatcher.v1 import dispatcher_pb2, dispatcher_pb2_grpc
-from ratchet.internal.history.v1 import history_pb2
+from ratchet.internal.worker.v1 import worker_pb2, worker_pb2_grpc
 
 log = logging.getLogger(__name__)
 
@@ -30,15 +29,15 @@ class CompletionSender:
     """Queues completions and delivers them; `on_settled(task_id, epoch)` runs
     once the dispatcher answered or the retry budget ran out."""
 
-    def __init__(self, *, stub: dispatcher_pb2_grpc.DispatchServiceStub, worker_id: str, metadata,
+    def __init__(self, *, stub: worker_pb2_grpc.DispatchServiceStub, worker_id: str, metadata,
                  rpc_timeout_s: float, retry_budget_s: float, on_settled: Callable[[str, int], None]):
         self._stub, self._worker_id, self._metadata = stub, worker_id, metadata
         self._rpc_timeout_s, self._retry_budget_s, self._on_settled = rpc_timeout_s, retry_budget_s, on_settled
-        self._queue: asyncio.Queue[history_pb2.Completion] = asyncio.Queue()
+        self._queue: asyncio.Queue[worker_pb2.Completion] = asyncio.Queue()
         self._idle = asyncio.Event()
         self._idle.set()
 
-    def submit(self, completion: history_pb2.Completion) -> None:
+    def submit(self, completion: worker_pb2.Completion) -> None:
         """Queue one completion for delivery."""
         self._idle.clear()
         self._queue.put_nowait(completion)
@@ -63,11 +62,11 @@ class CompletionSender:
         except TimeoutError:
             return False
 
-    async def _deliver(self, batch: list[history_pb2.Completion]) -> None:
+    async def _deliver(self, batch: list[worker_pb2.Completion]) -> None:
         loop = asyncio.get_running_loop()
         give_up_at = loop.time() + self._retry_budget_s
         backoff = 0.05
-        request = dispatcher_pb2.CompleteRequest(worker_id=self._worker_id, completions=batch)
+        request = worker_pb2.CompleteRequest(worker_id=self._worker_id, completions=batch)
         while True:
             try:
                 response = await self._stub.Complete(request, timeout=self._rpc_timeout_s, metadata=self._metadata)
@@ -84,7 +83,7 @@ class CompletionSender:
         for c in batch:
             self._on_settled(c.task_id, c.lease_epoch)
 
-    def _record(self, batch: list[history_pb2.Completion], response: dispatcher_pb2.CompleteResponse) -> None:
+    def _record(self, batch: list[worker_pb2.Completion], response: worker_pb2.CompleteResponse) -> None:
         for completion, result in zip(batch, response.results, strict=True):
             if not result.accepted:
                 log.info("completion of task %s epoch %d not accepted: %s", completion.task_id,

@@ -13,7 +13,7 @@ import logging
 
 import grpc
 
-from ratchet.internal.dispatcher.v1 import dispatcher_pb2, dispatcher_pb2_grpc
+from ratchet.internal.worker.v1 import worker_pb2, worker_pb2_grpc
 from ratchet.services.hostagent.agent import Agent
 
 log = logging.getLogger(__name__)
@@ -24,7 +24,7 @@ EARLY_MIN_INTERVAL_S = 1.0
 class HeartbeatLoop:
     """Renews the agent's leases. Sandboxes never heartbeat: they hold no lease (Q6)."""
 
-    def __init__(self, *, agent: Agent, stub: dispatcher_pb2_grpc.DispatchServiceStub, worker_id: str,
+    def __init__(self, *, agent: Agent, stub: worker_pb2_grpc.DispatchServiceStub, worker_id: str,
                  metadata, interval_s: float, rpc_timeout_s: float):
         self._agent, self._stub, self._worker_id, self._metadata = agent, stub, worker_id, metadata
         self._interval_s, self._rpc_timeout_s = interval_s, rpc_timeout_s
@@ -62,7 +62,7 @@ class HeartbeatLoop:
         self.beats += 1
         try:
             response = await self._stub.Heartbeat(
-                dispatcher_pb2.HeartbeatRequest(worker_id=self._worker_id, leases=refs),
+                worker_pb2.HeartbeatRequest(worker_id=self._worker_id, leases=refs),
                 timeout=min(self._rpc_timeout_s, max(self._interval_s, 1.0)), metadata=self._metadata)
         except grpc.aio.AioRpcError as e:
             log.warning("heartbeat of %d leases failed: %s: %s", len(refs), e.code().name, e.details())

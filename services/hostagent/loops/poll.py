@@ -15,7 +15,7 @@ import random
 import grpc
 from google.protobuf import duration_pb2
 
-from ratchet.internal.dispatcher.v1 import dispatcher_pb2, dispatcher_pb2_grpc
+from ratchet.internal.worker.v1 import worker_pb2, worker_pb2_grpc
 from ratchet.services.hostagent.agent import Agent
 
 log = logging.getLogger(__name__)
@@ -26,7 +26,7 @@ BACKOFF_MIN_S, BACKOFF_MAX_S = 0.05, 2.0
 class PollLoop:
     """Keeps one Poll stream open while the agent has free slots."""
 
-    def __init__(self, *, agent: Agent, stub: dispatcher_pb2_grpc.DispatchServiceStub, worker_id: str,
+    def __init__(self, *, agent: Agent, stub: worker_pb2_grpc.DispatchServiceStub, worker_id: str,
                  metadata, max_wait_s: float, rpc_timeout_s: float, linger_s: float = 0.0):
         self._agent, self._stub, self._worker_id, self._metadata = agent, stub, worker_id, metadata
         self._max_wait_s, self._rpc_timeout_s = max_wait_s, rpc_timeout_s
@@ -54,7 +54,7 @@ class PollLoop:
                 backoff = min(BACKOFF_MAX_S, backoff * 2)
 
     async def _poll_once(self, free: int) -> None:
-        request = dispatcher_pb2.PollRequest(
+        request = worker_pb2.PollRequest(
             worker_id=self._worker_id, capacity=free,
             max_wait=duration_pb2.Duration(seconds=int(self._max_wait_s),
                                            nanos=int((self._max_wait_s % 1) * 1e9)))

@@ -39,9 +39,9 @@ import grpc
 HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from ratchet.internal.dispatcher.v1 import dispatcher_pb2 as dpb  # noqa: E402 - after the sys.path insert
-from ratchet.internal.dispatcher.v1 import dispatcher_pb2_grpc as dgrpc  # noqa: E402 - after the sys.path insert
 from ratchet.internal.history.v1 import history_pb2 as hpb  # noqa: E402 - after the sys.path insert
+from ratchet.internal.worker.v1 import worker_pb2 as wpb  # noqa: E402 - after the sys.path insert
+from ratchet.internal.worker.v1 import worker_pb2_grpc as wgrpc  # noqa: E402 - after the sys.path insert
 from ratchet.libs.pg.cluster import LocalCluster, free_port  # noqa: E402 - after the sys.path insert
 
 TOKEN = "bench-token"
@@ -62,7 +62,7 @@ def _fake_history_main(port: int) -> None:
             async with self.pools.setdefault(request.shard_id, asyncio.Semaphore(8)):
                 await asyncio.sleep(0.001 + 0.00002 * len(request.completions))
             return hpb.CompleteTasksResponse(results=[
-                hpb.CompletionResult(task_id=c.task_id, accepted=True) for c in request.completions])
+                wpb.CompletionResult(task_id=c.task_id, accepted=True) for c in request.completions])
 
         async def FireTimers(self, request, context):
             return hpb.FireTimersResponse()
@@ -108,18 +108,18 @@ async def _wait_port(port: int, timeout: float = 20.0) -> None:
     raise TimeoutError(f"nothing listening on {port}")
 
 
-async def _drive(target: str, completions: list[hpb.Completion], clients: int) -> dict:
+async def _drive(target: str, completions: list[wpb.Completion], clients: int) -> dict:
     """Each client sends one completion per Complete call until the list is done."""
     latencies: list[float] = []
     queue = list(reversed(completions))
     async with grpc.aio.insecure_channel(target) as channel:
-        stub = dgrpc.DispatchServiceStub(channel)
+        stub = wgrpc.DispatchServiceStub(channel)
 
         async def client(i: int):
             while queue:
                 c = queue.pop()
                 t0 = time.perf_counter()
-                await stub.Complete(dpb.CompleteRequest(worker_id=f"bench-{i}", completions=[c]),
+                await stub.Complete(wpb.CompleteRequest(worker_id=f"bench-{i}", completions=[c]),
                                     metadata=AUTH, timeout=30)
                 latencies.append(time.perf_counter() - t0)
 
@@ -139,8 +139,8 @@ async def _fake_run(mode: str, clients: int, n: int, dsn: str) -> dict:
         await _wait_port(hport)
         dispatcher = _spawn("--serve-dispatcher", f"127.0.0.1:{hport}", str(dport), mode, "[0,1]", dsn)
         await _wait_port(dport)
-        completions = [hpb.Completion(shard_id=i % 2, task_id=f"t{i}", lease_epoch=1,
-                                      outcome=hpb.COMPLETION_OUTCOME_SUCCEEDED) for i in range(n)]
+        completions = [wpb.Completion(shard_id=i % 2, task_id=f"t{i}", lease_epoch=1,
+                                      outcome=wpb.COMPLETION_OUTCOME_SUCCEEDED) for i in range(n)]
         await _drive(f"127.0.0.1:{dport}", completions[:200], clients)  # warm-up
         return await _drive(f"127.0.0.1:{dport}", completions, clients)
     finally:

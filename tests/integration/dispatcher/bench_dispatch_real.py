@@ -13,10 +13,10 @@ import tempfile
 
 import grpc
 
-from ratchet.internal.dispatcher.v1 import dispatcher_pb2 as dpb
-from ratchet.internal.dispatcher.v1 import dispatcher_pb2_grpc as dgrpc
 from ratchet.internal.history.v1 import history_pb2 as hpb
 from ratchet.internal.history.v1 import history_pb2_grpc as hgrpc
+from ratchet.internal.worker.v1 import worker_pb2 as wpb
+from ratchet.internal.worker.v1 import worker_pb2_grpc as wgrpc
 from ratchet.libs.pg.cluster import LocalCluster, free_port
 from ratchet.libs.shardmap import ShardMap, new_task_id
 
@@ -37,16 +37,16 @@ async def _create(history: hgrpc.HistoryServiceStub, n: int) -> None:
             await history.CreateTasks(hpb.CreateTasksRequest(shard_id=shard, tasks=tasks[k:k + 500]), timeout=60)
 
 
-async def _lease_all(target: str, n: int) -> list[hpb.Completion]:
-    out: list[hpb.Completion] = []
+async def _lease_all(target: str, n: int) -> list[wpb.Completion]:
+    out: list[wpb.Completion] = []
     async with grpc.aio.insecure_channel(target) as channel:
-        stub = dgrpc.DispatchServiceStub(channel)
+        stub = wgrpc.DispatchServiceStub(channel)
         while len(out) < n:
-            request = dpb.PollRequest(worker_id="bench", capacity=min(1000, n - len(out)))
+            request = wpb.PollRequest(worker_id="bench", capacity=min(1000, n - len(out)))
             request.max_wait.FromSeconds(5)
             async for message in stub.Poll(request, metadata=AUTH, timeout=30):
-                out.extend(hpb.Completion(shard_id=t.shard_id, task_id=t.task_id, lease_epoch=t.lease_epoch,
-                                          outcome=hpb.COMPLETION_OUTCOME_SUCCEEDED, result_json=b"{}")
+                out.extend(wpb.Completion(shard_id=t.shard_id, task_id=t.task_id, lease_epoch=t.lease_epoch,
+                                          outcome=wpb.COMPLETION_OUTCOME_SUCCEEDED, result_json=b"{}")
                            for t in message.tasks)
     return out
 

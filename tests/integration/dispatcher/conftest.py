@@ -12,7 +12,7 @@ import pytest
 from dispatch_fake_history import FakeHistoryServer
 from dispatch_helpers import TOKEN
 
-from ratchet.internal.dispatcher.v1 import dispatcher_pb2_grpc as dgrpc
+from ratchet.internal.worker.v1 import worker_pb2_grpc as wgrpc
 from ratchet.services.dispatcher.config import DispatcherConfig
 from ratchet.services.dispatcher.server import DispatcherServer
 
@@ -60,13 +60,13 @@ async def make_dispatcher(history, dispatch_dsn):
 
 
 @pytest.fixture
-async def stub_for() -> Callable[[DispatcherServer], Awaitable[dgrpc.DispatchServiceStub]]:
+async def stub_for() -> Callable[[DispatcherServer], Awaitable[wgrpc.DispatchServiceStub]]:
     channels: list[grpc.aio.Channel] = []
 
-    async def make(server: DispatcherServer) -> dgrpc.DispatchServiceStub:
+    async def make(server: DispatcherServer) -> wgrpc.DispatchServiceStub:
         channel = grpc.aio.insecure_channel(server.target)
         channels.append(channel)
-        return dgrpc.DispatchServiceStub(channel)
+        return wgrpc.DispatchServiceStub(channel)
 
     yield make
     for channel in channels:

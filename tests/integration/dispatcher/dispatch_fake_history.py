@@ -18,6 +18,7 @@ import grpc
 from ratchet.api.tasks.v1 import tasks_pb2 as tpb
 from ratchet.internal.history.v1 import history_pb2 as hpb
 from ratchet.internal.history.v1 import history_pb2_grpc as hgrpc
+from ratchet.internal.worker.v1 import worker_pb2 as wpb
 
 
 @dataclasses.dataclass
@@ -137,7 +138,7 @@ class FakeHistory(hgrpc.HistoryServiceServicer):
         out = []
         for t in picked:
             t.state, t.epoch = tpb.TASK_STATE_LEASED, t.epoch + 1
-            out.append(hpb.LeasedTask(shard_id=t.shard_id, task_id=t.task_id, tenant_id=t.tenant_id,
+            out.append(wpb.LeasedTask(shard_id=t.shard_id, task_id=t.task_id, tenant_id=t.tenant_id,
                                       app_id=t.app_id, task_type=t.task_type, attempt=t.epoch, max_attempts=5,
                                       lease_epoch=t.epoch, lease_duration=request.lease_duration))
         if request.shard_id in self.cursor_names and picked:
@@ -151,8 +152,8 @@ class FakeHistory(hgrpc.HistoryServiceServicer):
         for ref in request.leases:
             t = self.tasks.get(ref.task_id)
             ok = t is not None and t.state == tpb.TASK_STATE_LEASED and t.epoch == ref.lease_epoch
-            results.append(hpb.HeartbeatResult(task_id=ref.task_id, lease_epoch=ref.lease_epoch,
-                                               action=hpb.LEASE_ACTION_CONTINUE if ok else hpb.LEASE_ACTION_LEASE_LOST,
+            results.append(wpb.HeartbeatResult(task_id=ref.task_id, lease_epoch=ref.lease_epoch,
+                                               action=wpb.LEASE_ACTION_CONTINUE if ok else wpb.LEASE_ACTION_LEASE_LOST,
                                                reason=f"fake shard {request.shard_id}"))
         return hpb.RecordHeartbeatsResponse(results=results)
 
@@ -164,13 +165,13 @@ class FakeHistory(hgrpc.HistoryServiceServicer):
         for c in request.completions:
             t = self.tasks.get(c.task_id)
             if t is None:
-                results.append(hpb.CompletionResult(task_id=c.task_id, accepted=False, reason="unknown task"))
+                results.append(wpb.CompletionResult(task_id=c.task_id, accepted=False, reason="unknown task"))
                 continue
             ok = t.state == tpb.TASK_STATE_LEASED and t.epoch == c.lease_epoch
             if ok:
-                t.state = tpb.TASK_STATE_SUCCEEDED if c.outcome == hpb.COMPLETION_OUTCOME_SUCCEEDED \
+                t.state = tpb.TASK_STATE_SUCCEEDED if c.outcome == wpb.COMPLETION_OUTCOME_SUCCEEDED \
                     else tpb.TASK_STATE_FAILED
-            results.append(hpb.CompletionResult(task_id=c.task_id, accepted=ok, state=t.state,
+            results.append(wpb.CompletionResult(task_id=c.task_id, accepted=ok, state=t.state,
                                                 reason="" if ok else "stale lease or not leased"))
         return hpb.CompleteTasksResponse(results=results)
 

@@ -8,8 +8,7 @@ from collections.abc import Callable
 
 from google.protobuf import duration_pb2
 
-from ratchet.internal.dispatcher.v1 import dispatcher_pb2 as dpb
-from ratchet.internal.history.v1 import history_pb2 as hpb
+from ratchet.internal.worker.v1 import worker_pb2 as wpb
 
 TOKEN = "host-agent-secret-for-tests"
 AUTH = (("authorization", f"Bearer {TOKEN}"),)
@@ -31,12 +30,12 @@ def seconds(value: float) -> duration_pb2.Duration:
 
 
 async def poll(stub, capacity: int = 10, max_wait: float | None = 2.0, worker: str = "agent-1",
-               apps: tuple[str, ...] = (), timeout: float = 10.0) -> list[hpb.LeasedTask]:
+               apps: tuple[str, ...] = (), timeout: float = 10.0) -> list[wpb.LeasedTask]:
     """Run one Poll to its end; all tasks of all messages."""
-    request = dpb.PollRequest(worker_id=worker, capacity=capacity, app_ids=list(apps))
+    request = wpb.PollRequest(worker_id=worker, capacity=capacity, app_ids=list(apps))
     if max_wait is not None:
         request.max_wait.CopyFrom(seconds(max_wait))
-    tasks: list[hpb.LeasedTask] = []
+    tasks: list[wpb.LeasedTask] = []
     async for message in stub.Poll(request, metadata=AUTH, timeout=timeout):
         tasks.extend(message.tasks)
     return tasks

@@ -16,7 +16,7 @@ from dispatch_helpers import AUTH, poll, wait_until
 from ratchet.api.tasks.v1 import breakers_pb2 as bpb
 from ratchet.internal.dispatcher.v1 import dispatcher_pb2 as dpb
 from ratchet.internal.dispatcher.v1 import dispatcher_pb2_grpc as dgrpc
-from ratchet.internal.history.v1 import history_pb2 as hpb
+from ratchet.internal.worker.v1 import worker_pb2 as wpb
 from ratchet.services.dispatcher.breakers import BreakerKey
 
 pytestmark = pytest.mark.timeout(60)
@@ -51,15 +51,15 @@ def add(history, n: int, shard: int = 0, tenant: str = "tenant-a", task_type: st
 
 
 async def finish(stub, tasks, crashed: bool) -> None:
-    outcome = hpb.COMPLETION_OUTCOME_CRASHED if crashed else hpb.COMPLETION_OUTCOME_SUCCEEDED
+    outcome = wpb.COMPLETION_OUTCOME_CRASHED if crashed else wpb.COMPLETION_OUTCOME_SUCCEEDED
     completions = []
     for t in tasks:
-        c = hpb.Completion(shard_id=t.shard_id, task_id=t.task_id, lease_epoch=t.lease_epoch, outcome=outcome,
+        c = wpb.Completion(shard_id=t.shard_id, task_id=t.task_id, lease_epoch=t.lease_epoch, outcome=outcome,
                            tenant_id=t.tenant_id, app_id=t.app_id, task_type=t.task_type)
         if crashed:
             c.error.error_class, c.error.message = "SandboxCrashed", KILLED
         completions.append(c)
-    await stub.Complete(dpb.CompleteRequest(worker_id="agent-1", completions=completions), metadata=AUTH,
+    await stub.Complete(wpb.CompleteRequest(worker_id="agent-1", completions=completions), metadata=AUTH,
                         timeout=5)
 
 

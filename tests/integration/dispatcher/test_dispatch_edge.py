@@ -7,8 +7,7 @@ import pytest
 from dispatch_helpers import AUTH, poll, seconds, wait_until
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from ratchet.internal.dispatcher.v1 import dispatcher_pb2 as dpb
-from ratchet.internal.history.v1 import history_pb2 as hpb
+from ratchet.internal.worker.v1 import worker_pb2 as wpb
 
 
 @pytest.mark.parametrize("metadata, fragment", [
@@ -18,8 +17,8 @@ from ratchet.internal.history.v1 import history_pb2 as hpb
 ])
 async def test_calls_without_an_accepted_token_are_refused(stub, history, metadata, fragment):
     calls = [
-        lambda: stub.Heartbeat(dpb.HeartbeatRequest(worker_id="w"), metadata=metadata, timeout=5),
-        lambda: stub.Complete(dpb.CompleteRequest(worker_id="w"), metadata=metadata, timeout=5),
+        lambda: stub.Heartbeat(wpb.HeartbeatRequest(worker_id="w"), metadata=metadata, timeout=5),
+        lambda: stub.Complete(wpb.CompleteRequest(worker_id="w"), metadata=metadata, timeout=5),
     ]
     for call in calls:
         with pytest.raises(grpc.aio.AioRpcError) as info:
@@ -27,24 +26,24 @@ async def test_calls_without_an_accepted_token_are_refused(stub, history, metada
         assert info.value.code() == grpc.StatusCode.UNAUTHENTICATED
         assert fragment in info.value.details()
     with pytest.raises(grpc.aio.AioRpcError) as info:
-        async for _ in stub.Poll(dpb.PollRequest(worker_id="w", capacity=1), metadata=metadata, timeout=5):
+        async for _ in stub.Poll(wpb.PollRequest(worker_id="w", capacity=1), metadata=metadata, timeout=5):
             pass
     assert info.value.code() == grpc.StatusCode.UNAUTHENTICATED
     assert not history.fake.calls_of("LeaseTasks")
 
 
 async def test_a_valid_token_is_accepted(stub):
-    response = await stub.Heartbeat(dpb.HeartbeatRequest(worker_id="w"), metadata=AUTH, timeout=5)
+    response = await stub.Heartbeat(wpb.HeartbeatRequest(worker_id="w"), metadata=AUTH, timeout=5)
     assert list(response.results) == []
 
 
 @pytest.mark.parametrize("request_, fragment", [
-    (dpb.PollRequest(worker_id="w", capacity=0), "capacity must be 1..1000"),
-    (dpb.PollRequest(worker_id="w", capacity=1001), "capacity must be 1..1000"),
-    (dpb.PollRequest(worker_id="w", capacity=-3), "capacity must be 1..1000"),
-    (dpb.PollRequest(worker_id="", capacity=1), "worker_id must not be empty"),
-    (dpb.PollRequest(worker_id="w", capacity=1, max_wait=seconds(61)), "max_wait must be at most 60s"),
-    (dpb.PollRequest(worker_id="w", capacity=1, app_ids=[""]), "app_ids[0] must not be empty"),
+    (wpb.PollRequest(worker_id="w", capacity=0), "capacity must be 1..1000"),
+    (wpb.PollRequest(worker_id="w", capacity=1001), "capacity must be 1..1000"),
+    (wpb.PollRequest(worker_id="w", capacity=-3), "capacity must be 1..1000"),
+    (wpb.PollRequest(worker_id="", capacity=1), "worker_id must not be empty"),
+    (wpb.PollRequest(worker_id="w", capacity=1, max_wait=seconds(61)), "max_wait must be at most 60s"),
+    (wpb.PollRequest(worker_id="w", capacity=1, app_ids=[""]), "app_ids[0] must not be empty"),
 ])
 async def test_bad_polls_are_refused_and_touch_nothing(stub, history, request_, fragment):
     history.fake.add_task(0)
@@ -57,14 +56,14 @@ async def test_bad_polls_are_refused_and_touch_nothing(stub, history, request_, 
 
 
 async def test_bad_heartbeats_and_completions_are_refused(stub, history):
-    bad_ref = hpb.LeaseRef(shard_id=0, task_id="t", lease_epoch=0)
+    bad_ref = wpb.LeaseRef(shard_id=0, task_id="t", lease_epoch=0)
     with pytest.raises(grpc.aio.AioRpcError) as info:
-        await stub.Heartbeat(dpb.HeartbeatRequest(worker_id="w", leases=[bad_ref]), metadata=AUTH, timeout=5)
+        await stub.Heartbeat(wpb.HeartbeatRequest(worker_id="w", leases=[bad_ref]), metadata=AUTH, timeout=5)
     assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert "leases[0].lease_epoch" in info.value.details()
-    no_outcome = hpb.Completion(shard_id=0, task_id="t", lease_epoch=1)
+    no_outcome = wpb.Completion(shard_id=0, task_id="t", lease_epoch=1)
     with pytest.raises(grpc.aio.AioRpcError) as info:
-        await stub.Complete(dpb.CompleteRequest(worker_id="w", completions=[no_outcome]), metadata=AUTH, timeout=5)
+        await stub.Complete(wpb.CompleteRequest(worker_id="w", completions=[no_outcome]), metadata=AUTH, timeout=5)
     assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert "completions[0].outcome" in info.value.details()
     assert not history.fake.calls_of("RecordHeartbeats") and not history.fake.calls_of("CompleteTasks")

@@ -10,7 +10,7 @@ import grpc
 import pytest
 from dispatch_helpers import AUTH, poll, wait_until
 
-from ratchet.internal.dispatcher.v1 import dispatcher_pb2 as dpb
+from ratchet.internal.worker.v1 import worker_pb2 as wpb
 
 
 async def test_ready_work_is_leased_at_once_and_the_stream_closes(stub, history):
@@ -72,7 +72,7 @@ async def test_the_fallback_tick_finds_work_when_no_event_arrives(make_dispatche
 async def test_an_empty_poll_closes_with_no_message_at_max_wait(stub, history):
     started = time.monotonic()
     messages = []
-    request = dpb.PollRequest(worker_id="w", capacity=3)
+    request = wpb.PollRequest(worker_id="w", capacity=3)
     request.max_wait.FromMilliseconds(300)
     async for message in stub.Poll(request, metadata=AUTH, timeout=5):
         messages.append(message)
@@ -170,7 +170,7 @@ async def test_a_hung_shard_does_not_delay_the_first_message(make_dispatcher, st
     stub = await stub_for(server)
     history.fake.hanging.add(0)
     task_id = history.fake.add_task(1)
-    request = dpb.PollRequest(worker_id="w", capacity=4)
+    request = wpb.PollRequest(worker_id="w", capacity=4)
     request.max_wait.FromSeconds(5)
     started = time.monotonic()
     call = stub.Poll(request, metadata=AUTH, timeout=10)
@@ -192,7 +192,7 @@ async def test_lease_calls_do_not_hold_a_poll_beyond_max_wait(make_dispatcher, s
 async def test_a_cancelled_poll_leaves_the_line(make_dispatcher, stub_for, history):
     server = await make_dispatcher(tick_s=30.0)
     stub = await stub_for(server)
-    request = dpb.PollRequest(worker_id="w", capacity=1)
+    request = wpb.PollRequest(worker_id="w", capacity=1)
     request.max_wait.FromSeconds(10)
     call = stub.Poll(request, metadata=AUTH, timeout=20)
     reader = asyncio.ensure_future(call.read())

@@ -42,7 +42,7 @@ async def test_reflection_lists_the_dispatch_and_breaker_admin_services(dispatch
         reply = await call.read()
         await call.done_writing()
     names = {s.name for s in reply.list_services_response.service}
-    assert "ratchet.internal.dispatcher.v1.DispatchService" in names
+    assert "ratchet.internal.worker.v1.DispatchService" in names
     assert "ratchet.internal.dispatcher.v1.BreakerAdminService" in names
     assert "grpc.health.v1.Health" in names
 

@@ -24,10 +24,10 @@ from dispatch_helpers import AUTH, TOKEN, poll, seconds
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from ratchet.api.tasks.v1 import tasks_pb2 as tpb
-from ratchet.internal.dispatcher.v1 import dispatcher_pb2 as dpb
-from ratchet.internal.dispatcher.v1 import dispatcher_pb2_grpc as dgrpc
 from ratchet.internal.history.v1 import history_pb2 as hpb
 from ratchet.internal.history.v1 import history_pb2_grpc as hgrpc
+from ratchet.internal.worker.v1 import worker_pb2 as wpb
+from ratchet.internal.worker.v1 import worker_pb2_grpc as wgrpc
 from ratchet.libs.pg.cluster import free_port
 from ratchet.libs.shardmap import ShardMap, new_task_id
 from ratchet.services.dispatcher.config import DispatcherConfig
@@ -57,7 +57,7 @@ def _wait_serving(port: int, proc: subprocess.Popen, timeout: float = 30.0) -> N
 
 
 class Real:
-    def __init__(self, history: hgrpc.HistoryServiceStub, dispatch: dgrpc.DispatchServiceStub,
+    def __init__(self, history: hgrpc.HistoryServiceStub, dispatch: wgrpc.DispatchServiceStub,
                  server: DispatcherServer):
         self.history, self.dispatch, self.server = history, dispatch, server
         self.shard_map = ShardMap.even(SHARDS)
@@ -106,7 +106,7 @@ async def real(pg_cluster, tmp_path_factory):
         await server.start()
         channel = grpc.aio.insecure_channel(server.target)
         history_channel = grpc.aio.insecure_channel(f"127.0.0.1:{hport}")
-        yield Real(hgrpc.HistoryServiceStub(history_channel), dgrpc.DispatchServiceStub(channel), server)
+        yield Real(hgrpc.HistoryServiceStub(history_channel), wgrpc.DispatchServiceStub(channel), server)
     finally:
         for ch in (channel, history_channel):
             if ch is not None:
@@ -126,9 +126,9 @@ async def test_enqueue_poll_complete_reaches_succeeded(real):
     tasks = await poll(real.dispatch, capacity=10, max_wait=5)
     assert {t.task_id for t in tasks} == ids
     assert all(t.attempt == 1 and t.lease_epoch >= 1 for t in tasks)
-    done = [hpb.Completion(shard_id=t.shard_id, task_id=t.task_id, lease_epoch=t.lease_epoch,
-                           outcome=hpb.COMPLETION_OUTCOME_SUCCEEDED, result_json=b'{"ok": true}') for t in tasks]
-    request = dpb.CompleteRequest(worker_id="agent-1", completions=done)
+    done = [wpb.Completion(shard_id=t.shard_id, task_id=t.task_id, lease_epoch=t.lease_epoch,
+                           outcome=wpb.COMPLETION_OUTCOME_SUCCEEDED, result_json=b'{"ok": true}') for t in tasks]
+    request = wpb.CompleteRequest(worker_id="agent-1", completions=done)
     reply = await real.dispatch.Complete(request, metadata=AUTH, timeout=10)
     assert [(r.task_id, r.accepted, r.state) for r in reply.results] == \
         [(t.task_id, True, tpb.TASK_STATE_SUCCEEDED) for t in tasks]
@@ -144,14 +144,14 @@ async def test_enqueue_poll_complete_reaches_succeeded(real):
 async def test_heartbeat_extends_a_real_lease(real):
     await real.create(1, "tenant-hb")
     (task,) = await poll(real.dispatch, capacity=1, max_wait=5)
-    ref = hpb.LeaseRef(shard_id=task.shard_id, task_id=task.task_id, lease_epoch=task.lease_epoch)
-    reply = await real.dispatch.Heartbeat(dpb.HeartbeatRequest(worker_id="agent-1", leases=[ref]), metadata=AUTH,
+    ref = wpb.LeaseRef(shard_id=task.shard_id, task_id=task.task_id, lease_epoch=task.lease_epoch)
+    reply = await real.dispatch.Heartbeat(wpb.HeartbeatRequest(worker_id="agent-1", leases=[ref]), metadata=AUTH,
                                           timeout=10)
-    assert [r.action for r in reply.results] == [hpb.LEASE_ACTION_CONTINUE]
-    stale = hpb.LeaseRef(shard_id=task.shard_id, task_id=task.task_id, lease_epoch=task.lease_epoch + 7)
-    reply = await real.dispatch.Heartbeat(dpb.HeartbeatRequest(worker_id="agent-1", leases=[stale]),
+    assert [r.action for r in reply.results] == [wpb.LEASE_ACTION_CONTINUE]
+    stale = wpb.LeaseRef(shard_id=task.shard_id, task_id=task.task_id, lease_epoch=task.lease_epoch + 7)
+    reply = await real.dispatch.Heartbeat(wpb.HeartbeatRequest(worker_id="agent-1", leases=[stale]),
                                           metadata=AUTH, timeout=10)
-    assert [r.action for r in reply.results] == [hpb.LEASE_ACTION_LEASE_LOST]
+    assert [r.action for r in reply.results] == [wpb.LEASE_ACTION_LEASE_LOST]
 
 
 async def test_a_delayed_task_is_leased_within_300ms_of_its_due_time(real):
@@ -214,10 +214,10 @@ async def test_a_retry_backoff_fires_on_time_though_the_timer_loop_sleeps_30s(re
     task_id = await real.create(1, "tenant-retry", retry_base_s=0.4)
     (task,) = await poll(real.dispatch, capacity=1, max_wait=5)
     assert task.task_id == task_id
-    failed = hpb.Completion(shard_id=task.shard_id, task_id=task.task_id, lease_epoch=task.lease_epoch,
-                            outcome=hpb.COMPLETION_OUTCOME_FAILED,
+    failed = wpb.Completion(shard_id=task.shard_id, task_id=task.task_id, lease_epoch=task.lease_epoch,
+                            outcome=wpb.COMPLETION_OUTCOME_FAILED,
                             error=tpb.TaskError(error_class="Boom", message="try again"))
-    reply = await real.dispatch.Complete(dpb.CompleteRequest(worker_id="agent-1", completions=[failed]),
+    reply = await real.dispatch.Complete(wpb.CompleteRequest(worker_id="agent-1", completions=[failed]),
                                          metadata=AUTH, timeout=10)
     assert [(r.accepted, r.state) for r in reply.results] == [(True, tpb.TASK_STATE_RETRY_WAIT)]
     due = time.monotonic() + 0.4

@@ -10,12 +10,11 @@ import pytest
 from dispatch_helpers import AUTH, poll
 
 from ratchet.api.tasks.v1 import tasks_pb2 as tpb
-from ratchet.internal.dispatcher.v1 import dispatcher_pb2 as dpb
-from ratchet.internal.history.v1 import history_pb2 as hpb
+from ratchet.internal.worker.v1 import worker_pb2 as wpb
 from ratchet.services.dispatcher.heartbeats import UNCHANGED_REASON
 
 
-async def _leased(stub, history, shards: list[int]) -> list[hpb.LeasedTask]:
+async def _leased(stub, history, shards: list[int]) -> list[wpb.LeasedTask]:
     """Lease one task per entry of `shards` and return them in that order."""
     ids = [history.fake.add_task(s) for s in shards]
     got = {t.task_id: t for t in await poll(stub, capacity=len(ids), max_wait=2)}
@@ -23,11 +22,11 @@ async def _leased(stub, history, shards: list[int]) -> list[hpb.LeasedTask]:
 
 
 def _refs(tasks):
-    return [hpb.LeaseRef(shard_id=t.shard_id, task_id=t.task_id, lease_epoch=t.lease_epoch) for t in tasks]
+    return [wpb.LeaseRef(shard_id=t.shard_id, task_id=t.task_id, lease_epoch=t.lease_epoch) for t in tasks]
 
 
-def _done(tasks, outcome=hpb.COMPLETION_OUTCOME_SUCCEEDED):
-    return [hpb.Completion(shard_id=t.shard_id, task_id=t.task_id, lease_epoch=t.lease_epoch, outcome=outcome,
+def _done(tasks, outcome=wpb.COMPLETION_OUTCOME_SUCCEEDED):
+    return [wpb.Completion(shard_id=t.shard_id, task_id=t.task_id, lease_epoch=t.lease_epoch, outcome=outcome,
                            result_json=b"{}") for t in tasks]
 
 
@@ -39,7 +38,7 @@ async def stub3(make_dispatcher, stub_for):
 async def test_heartbeats_are_grouped_by_shard_and_answered_in_request_order(stub3, history):
     tasks = await _leased(stub3, history, [0, 1, 0, 2, 1])
     history.fake.calls.clear()
-    reply = await stub3.Heartbeat(dpb.HeartbeatRequest(worker_id="w", leases=_refs(tasks)), metadata=AUTH, timeout=5)
+    reply = await stub3.Heartbeat(wpb.HeartbeatRequest(worker_id="w", leases=_refs(tasks)), metadata=AUTH, timeout=5)
     assert [r.task_id for r in reply.results] == [t.task_id for t in tasks]
     assert [r.reason for r in reply.results] == [f"fake shard {s}" for s in (0, 1, 0, 2, 1)]
     calls = {c.shard_id: [ref.task_id for ref in c.request.leases] for c in history.fake.calls_of("RecordHeartbeats")}
@@ -51,8 +50,8 @@ async def test_heartbeats_are_grouped_by_shard_and_answered_in_request_order(stu
 async def test_a_failing_shard_answers_continue_with_the_lease_unchanged(stub3, history):
     tasks = await _leased(stub3, history, [0, 1, 2])
     history.fake.unavailable.add(1)
-    reply = await stub3.Heartbeat(dpb.HeartbeatRequest(worker_id="w", leases=_refs(tasks)), metadata=AUTH, timeout=5)
-    assert [(r.task_id, r.action) for r in reply.results] == [(t.task_id, hpb.LEASE_ACTION_CONTINUE) for t in tasks]
+    reply = await stub3.Heartbeat(wpb.HeartbeatRequest(worker_id="w", leases=_refs(tasks)), metadata=AUTH, timeout=5)
+    assert [(r.task_id, r.action) for r in reply.results] == [(t.task_id, wpb.LEASE_ACTION_CONTINUE) for t in tasks]
     assert [r.reason for r in reply.results] == ["fake shard 0", UNCHANGED_REASON, "fake shard 2"]
     assert reply.results[1].lease_epoch == tasks[1].lease_epoch
 
@@ -61,7 +60,7 @@ async def test_heartbeat_is_unavailable_when_every_shard_failed(stub3, history):
     tasks = await _leased(stub3, history, [0, 1])
     history.fake.unavailable.update({0, 1})
     with pytest.raises(grpc.aio.AioRpcError) as info:
-        await stub3.Heartbeat(dpb.HeartbeatRequest(worker_id="w", leases=_refs(tasks)), metadata=AUTH, timeout=5)
+        await stub3.Heartbeat(wpb.HeartbeatRequest(worker_id="w", leases=_refs(tasks)), metadata=AUTH, timeout=5)
     assert info.value.code() == grpc.StatusCode.UNAVAILABLE
     assert "no lease was extended" in info.value.details()
 
@@ -69,7 +68,7 @@ async def test_heartbeat_is_unavailable_when_every_shard_failed(stub3, history):
 async def test_completions_are_grouped_by_shard_and_answered_in_request_order(stub3, history):
     tasks = await _leased(stub3, history, [2, 0, 1, 0])
     history.fake.calls.clear()
-    reply = await stub3.Complete(dpb.CompleteRequest(worker_id="w", completions=_done(tasks)), metadata=AUTH,
+    reply = await stub3.Complete(wpb.CompleteRequest(worker_id="w", completions=_done(tasks)), metadata=AUTH,
                                  timeout=5)
     assert [(r.task_id, r.accepted, r.state) for r in reply.results] == \
         [(t.task_id, True, tpb.TASK_STATE_SUCCEEDED) for t in tasks]
@@ -80,7 +79,7 @@ async def test_completions_are_grouped_by_shard_and_answered_in_request_order(st
 async def test_a_failing_shard_fails_the_completion_and_a_retry_tells_what_landed(stub3, history):
     tasks = await _leased(stub3, history, [0, 1])
     history.fake.unavailable.add(1)
-    request = dpb.CompleteRequest(worker_id="w", completions=_done(tasks))
+    request = wpb.CompleteRequest(worker_id="w", completions=_done(tasks))
     with pytest.raises(grpc.aio.AioRpcError) as info:
         await stub3.Complete(request, metadata=AUTH, timeout=5)
     assert info.value.code() == grpc.StatusCode.UNAVAILABLE
@@ -97,7 +96,7 @@ async def test_concurrent_completions_for_a_shard_are_coalesced(stub, history):
     history.fake.calls.clear()
     history.fake.complete_latency_s = 0.005
     replies = await asyncio.gather(*(
-        stub.Complete(dpb.CompleteRequest(worker_id="w", completions=_done([t])), metadata=AUTH, timeout=5)
+        stub.Complete(wpb.CompleteRequest(worker_id="w", completions=_done([t])), metadata=AUTH, timeout=5)
         for t in tasks))
     assert [r.results[0].task_id for r in replies] == [t.task_id for t in tasks]
     assert all(r.results[0].accepted for r in replies)
@@ -111,12 +110,12 @@ async def test_a_hung_shard_answers_before_the_agent_gives_up(stub3, history):
     tasks = await _leased(stub3, history, [0, 1])
     history.fake.hanging.add(1)
     started = time.monotonic()
-    reply = await stub3.Heartbeat(dpb.HeartbeatRequest(worker_id="w", leases=_refs(tasks)), metadata=AUTH,
+    reply = await stub3.Heartbeat(wpb.HeartbeatRequest(worker_id="w", leases=_refs(tasks)), metadata=AUTH,
                                   timeout=1.0)
     assert time.monotonic() - started < 1.0
     assert [r.reason for r in reply.results] == ["fake shard 0", UNCHANGED_REASON]
     with pytest.raises(grpc.aio.AioRpcError) as info:
-        await stub3.Complete(dpb.CompleteRequest(worker_id="w", completions=_done(tasks)), metadata=AUTH,
+        await stub3.Complete(wpb.CompleteRequest(worker_id="w", completions=_done(tasks)), metadata=AUTH,
                              timeout=1.0)
     assert info.value.code() == grpc.StatusCode.UNAVAILABLE, "the dispatcher, not the deadline, answers"
     assert "outcome is unknown" in info.value.details()

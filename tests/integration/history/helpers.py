@@ -15,6 +15,7 @@ import grpc
 from ratchet.api.tasks.v1 import tasks_pb2
 from ratchet.internal.history.v1 import history_pb2 as h
 from ratchet.internal.history.v1 import history_pb2_grpc as hg
+from ratchet.internal.worker.v1 import worker_pb2 as wpb
 from ratchet.libs import taskstate
 from ratchet.libs.shardmap import new_task_id
 from ratchet.services.history.policy import duration
@@ -80,29 +81,29 @@ class Hist:
             req.lease_duration.CopyFrom(duration(lease_s))
         return await self.stub.LeaseTasks(req, timeout=RPC_TIMEOUT)
 
-    async def lease_one(self, app: str, **kw) -> h.LeasedTask:
+    async def lease_one(self, app: str, **kw) -> wpb.LeasedTask:
         r = await self.lease(app, max_tasks=1, **kw)
         assert len(r.tasks) == 1, r
         return r.tasks[0]
 
     async def heartbeat(self, *leases: tuple[str, int], shard: int = 1,
-                        lease_s: float | None = None) -> list[h.HeartbeatResult]:
-        req = h.RecordHeartbeatsRequest(shard_id=shard, leases=[h.LeaseRef(shard_id=shard, task_id=t, lease_epoch=e)
+                        lease_s: float | None = None) -> list[wpb.HeartbeatResult]:
+        req = h.RecordHeartbeatsRequest(shard_id=shard, leases=[wpb.LeaseRef(shard_id=shard, task_id=t, lease_epoch=e)
                                                                  for t, e in leases])
         if lease_s is not None:
             req.lease_duration.CopyFrom(duration(lease_s))
         return list((await self.stub.RecordHeartbeats(req, timeout=RPC_TIMEOUT)).results)
 
-    async def complete(self, *completions: h.Completion, shard: int = 1) -> list[h.CompletionResult]:
+    async def complete(self, *completions: wpb.Completion, shard: int = 1) -> list[wpb.CompletionResult]:
         r = await self.stub.CompleteTasks(h.CompleteTasksRequest(shard_id=shard, completions=completions),
                                           timeout=RPC_TIMEOUT)
         return list(r.results)
 
-    async def complete_one(self, leased: h.LeasedTask, outcome: str = "SUCCEEDED", *, epoch: int | None = None,
-                           **kw) -> h.CompletionResult:
-        c = h.Completion(shard_id=leased.shard_id, task_id=leased.task_id,
+    async def complete_one(self, leased: wpb.LeasedTask, outcome: str = "SUCCEEDED", *, epoch: int | None = None,
+                           **kw) -> wpb.CompletionResult:
+        c = wpb.Completion(shard_id=leased.shard_id, task_id=leased.task_id,
                          lease_epoch=leased.lease_epoch if epoch is None else epoch,
-                         outcome=h.CompletionOutcome.Value(f"COMPLETION_OUTCOME_{outcome}"), **kw)
+                         outcome=wpb.CompletionOutcome.Value(f"COMPLETION_OUTCOME_{outcome}"), **kw)
         (r,) = await self.complete(c, shard=leased.shard_id)
         return r
 

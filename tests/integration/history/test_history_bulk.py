@@ -12,6 +12,7 @@ import pytest
 
 from ratchet.api.tasks.v1 import tasks_pb2
 from ratchet.internal.history.v1 import history_pb2 as h
+from ratchet.internal.worker.v1 import worker_pb2 as wpb
 from ratchet.libs.shardmap import slot_of
 from tests.fault.mutants.mutations import installed
 
@@ -34,8 +35,8 @@ async def _dead_letters(hist, tenant: str, app: str, n: int, gone: int = 0) -> l
         leased = (await hist.lease(app, max_tasks=1000)).tasks
         if not leased:
             return ids
-        await hist.complete(*[h.Completion(task_id=t.task_id, lease_epoch=t.lease_epoch, fatal=True,
-                                           outcome=h.COMPLETION_OUTCOME_FAILED,
+        await hist.complete(*[wpb.Completion(task_id=t.task_id, lease_epoch=t.lease_epoch, fatal=True,
+                                           outcome=wpb.COMPLETION_OUTCOME_FAILED,
                                            error=tasks_pb2.TaskError(error_class="BugError", message="x"))
                               for t in leased])
 
@@ -162,8 +163,8 @@ async def test_a_bulk_cancel_applies_the_normal_cancel(hist):
     tenant, app = unique("t"), unique("app")
     backoff = [await hist.create_one(tenant, app, base_s=3600) for _ in range(2)]
     first = {t.task_id: t for t in (await hist.lease(app, max_tasks=2)).tasks}
-    await hist.complete(*[h.Completion(task_id=t, lease_epoch=first[t].lease_epoch,
-                                       outcome=h.COMPLETION_OUTCOME_FAILED) for t in backoff])
+    await hist.complete(*[wpb.Completion(task_id=t, lease_epoch=first[t].lease_epoch,
+                                       outcome=wpb.COMPLETION_OUTCOME_FAILED) for t in backoff])
     waiting = [await hist.create_one(tenant, app) for _ in range(3)]
     other_type = await hist.create_one(tenant, app, task_type="mail")
     by_id = {t.task_id: t for t in (await hist.lease(app, max_tasks=10)).tasks}
@@ -183,7 +184,7 @@ async def test_a_bulk_cancel_applies_the_normal_cancel(hist):
         got = await hist.get(t, tenant)
         assert got.state == tasks_pb2.TASK_STATE_LEASED and got.cancel_requested
         (hb,) = await hist.heartbeat((t, by_id[t].lease_epoch))
-        assert hb.action == h.LEASE_ACTION_CANCEL
+        assert hb.action == wpb.LEASE_ACTION_CANCEL
         r = await hist.complete_one(by_id[t], "CANCELED")
         assert r.state == tasks_pb2.TASK_STATE_CANCELED
     assert await hist.state(waiting[2], tenant) == "SUCCEEDED"

@@ -6,7 +6,7 @@ import grpc
 import pytest
 
 from ratchet.api.tasks.v1 import tasks_pb2
-from ratchet.internal.history.v1 import history_pb2 as h
+from ratchet.internal.worker.v1 import worker_pb2 as wpb
 from ratchet.libs.shardmap import new_task_id
 from ratchet.services.history.policy import duration
 from ratchet.services.history.store import Store
@@ -50,7 +50,7 @@ async def test_cancel_leased_asks_the_worker_and_its_canceled_return_ends_cancel
     again = await hist.cancel(task_id, tenant)  # idempotent
     assert again.state == tasks_pb2.TASK_STATE_LEASED and again.cancel_requested
     (hb,) = await hist.heartbeat((task_id, leased.lease_epoch))
-    assert hb.action == h.LEASE_ACTION_CANCEL and "cancelled" in hb.reason
+    assert hb.action == wpb.LEASE_ACTION_CANCEL and "cancelled" in hb.reason
     assert 0 < hb.kill_after.ToNanoseconds() / 1e9 <= 0.5  # the configured grace
     done = await hist.complete_one(leased, "CANCELED")
     assert done.accepted and done.state == tasks_pb2.TASK_STATE_CANCELED
@@ -81,7 +81,7 @@ async def test_a_cancelled_handler_that_never_returns_is_revoked_after_the_grace
     got = await hist.fire_until_state(task_id, tenant, "CANCELED", timeout=5)
     assert got.attempts[0].outcome == tasks_pb2.ATTEMPT_OUTCOME_CANCELED
     (hb,) = await hist.heartbeat((task_id, leased.lease_epoch))
-    assert hb.action == h.LEASE_ACTION_LEASE_LOST
+    assert hb.action == wpb.LEASE_ACTION_LEASE_LOST
     late = await hist.complete_one(leased, "CANCELED")
     assert not late.accepted and late.state == tasks_pb2.TASK_STATE_CANCELED
 
@@ -115,7 +115,7 @@ async def test_start_to_close_cancels_on_heartbeat_and_counts_as_a_timed_out_att
 
     async def told_to_stop() -> bool:
         (hb,) = await hist.heartbeat((task_id, first.lease_epoch))
-        return hb.action == h.LEASE_ACTION_CANCEL and "start_to_close" in hb.reason
+        return hb.action == wpb.LEASE_ACTION_CANCEL and "start_to_close" in hb.reason
     await eventually(told_to_stop, 5)
     r = await hist.complete_one(first, "CANCELED")  # the handler noticed ctx.cancelled()
     assert r.state == tasks_pb2.TASK_STATE_RETRY_WAIT
@@ -157,7 +157,7 @@ async def test_schedule_to_close_cancels_a_running_task_then_fails_it(hist):
     assert got.error.error_class == "ScheduleToCloseTimeout"
     assert got.attempts[0].outcome == tasks_pb2.ATTEMPT_OUTCOME_TIMED_OUT
     (hb,) = await hist.heartbeat((task_id, leased.lease_epoch))
-    assert hb.action == h.LEASE_ACTION_LEASE_LOST
+    assert hb.action == wpb.LEASE_ACTION_LEASE_LOST
 
 
 @pytest.mark.parametrize("outcome, final", [("FAILED", tasks_pb2.TASK_STATE_CANCELED),

@@ -7,7 +7,7 @@ import pytest
 from google.protobuf import json_format
 
 from ratchet.api.tasks.v1 import tasks_pb2
-from ratchet.internal.history.v1 import history_pb2 as h
+from ratchet.internal.worker.v1 import worker_pb2 as wpb
 
 from .helpers import eventually, unique
 
@@ -87,7 +87,7 @@ async def test_a_paused_worker_completing_after_its_lease_expired_is_rejected(hi
     assert not late.accepted and late.state == tasks_pb2.TASK_STATE_LEASED
     assert await hist.snapshot(task_id) == before
     (hb,) = await hist.heartbeat((task_id, old.lease_epoch))
-    assert hb.action == h.LEASE_ACTION_LEASE_LOST
+    assert hb.action == wpb.LEASE_ACTION_LEASE_LOST
     assert await hist.snapshot(task_id) == before
     assert (await hist.complete_one(new, "SUCCEEDED", result_json=b'"ok"')).accepted
 
@@ -114,7 +114,7 @@ async def test_retry_after_overrides_the_backoff(hist):
     tenant, app = unique("t"), unique("app")
     task_id = await hist.create_one(tenant, app, base_s=3600)
     leased = await hist.lease_one(app)
-    c = h.Completion(task_id=task_id, lease_epoch=leased.lease_epoch, outcome=h.COMPLETION_OUTCOME_FAILED,
+    c = wpb.Completion(task_id=task_id, lease_epoch=leased.lease_epoch, outcome=wpb.COMPLETION_OUTCOME_FAILED,
                      error=ERR)
     c.retry_after.FromMilliseconds(100)
     await hist.complete(c)
@@ -153,9 +153,10 @@ async def test_one_completion_per_task_counts_in_a_batch(hist):
     tenant, app = unique("t"), unique("app")
     await hist.create(hist.task(tenant, app), hist.task(tenant, app))
     a, b = (await hist.lease(app, max_tasks=2)).tasks
-    ok = h.Completion(task_id=a.task_id, lease_epoch=a.lease_epoch, outcome=h.COMPLETION_OUTCOME_SUCCEEDED)
-    dup = h.Completion(task_id=a.task_id, lease_epoch=a.lease_epoch, outcome=h.COMPLETION_OUTCOME_FAILED)
-    other = h.Completion(task_id=b.task_id, lease_epoch=b.lease_epoch, outcome=h.COMPLETION_OUTCOME_FAILED, error=ERR)
+    ok = wpb.Completion(task_id=a.task_id, lease_epoch=a.lease_epoch, outcome=wpb.COMPLETION_OUTCOME_SUCCEEDED)
+    dup = wpb.Completion(task_id=a.task_id, lease_epoch=a.lease_epoch, outcome=wpb.COMPLETION_OUTCOME_FAILED)
+    other = wpb.Completion(task_id=b.task_id, lease_epoch=b.lease_epoch, outcome=wpb.COMPLETION_OUTCOME_FAILED,
+                           error=ERR)
     r = await hist.complete(ok, dup, other)
     assert [x.accepted for x in r] == [True, False, True]
     assert [x.state for x in r] == [tasks_pb2.TASK_STATE_SUCCEEDED, tasks_pb2.TASK_STATE_SUCCEEDED,
@@ -172,7 +173,7 @@ async def test_heartbeats_extend_the_lease_and_the_lazy_timer_keeps_up(hist):
     async def survived_three_leases() -> bool:
         nonlocal rounds
         (hb,) = await hist.heartbeat((task_id, leased.lease_epoch), lease_s=0.4)
-        assert hb.action == h.LEASE_ACTION_CONTINUE
+        assert hb.action == wpb.LEASE_ACTION_CONTINUE
         await hist.fire()
         rounds += 1
         return rounds >= 12
@@ -189,7 +190,7 @@ async def test_stale_heartbeats_are_lease_lost_and_change_nothing(hist):
     leased = await hist.lease_one(app)
     before = await hist.snapshot(task_id)
     results = await hist.heartbeat((task_id, leased.lease_epoch + 1), (task_id, 0))
-    assert [r.action for r in results] == [h.LEASE_ACTION_LEASE_LOST] * 2
+    assert [r.action for r in results] == [wpb.LEASE_ACTION_LEASE_LOST] * 2
     assert await hist.snapshot(task_id) == before
 
 
@@ -212,9 +213,9 @@ async def test_a_mixed_batch_of_successes_and_failures_closes_every_attempt(hist
     tenant, app = unique("t"), unique("app")
     await hist.create(*[hist.task(tenant, app) for _ in range(40)])
     leased = list((await hist.lease(app, max_tasks=40, lease_s=30)).tasks)
-    comps = [h.Completion(task_id=t.task_id, lease_epoch=t.lease_epoch, result_json=b'{"i":1}',
+    comps = [wpb.Completion(task_id=t.task_id, lease_epoch=t.lease_epoch, result_json=b'{"i":1}',
                           checkpoint_json=b'{"at":9}' if i % 3 == 0 else None,
-                          outcome=h.COMPLETION_OUTCOME_SUCCEEDED if i % 2 else h.COMPLETION_OUTCOME_FAILED,
+                          outcome=wpb.COMPLETION_OUTCOME_SUCCEEDED if i % 2 else wpb.COMPLETION_OUTCOME_FAILED,
                           error=None if i % 2 else ERR)
              for i, t in enumerate(leased)]
     r = await hist.complete(*comps)
@@ -238,8 +239,8 @@ async def test_one_batch_applies_each_completion_its_own_values(hist):
     assert sorted(ids) == [t.task_id for t in leased]
 
     def c(t, outcome, **kw):
-        return h.Completion(shard_id=t.shard_id, task_id=t.task_id, lease_epoch=t.lease_epoch,
-                            outcome=h.CompletionOutcome.Value(f"COMPLETION_OUTCOME_{outcome}"), **kw)
+        return wpb.Completion(shard_id=t.shard_id, task_id=t.task_id, lease_epoch=t.lease_epoch,
+                            outcome=wpb.CompletionOutcome.Value(f"COMPLETION_OUTCOME_{outcome}"), **kw)
 
     alike = await hist.complete(*(c(t, "SUCCEEDED", result_json=b'{"same":1}') for t in leased[:2]))
     assert [r.accepted for r in alike] == [True, True]

@@ -11,6 +11,7 @@ from google.protobuf import json_format
 
 from ratchet.api.tasks.v1 import tasks_pb2
 from ratchet.internal.history.v1 import history_pb2 as h
+from ratchet.internal.worker.v1 import worker_pb2 as wpb
 from ratchet.services.history.policy import duration
 from ratchet.services.history.store import QUERIES
 
@@ -84,8 +85,8 @@ async def test_a_bad_rule_is_refused(hist):
     assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "rules['X'].factor" in e.value.details()
 
 
-async def _heartbeat(hist, task_id, epoch, checkpoint: bytes | None = None) -> h.HeartbeatResult:
-    ref = h.LeaseRef(shard_id=1, task_id=task_id, lease_epoch=epoch)
+async def _heartbeat(hist, task_id, epoch, checkpoint: bytes | None = None) -> wpb.HeartbeatResult:
+    ref = wpb.LeaseRef(shard_id=1, task_id=task_id, lease_epoch=epoch)
     if checkpoint is not None:
         ref.checkpoint_json = checkpoint
     r = await hist.stub.RecordHeartbeats(h.RecordHeartbeatsRequest(shard_id=1, leases=[ref]), timeout=RPC_TIMEOUT)
@@ -96,11 +97,11 @@ async def test_checkpoints_are_fenced_and_delivered_to_the_next_attempt(hist):
     tenant, app = unique("t"), unique("app")
     task_id = await hist.create_one(tenant, app, base_s=0.01)
     first = await hist.lease_one(app)
-    assert (await _heartbeat(hist, task_id, first.lease_epoch, b'{"row": 100}')).action == h.LEASE_ACTION_CONTINUE
-    assert (await _heartbeat(hist, task_id, first.lease_epoch)).action == h.LEASE_ACTION_CONTINUE  # keeps it
+    assert (await _heartbeat(hist, task_id, first.lease_epoch, b'{"row": 100}')).action == wpb.LEASE_ACTION_CONTINUE
+    assert (await _heartbeat(hist, task_id, first.lease_epoch)).action == wpb.LEASE_ACTION_CONTINUE  # keeps it
     assert json_format.MessageToDict((await hist.get(task_id, tenant)).checkpoint) == {"row": 100}
     stale = await _heartbeat(hist, task_id, first.lease_epoch + 1, b'{"row": -1}')
-    assert stale.action == h.LEASE_ACTION_LEASE_LOST
+    assert stale.action == wpb.LEASE_ACTION_LEASE_LOST
     # The completion's checkpoint (taken after the last heartbeat) is stored with the outcome.
     r = await hist.complete_one(first, "CRASHED", checkpoint_json=b'{"row": 250}')
     assert r.accepted and r.state == tasks_pb2.TASK_STATE_RETRY_WAIT
@@ -109,7 +110,7 @@ async def test_checkpoints_are_fenced_and_delivered_to_the_next_attempt(hist):
     assert second.attempt == 2 and second.last_checkpoint_json == b'{"row": 250}'
     # The first attempt's worker, late, changes nothing.
     before = await hist.snapshot(task_id)
-    assert (await _heartbeat(hist, task_id, first.lease_epoch, b'{"row": 1}')).action == h.LEASE_ACTION_LEASE_LOST
+    assert (await _heartbeat(hist, task_id, first.lease_epoch, b'{"row": 1}')).action == wpb.LEASE_ACTION_LEASE_LOST
     late = await hist.complete_one(first, "FAILED", error=_err("E"), checkpoint_json=b'{"row": 2}')
     assert not late.accepted
     assert await hist.snapshot(task_id) == before
@@ -132,7 +133,7 @@ async def test_an_oversize_or_malformed_checkpoint_is_refused_and_changes_nothin
         assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert await hist.snapshot(task_id) == before
     limit = b'"' + b"x" * (64 * 1024 - 2) + b'"'
-    assert (await _heartbeat(hist, task_id, leased.lease_epoch, limit)).action == h.LEASE_ACTION_CONTINUE
+    assert (await _heartbeat(hist, task_id, leased.lease_epoch, limit)).action == wpb.LEASE_ACTION_CONTINUE
 
 
 async def test_a_checkpoint_heartbeat_is_one_hot_update(make_hist):

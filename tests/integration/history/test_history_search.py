@@ -11,7 +11,7 @@ import grpc
 import pytest
 
 from ratchet.api.tasks.v1 import tasks_pb2
-from ratchet.internal.history.v1 import history_pb2 as h
+from ratchet.internal.worker.v1 import worker_pb2 as wpb
 from ratchet.services.history.model import DAWN, MAX_ID, NEVER
 from ratchet.services.history.store import QUERIES
 
@@ -26,8 +26,8 @@ async def _finish(hist, app: str, outcome: str, errors: list[str] | None = None)
     leased = (await hist.lease(app, max_tasks=100)).tasks
     comps = []
     for i, t in enumerate(leased):
-        c = h.Completion(task_id=t.task_id, lease_epoch=t.lease_epoch,
-                         outcome=h.CompletionOutcome.Value(f"COMPLETION_OUTCOME_{outcome}"), result_json=b"1")
+        c = wpb.Completion(task_id=t.task_id, lease_epoch=t.lease_epoch,
+                         outcome=wpb.CompletionOutcome.Value(f"COMPLETION_OUTCOME_{outcome}"), result_json=b"1")
         if errors:
             c.error.error_class = errors[i % len(errors)]
         comps.append(c)

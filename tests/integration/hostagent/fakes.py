@@ -15,9 +15,8 @@ import grpc
 from google.protobuf import duration_pb2
 
 from ratchet.api.apps.v1 import apps_pb2
-from ratchet.internal.dispatcher.v1 import dispatcher_pb2, dispatcher_pb2_grpc
 from ratchet.internal.gateway.v1 import control_pb2, control_pb2_grpc
-from ratchet.internal.history.v1 import history_pb2
+from ratchet.internal.worker.v1 import worker_pb2, worker_pb2_grpc
 
 TOKEN = "host-token-5f0c2e"
 
@@ -144,32 +143,32 @@ def _authorized(context, log: list) -> bool:
     return ok
 
 
-class FakeDispatcher(dispatcher_pb2_grpc.DispatchServiceServicer):
+class FakeDispatcher(worker_pb2_grpc.DispatchServiceServicer):
     """Hands out queued tasks, answers heartbeats as told, records completions."""
 
     def __init__(self):
-        self.ready: asyncio.Queue[history_pb2.LeasedTask] = asyncio.Queue()
-        self.completions: list[history_pb2.Completion] = []
-        self.heartbeats: list[dispatcher_pb2.HeartbeatRequest] = []
-        self.actions: dict[str, history_pb2.HeartbeatResult] = {}
+        self.ready: asyncio.Queue[worker_pb2.LeasedTask] = asyncio.Queue()
+        self.completions: list[worker_pb2.Completion] = []
+        self.heartbeats: list[worker_pb2.HeartbeatRequest] = []
+        self.actions: dict[str, worker_pb2.HeartbeatResult] = {}
         self.unauthorized: list = []
         self.changed = asyncio.Event()
         self.complete_failures = 0  # answer this many Complete calls UNAVAILABLE first
         self.complete_calls = 0
         self._epochs = itertools.count(1)
 
-    def enqueue(self, task_type: str, payload: str = "null", app_id: str = "app-1", **fields) -> history_pb2.LeasedTask:
+    def enqueue(self, task_type: str, payload: str = "null", app_id: str = "app-1", **fields) -> worker_pb2.LeasedTask:
         """Queue a lease; fields override the LeasedTask's (task_id, attempt, last_checkpoint_json...)."""
         values = dict(shard_id=1, task_id=str(uuid.uuid4()), tenant_id="tenant-1", app_id=app_id,
                       task_type=task_type, queue="default", payload_json=payload.encode(), attempt=1,
                       max_attempts=5, lease_epoch=next(self._epochs),
                       lease_duration=duration_pb2.Duration(seconds=30))
-        task = history_pb2.LeasedTask(**{**values, **fields})
+        task = worker_pb2.LeasedTask(**{**values, **fields})
         self.ready.put_nowait(task)
         return task
 
     def answer(self, task_id: str, action: int, kill_after_s: float | None = None, reason: str = "test") -> None:
-        result = history_pb2.HeartbeatResult(task_id=task_id, action=action, reason=reason)
+        result = worker_pb2.HeartbeatResult(task_id=task_id, action=action, reason=reason)
         if kill_after_s is not None:
             result.kill_after.FromNanoseconds(int(kill_after_s * 1e9))
         self.actions[task_id] = result
@@ -185,7 +184,7 @@ class FakeDispatcher(dispatcher_pb2_grpc.DispatchServiceServicer):
         batch = [first]
         while len(batch) < request.capacity and not self.ready.empty():
             batch.append(self.ready.get_nowait())
-        yield dispatcher_pb2.PollResponse(tasks=batch)
+        yield worker_pb2.PollResponse(tasks=batch)
 
     async def Heartbeat(self, request, context):
         if not _authorized(context, self.unauthorized):
@@ -194,11 +193,11 @@ class FakeDispatcher(dispatcher_pb2_grpc.DispatchServiceServicer):
         self.changed.set()
         results = []
         for ref in request.leases:
-            r = history_pb2.HeartbeatResult(task_id=ref.task_id, action=history_pb2.LEASE_ACTION_CONTINUE)
-            r.MergeFrom(self.actions.get(ref.task_id, history_pb2.HeartbeatResult()))
+            r = worker_pb2.HeartbeatResult(task_id=ref.task_id, action=worker_pb2.LEASE_ACTION_CONTINUE)
+            r.MergeFrom(self.actions.get(ref.task_id, worker_pb2.HeartbeatResult()))
             r.lease_epoch = ref.lease_epoch
             results.append(r)
-        return dispatcher_pb2.HeartbeatResponse(results=results)
+        return worker_pb2.HeartbeatResponse(results=results)
 
     async def Complete(self, request, context):
         if not _authorized(context, self.unauthorized):
@@ -209,8 +208,8 @@ class FakeDispatcher(dispatcher_pb2_grpc.DispatchServiceServicer):
             await context.abort(grpc.StatusCode.UNAVAILABLE, "dispatcher restarting")
         self.completions.extend(request.completions)
         self.changed.set()
-        return dispatcher_pb2.CompleteResponse(results=[
-            history_pb2.CompletionResult(task_id=c.task_id, accepted=True) for c in request.completions])
+        return worker_pb2.CompleteResponse(results=[
+            worker_pb2.CompletionResult(task_id=c.task_id, accepted=True) for c in request.completions])
 
     def checkpoints_sent(self, task_id: str) -> list[bytes]:
         """Every checkpoint the agent's heartbeats carried for task_id, oldest first."""
@@ -218,7 +217,7 @@ class FakeDispatcher(dispatcher_pb2_grpc.DispatchServiceServicer):
                 if ref.task_id == task_id and ref.HasField("checkpoint_json")]
 
     async def completion_for(self, task_id: str, timeout: float = 15.0,
-                             lease_epoch: int | None = None) -> history_pb2.Completion:
+                             lease_epoch: int | None = None) -> worker_pb2.Completion:
         """Wait for the completion of task_id (of that lease epoch, if given)."""
         async def found():
             while True:
@@ -266,7 +265,7 @@ async def serve_fakes() -> tuple[grpc.aio.Server, int, FakeDispatcher, FakeContr
     """Both fakes on one server at a free loopback port."""
     server = grpc.aio.server()
     dispatcher, control = FakeDispatcher(), FakeControl()
-    dispatcher_pb2_grpc.add_DispatchServiceServicer_to_server(dispatcher, server)
+    worker_pb2_grpc.add_DispatchServiceServicer_to_server(dispatcher, server)
     control_pb2_grpc.add_ControlServiceServicer_to_server(control, server)
     port = server.add_insecure_port("127.0.0.1:0")
     await server.start()

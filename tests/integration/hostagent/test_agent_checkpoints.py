@@ -11,12 +11,12 @@ import signal
 import pytest
 from google.protobuf import timestamp_pb2
 
-from ratchet.internal.history.v1 import history_pb2
+from ratchet.internal.worker.v1 import worker_pb2
 from ratchet.services.hostagent.server import HostAgent
 from tests.integration.hostagent.conftest import agent_config
 from tests.integration.hostagent.test_agent_stops_tasks import sandbox_of, until
 
-OUTCOME = history_pb2.CompletionOutcome
+OUTCOME = worker_pb2.CompletionOutcome
 UNCHANGED = "shard unavailable, lease unchanged"  # the dispatcher's CONTINUE when history was not reached
 
 
@@ -30,7 +30,7 @@ async def slow_agent(fakes, work_dir):
     await asyncio.wait_for(host_agent.stop(grace_s=0.5), 30)
 
 
-def _what(c: history_pb2.Completion) -> tuple:
+def _what(c: worker_pb2.Completion) -> tuple:
     return OUTCOME.Name(c.outcome), c.tenant_id, c.app_id, c.task_type
 
 
@@ -49,7 +49,7 @@ async def test_a_checkpoint_rides_the_next_heartbeat_and_once_acknowledged_not_t
 async def test_an_unacknowledged_checkpoint_goes_on_the_completion(agent, fakes):
     _, dispatcher, _ = fakes
     task = dispatcher.enqueue("backfill", json.dumps({"to": 2, "pause": 0.35}))
-    dispatcher.answer(task.task_id, history_pb2.LEASE_ACTION_CONTINUE, reason=UNCHANGED)
+    dispatcher.answer(task.task_id, worker_pb2.LEASE_ACTION_CONTINUE, reason=UNCHANGED)
     c = await dispatcher.completion_for(task.task_id)
     assert json.loads(c.checkpoint_json) == {"next": 2}
     # Not acknowledged, so every heartbeat (0.1 s apart) kept carrying the latest one.

@@ -8,13 +8,13 @@ import json
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from ratchet.internal.history.v1 import history_pb2
 from ratchet.internal.hostagent.v1 import hostagent_pb2, hostagent_pb2_grpc
+from ratchet.internal.worker.v1 import worker_pb2
 from ratchet.services.hostagent.server import HostAgent
 from tests.integration.hostagent.conftest import agent_config
 from tests.integration.hostagent.fakes import TOKEN
 
-OUTCOME = history_pb2.CompletionOutcome
+OUTCOME = worker_pb2.CompletionOutcome
 
 
 async def test_a_task_runs_and_its_result_is_completed(agent, fakes):
@@ -165,8 +165,8 @@ async def _fast_path(agent, dispatcher) -> None:
         done = [await dispatcher.completion_for(t.task_id) for t in later]
         polite = dispatcher.enqueue("polite")
         await _until(lambda: any(polite.task_id in dict(s.running()) for s in agent.pool.sandboxes()))
-        agent.agent.on_heartbeat(history_pb2.HeartbeatResult(task_id=polite.task_id, lease_epoch=polite.lease_epoch,
-                                                             action=history_pb2.LEASE_ACTION_CANCEL))
+        agent.agent.on_heartbeat(worker_pb2.HeartbeatResult(task_id=polite.task_id, lease_epoch=polite.lease_epoch,
+                                                             action=worker_pb2.LEASE_ACTION_CANCEL))
         stopped = await dispatcher.completion_for(polite.task_id)
     finally:
         agent_module.asyncio.ensure_future = real

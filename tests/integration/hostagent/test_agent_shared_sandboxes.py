@@ -12,7 +12,7 @@ import signal
 
 import pytest
 
-from ratchet.internal.history.v1 import history_pb2
+from ratchet.internal.worker.v1 import worker_pb2
 from ratchet.services.hostagent.server import HostAgent
 from tests.integration.hostagent.conftest import agent_config
 from tests.integration.hostagent.test_agent_stops_tasks import OUTCOME, pid_alive, sandbox_of, until
@@ -61,7 +61,7 @@ async def test_a_lost_lease_retires_its_sandbox_until_the_others_end(shared_agen
                 what="both running")
     box = sandbox_of(shared_agent, lost.task_id)
     assert sandbox_of(shared_agent, beside.task_id) is box
-    dispatcher.answer(lost.task_id, history_pb2.LEASE_ACTION_LEASE_LOST)
+    dispatcher.answer(lost.task_id, worker_pb2.LEASE_ACTION_LEASE_LOST)
     await until(lambda: box.retired_for, what="sandbox retired")
     later = dispatcher.enqueue("echo")
     c_later = await dispatcher.completion_for(later.task_id, timeout=10)

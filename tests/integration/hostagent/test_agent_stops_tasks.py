@@ -11,11 +11,11 @@ import sys
 
 import grpc
 
-from ratchet.internal.history.v1 import history_pb2
 from ratchet.internal.hostagent.v1 import hostagent_pb2, hostagent_pb2_grpc
+from ratchet.internal.worker.v1 import worker_pb2
 from tests.integration.hostagent.fakes import TOKEN
 
-OUTCOME = history_pb2.CompletionOutcome
+OUTCOME = worker_pb2.CompletionOutcome
 
 
 def pid_alive(pid: int) -> bool:
@@ -49,7 +49,7 @@ async def test_cancel_reaches_the_handler_and_the_attempt_ends_canceled(agent, f
     task = dispatcher.enqueue("polite")
     sandbox = await until(lambda: sandbox_of(agent, task.task_id), what="task running")
     await until(lambda: sandbox.last_handler_beat is not None, what="handler heartbeat")
-    dispatcher.answer(task.task_id, history_pb2.LEASE_ACTION_CANCEL, kill_after_s=10)
+    dispatcher.answer(task.task_id, worker_pb2.LEASE_ACTION_CANCEL, kill_after_s=10)
     c = await dispatcher.completion_for(task.task_id, timeout=5)
     assert OUTCOME.Name(c.outcome) == "COMPLETION_OUTCOME_CANCELED" and json.loads(c.result_json) == "stopped"
     assert sandbox.alive  # a handler that stops in time keeps its sandbox
@@ -59,7 +59,7 @@ async def test_a_handler_ignoring_cancel_is_killed_after_kill_after(agent, fakes
     _, dispatcher, _ = fakes
     task = dispatcher.enqueue("sleepy", "30")
     sandbox = await until(lambda: sandbox_of(agent, task.task_id), what="task running")
-    dispatcher.answer(task.task_id, history_pb2.LEASE_ACTION_CANCEL, kill_after_s=0.3)
+    dispatcher.answer(task.task_id, worker_pb2.LEASE_ACTION_CANCEL, kill_after_s=0.3)
     started = asyncio.get_running_loop().time()
     await until(lambda: not pid_alive(sandbox.pid), timeout=5, what="sandbox killed")
     assert asyncio.get_running_loop().time() - started >= 0.25
@@ -74,7 +74,7 @@ async def test_lease_lost_kills_the_sandbox_at_once_and_sends_nothing(agent, fak
     _, dispatcher, _ = fakes
     task = dispatcher.enqueue("sleepy", "30")
     sandbox = await until(lambda: sandbox_of(agent, task.task_id), what="task running")
-    dispatcher.answer(task.task_id, history_pb2.LEASE_ACTION_LEASE_LOST)
+    dispatcher.answer(task.task_id, worker_pb2.LEASE_ACTION_LEASE_LOST)
     await until(lambda: not pid_alive(sandbox.pid), timeout=2, what="sandbox killed")
     nxt = dispatcher.enqueue("echo")
     await dispatcher.completion_for(nxt.task_id)
@@ -105,7 +105,7 @@ async def test_capacity_bounds_busy_sandboxes(agent, fakes):
     await until(lambda: all(sandbox_of(agent, t.task_id) for t in sleepers), what="both slots busy")
     await asyncio.sleep(0.3)  # give a wrong agent the chance to over-poll
     assert dispatcher.ready.qsize() == 1 and all(c.task_id != waiting.task_id for c in dispatcher.completions)
-    dispatcher.answer(sleepers[0].task_id, history_pb2.LEASE_ACTION_LEASE_LOST)
+    dispatcher.answer(sleepers[0].task_id, worker_pb2.LEASE_ACTION_LEASE_LOST)
     await dispatcher.completion_for(waiting.task_id)
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 
-from ratchet.internal.history.v1 import history_pb2 as hpb
+from ratchet.internal.worker.v1 import worker_pb2 as wpb
 from ratchet.libs.clock import FakeClock
 from ratchet.services.dispatcher.auth import is_loopback
 from ratchet.services.dispatcher.breaker_gate import MAX_LIMITS, BreakerGate
@@ -27,12 +27,12 @@ def limits(gate: BreakerGate, apps=()):
     return {(lim.tenant_id, lim.app_id, lim.task_type): lim.max_tasks for lim in lims}, probes
 
 
-def leased(key: BreakerKey, task_id: str) -> hpb.LeasedTask:
-    return hpb.LeasedTask(task_id=task_id, tenant_id=key.tenant_id, app_id=key.app_id, task_type=key.task_type)
+def leased(key: BreakerKey, task_id: str) -> wpb.LeasedTask:
+    return wpb.LeasedTask(task_id=task_id, tenant_id=key.tenant_id, app_id=key.app_id, task_type=key.task_type)
 
 
-def completion(key: BreakerKey, task_id: str, outcome=hpb.COMPLETION_OUTCOME_SUCCEEDED) -> hpb.Completion:
-    return hpb.Completion(task_id=task_id, lease_epoch=1, outcome=outcome, tenant_id=key.tenant_id,
+def completion(key: BreakerKey, task_id: str, outcome=wpb.COMPLETION_OUTCOME_SUCCEEDED) -> wpb.Completion:
+    return wpb.Completion(task_id=task_id, lease_epoch=1, outcome=outcome, tenant_id=key.tenant_id,
                           app_id=key.app_id, task_type=key.task_type)
 
 
@@ -100,15 +100,15 @@ def test_a_token_is_dropped_when_the_claim_is_no_longer_ours():
 def test_completions_the_breakers_hear_about():
     gate = BreakerGate("me", FakeClock())
     ok = completion(POISON, "t1")
-    crashed = completion(POISON, "t2", hpb.COMPLETION_OUTCOME_CRASHED)
+    crashed = completion(POISON, "t2", wpb.COMPLETION_OUTCOME_CRASHED)
     crashed.error.error_class, crashed.error.message = "SandboxCrashed", "signal 9"
     assert gate.outcome(ok) is None  # the common case: no breaker, no crash
     got = gate.outcome(crashed)
     assert (got.key, got.task_id, got.crashed, got.error_class, got.message) == \
         (POISON, "t2", True, "SandboxCrashed", "signal 9")
-    unnamed = hpb.Completion(task_id="t3", outcome=hpb.COMPLETION_OUTCOME_CRASHED)
+    unnamed = wpb.Completion(task_id="t3", outcome=wpb.COMPLETION_OUTCOME_CRASHED)
     assert gate.outcome(unnamed) is None  # an agent that does not say the type cannot be counted
-    too_long = completion(BreakerKey("tenant-a", "app", "x" * 201), "t4", hpb.COMPLETION_OUTCOME_CRASHED)
+    too_long = completion(BreakerKey("tenant-a", "app", "x" * 201), "t4", wpb.COMPLETION_OUTCOME_CRASHED)
     assert gate.outcome(too_long) is None  # history would refuse it as a type limit
     # The probe's completion, known locally before the row says so, and from the row.
     gate.replace([row(POISON, HALF_OPEN, probe_owner="me", probe_leased_at=NOW)])

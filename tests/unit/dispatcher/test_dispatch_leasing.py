@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 
 from ratchet.internal.history.v1 import history_pb2 as hpb
+from ratchet.internal.worker.v1 import worker_pb2 as wpb
 from ratchet.libs.clock import SystemClock
 from ratchet.services.dispatcher.errors import ShardUnavailable
 from ratchet.services.dispatcher.leasing import LeaseAsk, Leaser
@@ -31,7 +32,7 @@ class Client:
             raise ShardUnavailable(shard, "down")
         n = min(max_tasks, self.ready.get(shard, 0))
         self.ready[shard] = self.ready.get(shard, 0) - n
-        tasks = [hpb.LeasedTask(shard_id=shard, task_id=f"{shard}-{i}") for i in range(n)]
+        tasks = [wpb.LeasedTask(shard_id=shard, task_id=f"{shard}-{i}") for i in range(n)]
         return hpb.LeaseTasksResponse(tasks=tasks, more=self.ready[shard] > 0,
                                       next_tenant_cursor=f"c{shard}-{len(self.calls)}" if n else "")
 

@@ -8,6 +8,7 @@ import pytest
 from dispatch_clock import RecordingClock
 
 from ratchet.internal.history.v1 import history_pb2 as hpb
+from ratchet.internal.worker.v1 import worker_pb2 as wpb
 from ratchet.services.dispatcher.completions import CompletionBatcher
 from ratchet.services.dispatcher.errors import HistoryRejected, ShardUnavailable
 from ratchet.services.dispatcher.loops.timers import MIN_SLEEP_S, TimerLoop
@@ -62,12 +63,12 @@ class CompleteClient:
             raise self.fail
         if self.reject_task and any(c.task_id == self.reject_task for c in completions):
             raise HistoryRejected(shard, __import__("grpc").StatusCode.INVALID_ARGUMENT, "bad completion")
-        return hpb.CompleteTasksResponse(results=[hpb.CompletionResult(task_id=c.task_id, accepted=True)
+        return hpb.CompleteTasksResponse(results=[wpb.CompletionResult(task_id=c.task_id, accepted=True)
                                                   for c in completions])
 
 
 def _c(task_id):
-    return hpb.Completion(shard_id=0, task_id=task_id, lease_epoch=1, outcome=hpb.COMPLETION_OUTCOME_SUCCEEDED)
+    return wpb.Completion(shard_id=0, task_id=task_id, lease_epoch=1, outcome=wpb.COMPLETION_OUTCOME_SUCCEEDED)
 
 
 async def test_batcher_sends_alone_when_idle_and_groups_while_busy():

@@ -7,15 +7,15 @@ import pathlib
 
 import pytest
 
-from ratchet.internal.history.v1 import history_pb2
+from ratchet.internal.worker.v1 import worker_pb2
 from ratchet.sandbox.protocol import ProtocolError
 from ratchet.services.hostagent import outcomes
 from ratchet.services.hostagent.agent import Agent, Lease
 from ratchet.services.hostagent.sandboxes import RunEnd, Sandbox, SandboxDirs, _Run
 
-TASK = history_pb2.LeasedTask(shard_id=2, task_id="t1", tenant_id="ten", app_id="app", task_type="resize",
+TASK = worker_pb2.LeasedTask(shard_id=2, task_id="t1", tenant_id="ten", app_id="app", task_type="resize",
                               lease_epoch=9, attempt=3)
-CONTINUE, CANCEL = history_pb2.LEASE_ACTION_CONTINUE, history_pb2.LEASE_ACTION_CANCEL
+CONTINUE, CANCEL = worker_pb2.LEASE_ACTION_CONTINUE, worker_pb2.LEASE_ACTION_CANCEL
 
 
 async def _agent_with_lease() -> tuple[Agent, Lease]:
@@ -25,8 +25,8 @@ async def _agent_with_lease() -> tuple[Agent, Lease]:
     return agent, lease
 
 
-def _result(action: int, reason: str = "") -> history_pb2.HeartbeatResult:
-    return history_pb2.HeartbeatResult(task_id="t1", lease_epoch=9, action=action, reason=reason)
+def _result(action: int, reason: str = "") -> worker_pb2.HeartbeatResult:
+    return worker_pb2.HeartbeatResult(task_id="t1", lease_epoch=9, action=action, reason=reason)
 
 
 async def test_a_checkpoint_rides_heartbeats_until_history_acknowledges_it():
@@ -56,7 +56,7 @@ async def test_one_heartbeat_carries_a_bounded_amount_of_checkpoints(monkeypatch
 
     monkeypatch.setattr(agent_module, "HEARTBEAT_CHECKPOINT_BUDGET", 10)
     agent, lease = await _agent_with_lease()
-    other = Lease(history_pb2.LeasedTask(shard_id=2, task_id="t2", lease_epoch=1))
+    other = Lease(worker_pb2.LeasedTask(shard_id=2, task_id="t2", lease_epoch=1))
     agent._leases["t2"] = other
     agent._checkpoint(lease, b"12345678")
     agent._checkpoint(other, b"87654321")
@@ -82,7 +82,7 @@ def test_completions_name_tenant_app_and_task_type_whatever_the_outcome():
     setup = outcomes.failed(TASK, "NoActiveDeployment", "none")
     for c in (done, crashed, setup):
         assert (c.tenant_id, c.app_id, c.task_type, c.lease_epoch) == ("ten", "app", "resize", 9)
-    assert crashed.outcome == history_pb2.COMPLETION_OUTCOME_CRASHED
+    assert crashed.outcome == worker_pb2.COMPLETION_OUTCOME_CRASHED
     assert crashed.error.error_class == "SandboxCrashed"
 
 
@@ -114,5 +114,5 @@ def test_checkpoints_reach_only_the_task_they_name(sandbox):
 
 def test_a_task_killed_beside_another_is_failed_not_crashed():
     c = outcomes.killed_beside(TASK, "task x lost its lease")
-    assert c.outcome == history_pb2.COMPLETION_OUTCOME_FAILED and c.error.error_class == "SandboxCrashed"
+    assert c.outcome == worker_pb2.COMPLETION_OUTCOME_FAILED and c.error.error_class == "SandboxCrashed"
     assert "task x lost its lease" in c.error.message and c.task_type == "resize"

@@ -22,40 +22,24 @@ _runtime_version.ValidateProtobufRuntimeVersion(
 _sym_db = _symbol_database.Default()
 
 
-from google.protobuf import duration_pb2 as google_dot_protobuf_dot_duration__pb2
 from ratchet.api.tasks.v1 import breakers_pb2 as ratchet_dot_api_dot_tasks_dot_v1_dot_breakers__pb2
-from ratchet.internal.history.v1 import history_pb2 as ratchet_dot_internal_dot_history_dot_v1_dot_history__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n/ratchet/internal/dispatcher/v1/dispatcher.proto\x12\x1eratchet.internal.dispatcher.v1\x1a\x1egoogle/protobuf/duration.proto\x1a#ratchet/api/tasks/v1/breakers.proto\x1a)ratchet/internal/history/v1/history.proto\"8\n\x13ListBreakersRequest\x12\x11\n\ttenant_id\x18\x01 \x01(\t\x12\x0e\n\x06\x61pp_id\x18\x02 \x01(\t\"G\n\x14ListBreakersResponse\x12/\n\x08\x62reakers\x18\x01 \x03(\x0b\x32\x1d.ratchet.api.tasks.v1.Breaker\"K\n\x13ResetBreakerRequest\x12\x11\n\ttenant_id\x18\x01 \x01(\t\x12\x0e\n\x06\x61pp_id\x18\x02 \x01(\t\x12\x11\n\ttask_type\x18\x03 \x01(\t\"F\n\x14ResetBreakerResponse\x12.\n\x07\x62reaker\x18\x01 \x01(\x0b\x32\x1d.ratchet.api.tasks.v1.Breaker\"p\n\x0bPollRequest\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\x10\n\x08\x63\x61pacity\x18\x02 \x01(\x05\x12\x0f\n\x07\x61pp_ids\x18\x03 \x03(\t\x12+\n\x08max_wait\x18\x04 \x01(\x0b\x32\x19.google.protobuf.Duration\"F\n\x0cPollResponse\x12\x36\n\x05tasks\x18\x01 \x03(\x0b\x32\'.ratchet.internal.history.v1.LeasedTask\"\\\n\x10HeartbeatRequest\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\x35\n\x06leases\x18\x02 \x03(\x0b\x32%.ratchet.internal.history.v1.LeaseRef\"R\n\x11HeartbeatResponse\x12=\n\x07results\x18\x01 \x03(\x0b\x32,.ratchet.internal.history.v1.HeartbeatResult\"b\n\x0f\x43ompleteRequest\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12<\n\x0b\x63ompletions\x18\x02 \x03(\x0b\x32\'.ratchet.internal.history.v1.Completion\"R\n\x10\x43ompleteResponse\x12>\n\x07results\x18\x01 \x03(\x0b\x32-.ratchet.internal.history.v1.CompletionResult2\xd7\x02\n\x0f\x44ispatchService\x12\x63\n\x04Poll\x12+.ratchet.internal.dispatcher.v1.PollRequest\x1a,.ratchet.internal.dispatcher.v1.PollResponse0\x01\x12p\n\tHeartbeat\x12\x30.ratchet.internal.dispatcher.v1.HeartbeatRequest\x1a\x31.ratchet.internal.dispatcher.v1.HeartbeatResponse\x12m\n\x08\x43omplete\x12/.ratchet.internal.dispatcher.v1.CompleteRequest\x1a\x30.ratchet.internal.dispatcher.v1.CompleteResponse2\x8b\x02\n\x13\x42reakerAdminService\x12y\n\x0cListBreakers\x12\x33.ratchet.internal.dispatcher.v1.ListBreakersRequest\x1a\x34.ratchet.internal.dispatcher.v1.ListBreakersResponse\x12y\n\x0cResetBreaker\x12\x33.ratchet.internal.dispatcher.v1.ResetBreakerRequest\x1a\x34.ratchet.internal.dispatcher.v1.ResetBreakerResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n/ratchet/internal/dispatcher/v1/dispatcher.proto\x12\x1eratchet.internal.dispatcher.v1\x1a#ratchet/api/tasks/v1/breakers.proto\"8\n\x13ListBreakersRequest\x12\x11\n\ttenant_id\x18\x01 \x01(\t\x12\x0e\n\x06\x61pp_id\x18\x02 \x01(\t\"G\n\x14ListBreakersResponse\x12/\n\x08\x62reakers\x18\x01 \x03(\x0b\x32\x1d.ratchet.api.tasks.v1.Breaker\"K\n\x13ResetBreakerRequest\x12\x11\n\ttenant_id\x18\x01 \x01(\t\x12\x0e\n\x06\x61pp_id\x18\x02 \x01(\t\x12\x11\n\ttask_type\x18\x03 \x01(\t\"F\n\x14ResetBreakerResponse\x12.\n\x07\x62reaker\x18\x01 \x01(\x0b\x32\x1d.ratchet.api.tasks.v1.Breaker2\x8b\x02\n\x13\x42reakerAdminService\x12y\n\x0cListBreakers\x12\x33.ratchet.internal.dispatcher.v1.ListBreakersRequest\x1a\x34.ratchet.internal.dispatcher.v1.ListBreakersResponse\x12y\n\x0cResetBreaker\x12\x33.ratchet.internal.dispatcher.v1.ResetBreakerRequest\x1a\x34.ratchet.internal.dispatcher.v1.ResetBreakerResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'ratchet.internal.dispatcher.v1.dispatcher_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_LISTBREAKERSREQUEST']._serialized_start=195
-  _globals['_LISTBREAKERSREQUEST']._serialized_end=251
-  _globals['_LISTBREAKERSRESPONSE']._serialized_start=253
-  _globals['_LISTBREAKERSRESPONSE']._serialized_end=324
-  _globals['_RESETBREAKERREQUEST']._serialized_start=326
-  _globals['_RESETBREAKERREQUEST']._serialized_end=401
-  _globals['_RESETBREAKERRESPONSE']._serialized_start=403
-  _globals['_RESETBREAKERRESPONSE']._serialized_end=473
-  _globals['_POLLREQUEST']._serialized_start=475
-  _globals['_POLLREQUEST']._serialized_end=587
-  _globals['_POLLRESPONSE']._serialized_start=589
-  _globals['_POLLRESPONSE']._serialized_end=659
-  _globals['_HEARTBEATREQUEST']._serialized_start=661
-  _globals['_HEARTBEATREQUEST']._serialized_end=753
-  _globals['_HEARTBEATRESPONSE']._serialized_start=755
-  _globals['_HEARTBEATRESPONSE']._serialized_end=837
-  _globals['_COMPLETEREQUEST']._serialized_start=839
-  _globals['_COMPLETEREQUEST']._serialized_end=937
-  _globals['_COMPLETERESPONSE']._serialized_start=939
-  _globals['_COMPLETERESPONSE']._serialized_end=1021
-  _globals['_DISPATCHSERVICE']._serialized_start=1024
-  _globals['_DISPATCHSERVICE']._serialized_end=1367
-  _globals['_BREAKERADMINSERVICE']._serialized_start=1370
-  _globals['_BREAKERADMINSERVICE']._serialized_end=1637
+  _globals['_LISTBREAKERSREQUEST']._serialized_start=120
+  _globals['_LISTBREAKERSREQUEST']._serialized_end=176
+  _globals['_LISTBREAKERSRESPONSE']._serialized_start=178
+  _globals['_LISTBREAKERSRESPONSE']._serialized_end=249
+  _globals['_RESETBREAKERREQUEST']._serialized_start=251
+  _globals['_RESETBREAKERREQUEST']._serialized_end=326
+  _globals['_RESETBREAKERRESPONSE']._serialized_start=328
+  _globals['_RESETBREAKERRESPONSE']._serialized_end=398
+  _globals['_BREAKERADMINSERVICE']._serialized_start=401
+  _globals['_BREAKERADMINSERVICE']._serialized_end=668
 # @@protoc_insertion_point(module_scope)

@@ -3,38 +3,14 @@ import datetime
 from google.protobuf import duration_pb2 as _duration_pb2
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
 from ratchet.api.tasks.v1 import tasks_pb2 as _tasks_pb2
+from ratchet.internal.worker.v1 import worker_pb2 as _worker_pb2
 from google.protobuf.internal import containers as _containers
-from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
 from collections.abc import Iterable as _Iterable, Mapping as _Mapping
 from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
-
-class LeaseAction(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
-    __slots__ = ()
-    LEASE_ACTION_UNSPECIFIED: _ClassVar[LeaseAction]
-    LEASE_ACTION_CONTINUE: _ClassVar[LeaseAction]
-    LEASE_ACTION_CANCEL: _ClassVar[LeaseAction]
-    LEASE_ACTION_LEASE_LOST: _ClassVar[LeaseAction]
-
-class CompletionOutcome(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
-    __slots__ = ()
-    COMPLETION_OUTCOME_UNSPECIFIED: _ClassVar[CompletionOutcome]
-    COMPLETION_OUTCOME_SUCCEEDED: _ClassVar[CompletionOutcome]
-    COMPLETION_OUTCOME_FAILED: _ClassVar[CompletionOutcome]
-    COMPLETION_OUTCOME_CANCELED: _ClassVar[CompletionOutcome]
-    COMPLETION_OUTCOME_CRASHED: _ClassVar[CompletionOutcome]
-LEASE_ACTION_UNSPECIFIED: LeaseAction
-LEASE_ACTION_CONTINUE: LeaseAction
-LEASE_ACTION_CANCEL: LeaseAction
-LEASE_ACTION_LEASE_LOST: LeaseAction
-COMPLETION_OUTCOME_UNSPECIFIED: CompletionOutcome
-COMPLETION_OUTCOME_SUCCEEDED: CompletionOutcome
-COMPLETION_OUTCOME_FAILED: CompletionOutcome
-COMPLETION_OUTCOME_CANCELED: CompletionOutcome
-COMPLETION_OUTCOME_CRASHED: CompletionOutcome
 
 class NewTask(_message.Message):
     __slots__ = ("task_id", "tenant_id", "app_id", "task_type", "queue", "payload_json", "delay", "run_at", "idempotency_key", "fingerprint", "retry", "timeouts", "non_retryable", "schedule_id", "scheduled_time")
@@ -212,63 +188,15 @@ class TaskTypeLimit(_message.Message):
     max_tasks: int
     def __init__(self, tenant_id: _Optional[str] = ..., app_id: _Optional[str] = ..., task_type: _Optional[str] = ..., max_tasks: _Optional[int] = ...) -> None: ...
 
-class LeasedTask(_message.Message):
-    __slots__ = ("shard_id", "task_id", "tenant_id", "app_id", "task_type", "queue", "payload_json", "attempt", "max_attempts", "lease_epoch", "lease_duration", "start_to_close", "scheduled_at", "schedule_id", "scheduled_time", "last_checkpoint_json")
-    SHARD_ID_FIELD_NUMBER: _ClassVar[int]
-    TASK_ID_FIELD_NUMBER: _ClassVar[int]
-    TENANT_ID_FIELD_NUMBER: _ClassVar[int]
-    APP_ID_FIELD_NUMBER: _ClassVar[int]
-    TASK_TYPE_FIELD_NUMBER: _ClassVar[int]
-    QUEUE_FIELD_NUMBER: _ClassVar[int]
-    PAYLOAD_JSON_FIELD_NUMBER: _ClassVar[int]
-    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
-    MAX_ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
-    LEASE_EPOCH_FIELD_NUMBER: _ClassVar[int]
-    LEASE_DURATION_FIELD_NUMBER: _ClassVar[int]
-    START_TO_CLOSE_FIELD_NUMBER: _ClassVar[int]
-    SCHEDULED_AT_FIELD_NUMBER: _ClassVar[int]
-    SCHEDULE_ID_FIELD_NUMBER: _ClassVar[int]
-    SCHEDULED_TIME_FIELD_NUMBER: _ClassVar[int]
-    LAST_CHECKPOINT_JSON_FIELD_NUMBER: _ClassVar[int]
-    shard_id: int
-    task_id: str
-    tenant_id: str
-    app_id: str
-    task_type: str
-    queue: str
-    payload_json: bytes
-    attempt: int
-    max_attempts: int
-    lease_epoch: int
-    lease_duration: _duration_pb2.Duration
-    start_to_close: _duration_pb2.Duration
-    scheduled_at: _timestamp_pb2.Timestamp
-    schedule_id: str
-    scheduled_time: _timestamp_pb2.Timestamp
-    last_checkpoint_json: bytes
-    def __init__(self, shard_id: _Optional[int] = ..., task_id: _Optional[str] = ..., tenant_id: _Optional[str] = ..., app_id: _Optional[str] = ..., task_type: _Optional[str] = ..., queue: _Optional[str] = ..., payload_json: _Optional[bytes] = ..., attempt: _Optional[int] = ..., max_attempts: _Optional[int] = ..., lease_epoch: _Optional[int] = ..., lease_duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., start_to_close: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., scheduled_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., schedule_id: _Optional[str] = ..., scheduled_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., last_checkpoint_json: _Optional[bytes] = ...) -> None: ...
-
 class LeaseTasksResponse(_message.Message):
     __slots__ = ("tasks", "next_tenant_cursor", "more")
     TASKS_FIELD_NUMBER: _ClassVar[int]
     NEXT_TENANT_CURSOR_FIELD_NUMBER: _ClassVar[int]
     MORE_FIELD_NUMBER: _ClassVar[int]
-    tasks: _containers.RepeatedCompositeFieldContainer[LeasedTask]
+    tasks: _containers.RepeatedCompositeFieldContainer[_worker_pb2.LeasedTask]
     next_tenant_cursor: str
     more: bool
-    def __init__(self, tasks: _Optional[_Iterable[_Union[LeasedTask, _Mapping]]] = ..., next_tenant_cursor: _Optional[str] = ..., more: _Optional[bool] = ...) -> None: ...
-
-class LeaseRef(_message.Message):
-    __slots__ = ("shard_id", "task_id", "lease_epoch", "checkpoint_json")
-    SHARD_ID_FIELD_NUMBER: _ClassVar[int]
-    TASK_ID_FIELD_NUMBER: _ClassVar[int]
-    LEASE_EPOCH_FIELD_NUMBER: _ClassVar[int]
-    CHECKPOINT_JSON_FIELD_NUMBER: _ClassVar[int]
-    shard_id: int
-    task_id: str
-    lease_epoch: int
-    checkpoint_json: bytes
-    def __init__(self, shard_id: _Optional[int] = ..., task_id: _Optional[str] = ..., lease_epoch: _Optional[int] = ..., checkpoint_json: _Optional[bytes] = ...) -> None: ...
+    def __init__(self, tasks: _Optional[_Iterable[_Union[_worker_pb2.LeasedTask, _Mapping]]] = ..., next_tenant_cursor: _Optional[str] = ..., more: _Optional[bool] = ...) -> None: ...
 
 class RecordHeartbeatsRequest(_message.Message):
     __slots__ = ("shard_id", "leases", "lease_duration")
@@ -276,83 +204,29 @@ class RecordHeartbeatsRequest(_message.Message):
     LEASES_FIELD_NUMBER: _ClassVar[int]
     LEASE_DURATION_FIELD_NUMBER: _ClassVar[int]
     shard_id: int
-    leases: _containers.RepeatedCompositeFieldContainer[LeaseRef]
+    leases: _containers.RepeatedCompositeFieldContainer[_worker_pb2.LeaseRef]
     lease_duration: _duration_pb2.Duration
-    def __init__(self, shard_id: _Optional[int] = ..., leases: _Optional[_Iterable[_Union[LeaseRef, _Mapping]]] = ..., lease_duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
-
-class HeartbeatResult(_message.Message):
-    __slots__ = ("task_id", "lease_epoch", "action", "reason", "kill_after")
-    TASK_ID_FIELD_NUMBER: _ClassVar[int]
-    LEASE_EPOCH_FIELD_NUMBER: _ClassVar[int]
-    ACTION_FIELD_NUMBER: _ClassVar[int]
-    REASON_FIELD_NUMBER: _ClassVar[int]
-    KILL_AFTER_FIELD_NUMBER: _ClassVar[int]
-    task_id: str
-    lease_epoch: int
-    action: LeaseAction
-    reason: str
-    kill_after: _duration_pb2.Duration
-    def __init__(self, task_id: _Optional[str] = ..., lease_epoch: _Optional[int] = ..., action: _Optional[_Union[LeaseAction, str]] = ..., reason: _Optional[str] = ..., kill_after: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+    def __init__(self, shard_id: _Optional[int] = ..., leases: _Optional[_Iterable[_Union[_worker_pb2.LeaseRef, _Mapping]]] = ..., lease_duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
 
 class RecordHeartbeatsResponse(_message.Message):
     __slots__ = ("results",)
     RESULTS_FIELD_NUMBER: _ClassVar[int]
-    results: _containers.RepeatedCompositeFieldContainer[HeartbeatResult]
-    def __init__(self, results: _Optional[_Iterable[_Union[HeartbeatResult, _Mapping]]] = ...) -> None: ...
-
-class Completion(_message.Message):
-    __slots__ = ("shard_id", "task_id", "lease_epoch", "outcome", "result_json", "error", "fatal", "retry_after", "tenant_id", "app_id", "task_type", "checkpoint_json")
-    SHARD_ID_FIELD_NUMBER: _ClassVar[int]
-    TASK_ID_FIELD_NUMBER: _ClassVar[int]
-    LEASE_EPOCH_FIELD_NUMBER: _ClassVar[int]
-    OUTCOME_FIELD_NUMBER: _ClassVar[int]
-    RESULT_JSON_FIELD_NUMBER: _ClassVar[int]
-    ERROR_FIELD_NUMBER: _ClassVar[int]
-    FATAL_FIELD_NUMBER: _ClassVar[int]
-    RETRY_AFTER_FIELD_NUMBER: _ClassVar[int]
-    TENANT_ID_FIELD_NUMBER: _ClassVar[int]
-    APP_ID_FIELD_NUMBER: _ClassVar[int]
-    TASK_TYPE_FIELD_NUMBER: _ClassVar[int]
-    CHECKPOINT_JSON_FIELD_NUMBER: _ClassVar[int]
-    shard_id: int
-    task_id: str
-    lease_epoch: int
-    outcome: CompletionOutcome
-    result_json: bytes
-    error: _tasks_pb2.TaskError
-    fatal: bool
-    retry_after: _duration_pb2.Duration
-    tenant_id: str
-    app_id: str
-    task_type: str
-    checkpoint_json: bytes
-    def __init__(self, shard_id: _Optional[int] = ..., task_id: _Optional[str] = ..., lease_epoch: _Optional[int] = ..., outcome: _Optional[_Union[CompletionOutcome, str]] = ..., result_json: _Optional[bytes] = ..., error: _Optional[_Union[_tasks_pb2.TaskError, _Mapping]] = ..., fatal: _Optional[bool] = ..., retry_after: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., tenant_id: _Optional[str] = ..., app_id: _Optional[str] = ..., task_type: _Optional[str] = ..., checkpoint_json: _Optional[bytes] = ...) -> None: ...
+    results: _containers.RepeatedCompositeFieldContainer[_worker_pb2.HeartbeatResult]
+    def __init__(self, results: _Optional[_Iterable[_Union[_worker_pb2.HeartbeatResult, _Mapping]]] = ...) -> None: ...
 
 class CompleteTasksRequest(_message.Message):
     __slots__ = ("shard_id", "completions")
     SHARD_ID_FIELD_NUMBER: _ClassVar[int]
     COMPLETIONS_FIELD_NUMBER: _ClassVar[int]
     shard_id: int
-    completions: _containers.RepeatedCompositeFieldContainer[Completion]
-    def __init__(self, shard_id: _Optional[int] = ..., completions: _Optional[_Iterable[_Union[Completion, _Mapping]]] = ...) -> None: ...
-
-class CompletionResult(_message.Message):
-    __slots__ = ("task_id", "accepted", "state", "reason")
-    TASK_ID_FIELD_NUMBER: _ClassVar[int]
-    ACCEPTED_FIELD_NUMBER: _ClassVar[int]
-    STATE_FIELD_NUMBER: _ClassVar[int]
-    REASON_FIELD_NUMBER: _ClassVar[int]
-    task_id: str
-    accepted: bool
-    state: _tasks_pb2.TaskState
-    reason: str
-    def __init__(self, task_id: _Optional[str] = ..., accepted: _Optional[bool] = ..., state: _Optional[_Union[_tasks_pb2.TaskState, str]] = ..., reason: _Optional[str] = ...) -> None: ...
+    completions: _containers.RepeatedCompositeFieldContainer[_worker_pb2.Completion]
+    def __init__(self, shard_id: _Optional[int] = ..., completions: _Optional[_Iterable[_Union[_worker_pb2.Completion, _Mapping]]] = ...) -> None: ...
 
 class CompleteTasksResponse(_message.Message):
     __slots__ = ("results",)
     RESULTS_FIELD_NUMBER: _ClassVar[int]
-    results: _containers.RepeatedCompositeFieldContainer[CompletionResult]
-    def __init__(self, results: _Optional[_Iterable[_Union[CompletionResult, _Mapping]]] = ...) -> None: ...
+    results: _containers.RepeatedCompositeFieldContainer[_worker_pb2.CompletionResult]
+    def __init__(self, results: _Optional[_Iterable[_Union[_worker_pb2.CompletionResult, _Mapping]]] = ...) -> None: ...
 
 class FireTimersRequest(_message.Message):
     __slots__ = ("shard_id", "max_timers")
