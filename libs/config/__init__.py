@@ -40,12 +40,15 @@ def _coerce(name: str, kind: Any, value: Any) -> Any:
             return value.lower() in ("1", "true", "yes", "on")
         raise ConfigError(f"config field {name!r} must be a boolean, got {value!r}")
     if kind in (int, float):
+        what = "an integer" if kind is int else "a number"
         try:
             if isinstance(value, bool):
                 raise TypeError
+            if kind is int and isinstance(value, float) and not value.is_integer():
+                raise ValueError  # int(2.5) would be 2: a typo must not pass as a smaller number
             return kind(value)
-        except (TypeError, ValueError):
-            raise ConfigError(f"config field {name!r} must be a {kind.__name__}, got {value!r}") from None
+        except (TypeError, ValueError, OverflowError):
+            raise ConfigError(f"config field {name!r} must be {what}, got {value!r}") from None
     if kind is str:
         if not isinstance(value, str):
             raise ConfigError(f"config field {name!r} must be a string, got {value!r}")
@@ -83,6 +86,10 @@ def load_config(cls: type[T], path: str | os.PathLike | None = None, *, env_pref
         if env is not None:
             data[name] = env
     data.update(overrides or {})
+    missing = [name for name, f in fields.items() if name not in data and f.default is dataclasses.MISSING
+               and f.default_factory is dataclasses.MISSING]
+    if missing:
+        raise ConfigError(f"config field(s) {missing} of {cls.__name__} required (no default)")
     kwargs = {}
     for name, value in data.items():
         kwargs[name] = _coerce(name, hints[name], value)

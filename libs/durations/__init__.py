@@ -28,14 +28,3 @@ def parse_duration(value: str | int | float) -> float:
         pos = m.end()
     return total
 
-
-def format_duration(seconds: float) -> str:
-    """A short human form: 0.25 -> '250ms', 90 -> '1m30s'."""
-    if seconds < 1:
-        return f"{round(seconds * 1000)}ms"
-    out, rest = [], round(seconds)
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
-        if rest >= size:
-            out.append(f"{rest // size}{unit}")
-            rest %= size
-    return "".join(out) or "0s"
