@@ -61,8 +61,23 @@ def _coerce(name: str, kind: Any, value: Any) -> Any:
                 raise ConfigError(f"config field {name!r} must be JSON, got {value!r}") from None
         if not isinstance(value, origin):
             raise ConfigError(f"config field {name!r} must be a {origin.__name__}, got {value!r}")
-        return value
+        return _coerce_items(name, kind, value)
     return value
+
+
+def _coerce_items(name: str, kind: Any, value: list | dict) -> list | dict:
+    """Each element of a list[X] (each value of a dict[str, X]) coerced as X, the bad one named."""
+    args = typing.get_args(kind)
+    if isinstance(value, list):
+        if not args:
+            return value
+        return [_coerce(f"{name}[{i}]", args[0], v) for i, v in enumerate(value)]
+    if len(args) != 2:
+        return value
+    for k in value:
+        if not isinstance(k, str):
+            raise ConfigError(f"config field {name!r} must have string keys, got {k!r}")
+    return {k: _coerce(f"{name}.{k}", args[1], v) for k, v in value.items()}
 
 
 def load_config(cls: type[T], path: str | os.PathLike | None = None, *, env_prefix: str = "",

@@ -60,3 +60,20 @@ def test_describe_lists_each_field_with_its_default_and_doc():
     assert lines[0] == "  dsn = '(required)': where the database is (required)"
     assert lines[1] == "  batch_size = 100: rows per call"
     assert len(lines) == 5
+
+
+def test_list_and_dict_elements_are_checked_and_the_bad_one_named():
+    import dataclasses as dc
+
+    from ratchet.libs.config import ConfigError, field, load_config
+
+    @dc.dataclass(frozen=True)
+    class C:
+        ids: list[int] = field(default_factory=list, doc="ids")
+        dsns: dict[str, str] = field(default_factory=dict, doc="dsns")
+
+    assert load_config(C, overrides={"ids": [1, "2"], "dsns": {"1": "postgres://x"}}) == C([1, 2], {"1": "postgres://x"})
+    with pytest.raises(ConfigError, match=r"'ids\[1\]' must be an integer, got 'two'"):
+        load_config(C, overrides={"ids": [1, "two"]})
+    with pytest.raises(ConfigError, match=r"'dsns\.1' must be a string, got 5"):
+        load_config(C, overrides={"dsns": {"1": 5}})
