@@ -32,12 +32,11 @@ from ratchet.services.history.store import Store
 
 log = logging.getLogger(__name__)
 
-# Most requests, and about the most rows and payload bytes, one statement carries (a request
-# larger than that still goes, alone).
+# Most requests, and about the most payload bytes, one statement carries, each task counting
+# for at least enqueue.ROW_BYTES (so at most ~5,000 tasks); a request larger than that still
+# goes, alone.
 MAX_GROUP = 500
-MAX_GROUP_ROWS = 5000
 MAX_GROUP_BYTES = 8 << 20
-_ROW_BYTES = MAX_GROUP_BYTES // MAX_GROUP_ROWS  # what a row counts for at least, so both bounds hold
 # Errors that fail each request the same way alone: no point in running them one by one.
 _WHOLE_GROUP = (ShardUnavailable, ShardTimeout)
 _CREATED = Row(created=True, due=True)
@@ -46,8 +45,7 @@ Item = tuple[Shard, Request]
 
 
 def _size(item: Item) -> int:
-    b = item[1].batch
-    return max(len(b) * _ROW_BYTES, sum(map(len, b.payloads)))
+    return item[1].size
 
 
 class Committer:

@@ -24,6 +24,9 @@ from ratchet.services.history.errors import Contention, HistoryError, InvalidArg
 # fewer go by the statement, where COPY's fixed cost (asyncpg's copy-in, a second round trip)
 # outweighs what Postgres saves (single enqueues, 32 producers: history 226 -> 263 us per task).
 COPY_MIN_ROWS = 50
+# What a task weighs in a group commit at least, against its bound on payload bytes (commit.py):
+# 8 MiB of payload or 5,000 tasks, whichever comes first.
+ROW_BYTES = (8 << 20) // 5000
 # Statements one group of requests may take before its undecided requests give up (Contention:
 # the caller retries). A round decides every row but those that met a race, an expired key or
 # a request held back by another row of its own: in practice one or two rounds.
@@ -70,6 +73,7 @@ class Batch:
     fingerprint: list[str | None]
     schedule_id: list[str | None]
     scheduled_time: list[datetime | None]
+    is_plain: bool | None = dataclasses.field(default=None, repr=False, compare=False)  # plain(), once known
 
     def __len__(self) -> int:
         return len(self.task_ids)
@@ -87,25 +91,40 @@ class Batch:
                      **{name: cut(getattr(self, name)) for name in COLUMNS})
 
 
-def _same(values: list) -> bool:
-    v0 = values[0]
-    return all(v is v0 or v == v0 for v in values)  # (one policy's tasks hold one object: convert.py)
+def _unset(column: list) -> bool:
+    """Whether no task sets this column (None shared by all: what convert and merge make of it)."""
+    return len(column) == 1 and column[0] is None
 
 
 def merge(batches: Sequence[Batch]) -> Batch:
     """Several batches as one, in order: a column every one of them shares with one value stays
-    shared, any other is spelled per task."""
+    shared, any other is spelled per task. (Plain loops: this runs per group commit.)"""
     if len(batches) == 1:
         return batches[0]
+    first, rest = batches[0], batches[1:]
     cols: dict[str, list] = {}
     for name in COLUMNS:
-        parts = [getattr(b, name) for b in batches]
-        if all(len(p) == 1 for p in parts) and _same([p[0] for p in parts]):
-            cols[name] = parts[0]
-        else:
-            cols[name] = [v for b, p in zip(batches, parts, strict=True) for v in (p if len(p) > 1 else p * len(b))]
-    return Batch(task_ids=[t for b in batches for t in b.task_ids], payloads=[x for b in batches for x in b.payloads],
-                 **cols)
+        column = getattr(first, name)
+        if len(column) == 1:
+            v0 = column[0]
+            for b in rest:
+                other = getattr(b, name)
+                if len(other) != 1 or (other[0] is not v0 and other[0] != v0):
+                    break
+            else:
+                cols[name] = column  # (one policy's tasks hold one object: convert.py)
+                continue
+        out: list = []
+        for b in batches:
+            c = getattr(b, name)
+            out.extend(c if len(c) > 1 else c * len(b.task_ids))
+        cols[name] = out
+    ids: list[str] = []
+    payloads: list[bytes] = []
+    for b in batches:
+        ids.extend(b.task_ids)
+        payloads.extend(b.payloads)
+    return Batch(task_ids=ids, payloads=payloads, **cols)
 
 
 class Writer(enum.Enum):
@@ -126,19 +145,27 @@ class Plan:
 def plain(b: Batch) -> bool:
     """Whether every task shares every value but its id and payload, and sets no key, due time
     or schedule: what the plain statement and the COPY write."""
-    return (all(len(getattr(b, name)) == 1 for name in _PLAIN_SHARED)
-            and all(all(v is None for v in getattr(b, name)) for name in _PLAIN_UNSET))
+    if b.is_plain is None:
+        b.is_plain = _plain(b)
+    return b.is_plain
+
+
+def _plain(b: Batch) -> bool:
+    return (len(b.tenant_id) == 1 and len(b.app_id) == 1 and len(b.task_type) == 1 and len(b.queue) == 1
+            and len(b.policy) == 1 and _unset(b.delay_s) and _unset(b.run_at) and _unset(b.key)
+            and _unset(b.schedule_id) and _unset(b.scheduled_time))
 
 
 def plan(b: Batch, probe: bool = False) -> Plan:
     """The plan for a batch. probe: an id may exist (a plain write was refused: an id was
     taken), so the general statement, which looks before it writes, answers it per row."""
-    keyed = any(k is not None for k in b.key)
-    timers = (any(d is not None for d in b.delay_s) or any(r is not None for r in b.run_at)
+    keyed = not _unset(b.key) and any(k is not None for k in b.key)
+    timers = ((not _unset(b.delay_s) and any(d is not None for d in b.delay_s))
+              or (not _unset(b.run_at) and any(r is not None for r in b.run_at))
               or any(p.schedule_to_start_s is not None or p.schedule_to_close_s is not None for p in b.policy))
     if probe or not plain(b):
         return Plan(Writer.GENERAL, keyed, timers)
-    if timers or len(b) < COPY_MIN_ROWS:
+    if timers or len(b.task_ids) < COPY_MIN_ROWS:
         return Plan(Writer.PLAIN, keyed, timers)
     return Plan(Writer.COPY, keyed, timers)
 
@@ -222,16 +249,18 @@ def outcome(b: Batch, i: int, row: Row, where: str = "tasks[0].task_id") -> Outc
     return Wait.HELD
 
 
-def own_leaders(b: Batch) -> list[int]:
-    """Each task's leader in its own request: the first task with its key (itself if unkeyed or
-    first). One key twice is one task when both are the same request (same fingerprint), else
-    INVALID_ARGUMENT; one task id twice is INVALID_ARGUMENT. Nothing is written either way."""
-    lead: list[int] = list(range(len(b)))
-    if len(b) == 1:
-        return lead
+def own_leaders(b: Batch) -> list[int] | None:
+    """Each task's leader in its own request: the first task with its key (None: every task
+    leads itself). One key twice is one task when both are the same request (same
+    fingerprint), else INVALID_ARGUMENT; one task id twice is INVALID_ARGUMENT. Nothing is
+    written either way."""
+    n = len(b.task_ids)
+    keyed = not _unset(b.key) and any(k is not None for k in b.key)
+    if n == 1 or (not keyed and len(set(b.task_ids)) == n):  # (the usual request: a C-level check)
+        return None
+    lead: list[int] = list(range(n))
     first: dict[tuple, int] = {}
     seen: dict[str, int] = {}
-    keyed = any(k is not None for k in b.key)
     for i, tid in enumerate(b.task_ids):
         key = b.at("key", i) if keyed else None
         if key is not None:
@@ -247,7 +276,7 @@ def own_leaders(b: Batch) -> list[int]:
         if tid in seen:
             raise InvalidArgument(f"tasks[{seen[tid]}] and tasks[{i}] have the same task_id")
         seen[tid] = i
-    return lead
+    return lead if lead != list(range(n)) else None
 
 
 class Request:
@@ -257,14 +286,18 @@ class Request:
     def __init__(self, batch: Batch, columns: bool = False):
         self.batch = batch
         self.columns = columns  # sent as CreateTasksRequest.columns: answered all_created when it may
-        self.lead = own_leaders(batch)
-        self.answers: list[CreateOut | None] = [None] * len(batch)
+        # None: no task repeats another's key (columns: convert checked the ids, and have no keys)
+        self.lead = None if columns else own_leaders(batch)
+        self.answers: dict[int, CreateOut] = {}  # task index -> its answer, once decided
         self.error: BaseException | None = None  # a HistoryError, or what the shard raised
-        self.todo = [i for i, j in enumerate(self.lead) if i == j]
+        n = len(batch.task_ids)
+        self.todo: Sequence[int] = range(n) if self.lead is None else [i for i, j in enumerate(self.lead) if i == j]
         self.expired: list[tuple[str, str, str]] = []  # keys to expire before the next round
         self.probe = False  # a plain write found an id taken: the general statement answers per row
         self.created: Batch | None = None  # the tasks created now, once written
         self.due = False  # some of them are due now (the ready event)
+        self.new: Sequence[int] = ()  # tasks a plain write created (answered as new, when asked)
+        self.size = max(n * ROW_BYTES, sum(map(len, batch.payloads)))  # what it weighs in a group
 
     @property
     def done(self) -> bool:
@@ -272,14 +305,14 @@ class Request:
 
     def pending(self) -> Batch:
         """The tasks still to write."""
-        return self.batch if len(self.todo) == len(self.batch) else self.batch.take(self.todo)
+        return self.batch if len(self.todo) == len(self.batch.task_ids) else self.batch.take(self.todo)
 
     def written(self) -> None:
-        """Every pending task was created now, due now (a plain write answers for all at once)."""
+        """Every pending task was created now, due now (a plain write answers for all at once:
+        their answers are made only if asked for, `results`)."""
         self.created = self.pending()
         self.due = True
-        for i in self.todo:
-            self.answers[i] = CreateOut(self.batch.task_ids[i])
+        self.new = self.todo
         self.todo = []
 
     def _where(self, i: int) -> str:
@@ -328,10 +361,15 @@ class Request:
         None: a request of columns whose tasks were all created now under their ids."""
         if self.error is not None:
             raise self.error
+        if self.new and len(self.new) == len(self.batch) and self.columns:
+            return None  # (a plain write of the whole request: no answer per task to make)
+        ids = self.batch.task_ids
+        for i in self.new:
+            self.answers[i] = CreateOut(ids[i])
+        self.new = ()
         out: list[CreateOut] = []
-        for i, j in enumerate(self.lead):
-            a = self.answers[j]
-            assert a is not None, "a request is answered once every task is"
+        for i, j in enumerate(self.lead or range(len(ids))):
+            a = self.answers[j]  # (every task is answered once the request is done)
             out.append(a if i == j else CreateOut(a.task_id, deduplicated=True, conflict=a.conflict))
         if self.columns and not any(a.deduplicated or a.conflict for a in out):
             return None
@@ -347,33 +385,49 @@ class Round:
     later: list[Request]
 
 
-def _marks(b: Batch, i: int) -> tuple[tuple, ...]:
-    key = b.at("key", i)
-    tid = ("id", b.task_ids[i])
-    return (tid, ("key", b.at("tenant_id", i), b.at("app_id", i), key)) if key is not None else (tid,)
+def _keys(b: Batch) -> list[tuple[tuple[str, str, str], int]]:
+    """((tenant, app, key), index) of each keyed task."""
+    if _unset(b.key) or all(k is None for k in b.key):
+        return []
+    return [((b.at("tenant_id", i), b.at("app_id", i), k), i)
+            for i, k in enumerate(b.key if len(b.key) > 1 else b.key * len(b)) if k is not None]
+
+
+def _holder(members: list[Request], task_id: str) -> tuple[Request, int]:
+    for m in members:
+        ids = m.pending().task_ids
+        if task_id in ids:
+            return m, ids.index(task_id)
+    raise AssertionError(f"no member holds {task_id}")
 
 
 def compose(requests: Sequence[Request]) -> Round:
     """A round's requests in order: one id and one key once per statement (a second would
     refuse the whole statement). A single task whose key, or id without a key, is already in
     the round is answered from that task's outcome; any other request that repeats one waits
-    for the next round."""
-    taken: dict[tuple, tuple[Request, int]] = {}
+    for the next round. The ids are compared as sets (C), keys one by one."""
+    live = [r for r in requests if not r.done]
     out = Round([], [], [])
-    for r in requests:
-        if r.done:
-            continue
+    if len(live) == 1:
+        out.members.append(live[0])
+        return out
+    ids: set[str] = set()
+    keys: dict[tuple, tuple[Request, int]] = {}
+    for r in live:
         b = r.pending()
-        marks = [_marks(b, i) for i in range(len(b))]
-        if len(b) == 1 and marks[0][-1] in taken:
-            out.followers.append((r, *taken[marks[0][-1]]))
-            continue
-        if any(m in taken for ms in marks for m in ms):
+        rk = _keys(b)
+        if len(b) == 1:
+            lead = keys.get(rk[0][0]) if rk else (_holder(out.members, b.task_ids[0]) if b.task_ids[0] in ids
+                                                  else None)
+            if lead is not None:
+                out.followers.append((r, *lead))
+                continue
+        if not ids.isdisjoint(b.task_ids) or any(k in keys for k, _ in rk):
             out.later.append(r)
             continue
-        for i, ms in enumerate(marks):
-            for m in ms:
-                taken[m] = (r, i)
+        ids.update(b.task_ids)
+        for k, i in rk:
+            keys[k] = (r, i)
         out.members.append(r)
     return out
 
