@@ -270,8 +270,8 @@ class LocalCluster:
 
     def socket_dsn(self, dbname: str = "postgres") -> str:
         """Over the Unix socket in the data folder: the same server, but a round trip costs
-        the client ~35 % and the backend ~25 % less CPU than over loopback TCP (measured:
-        65 vs 100 us client, 35 vs 49 us server per `SELECT 1`), and every task is several."""
+        the client and the backend less CPU than over loopback TCP (findings.md: Unix socket),
+        and every task is several round trips."""
         return f"postgresql://{self.user}@/{dbname}?host={self.data_dir}&port={self.port}"
 
     def psql(self, sql: str, dbname: str = "postgres") -> str:

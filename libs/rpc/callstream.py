@@ -1,9 +1,8 @@
 """Unary calls carried as messages on one bidirectional stream.
 
-grpc.aio spends ~0.4 ms of client CPU and ~0.5 ms of server CPU on a unary
-call on the 2-core bench machine, against ~0.2 ms each for a message on an
-open stream (docs/benchmarks/findings.md). Two hot paths therefore send their
-calls as messages on a long-lived stream: the gateway's CreateTasks to history
+grpc.aio spends several times more CPU on a unary call, on both ends, than on
+a message on an open stream (docs/benchmarks/findings.md: call streams). Two
+hot paths therefore send their calls as messages on a long-lived stream: the gateway's CreateTasks to history
 (CreateTasksStream) and the SDK's enqueues to the gateway (EnqueueTaskStream).
 Both follow one contract, implemented here once for both sides:
 

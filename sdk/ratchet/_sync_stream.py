@@ -1,9 +1,9 @@
 """Enqueues from synchronous code as calls on the enqueue stream.
 
-A unary EnqueueTask costs the caller ~0.4 ms and the gateway ~0.5 ms of CPU in
-gRPC alone; a call on the enqueue stream (`TaskService.EnqueueTaskStream`,
-libs/rpc/callstream) costs a fraction of that, and calls made at once share one
-message (docs/benchmarks/findings.md). The asyncio client has used the stream
+A unary EnqueueTask costs the caller and the gateway several times the CPU, in
+gRPC alone, of a call on the enqueue stream (`TaskService.EnqueueTaskStream`,
+libs/rpc/callstream), and calls made at once share one message
+(docs/benchmarks/findings.md: call streams). The asyncio client has used the stream
 since it was written; this gives it to `Client`: one background thread per
 client, started on the first enqueue, runs an event loop with an `AsyncClient`,
 and `Client.enqueue` hands its request to that loop and blocks for the answer.
