@@ -297,7 +297,14 @@ class Request:
         self.created: Batch | None = None  # the tasks created now, once written
         self.due = False  # some of them are due now (the ready event)
         self.new: Sequence[int] = ()  # tasks a plain write created (answered as new, when asked)
-        self.size = max(n * ROW_BYTES, sum(map(len, batch.payloads)))  # what it weighs in a group
+        self._size: int | None = None
+
+    @property
+    def size(self) -> int:
+        """What the request weighs in a group commit (only queued requests are weighed)."""
+        if self._size is None:
+            self._size = max(len(self.batch.task_ids) * ROW_BYTES, sum(map(len, self.batch.payloads)))
+        return self._size
 
     @property
     def done(self) -> bool:
@@ -408,8 +415,10 @@ def compose(requests: Sequence[Request]) -> Round:
     for the next round. The ids are compared as sets (C), keys one by one."""
     live = [r for r in requests if not r.done]
     out = Round([], [], [])
-    if len(live) == 1:
-        out.members.append(live[0])
+    if len(live) == 1 or all(plain(r.batch) and not r.probe for r in live):
+        # (plain tasks have no keys, and an id sent twice makes the plain write refuse, nothing
+        # written: the requests go again probed, and then their ids are compared here)
+        out.members.extend(live)
         return out
     ids: set[str] = set()
     keys: dict[tuple, tuple[Request, int]] = {}
