@@ -13,7 +13,7 @@ from ratchet.services.dispatcher.config import ENV_PREFIX, DispatcherConfig, loa
 from ratchet.services.dispatcher.server import DispatcherServer
 
 SERVICE = ServiceMain(
-    "dispatcher", "Ratchet shard dispatcher: leases tasks to host agents and fires shard timers.",
+    "dispatcher", "Ratchet shard dispatcher: leases tasks to host agents and takes their completions.",
     DispatcherConfig, ENV_PREFIX, load, DispatcherServer,
     # Without its breakers the dispatcher must not lease: exit, and be restarted.
     fatal=(OSError, asyncpg.PostgresError), fatal_hint="cannot use its database (config field 'dsn')")

@@ -30,13 +30,6 @@ class DispatcherConfig:
                          "circuit breakers; migrated at start-up")
     host: str = field("127.0.0.1", doc="address the gRPC server binds")
     grpc_port: int = field(0, doc="gRPC port; 0 picks a free port (logged at start-up)")
-    timer_interval_s: float = field(0.25, doc="seconds between FireTimers calls per shard when idle and history "
-                                              "sends no timer hints (default 0.25)")
-    timer_idle_s: float = field(
-        2.0, doc="seconds between FireTimers calls per shard when idle while history's timer hints flow on the "
-                 "ready-event stream (default 2; never less than timer_interval_s): a timer written due sooner is "
-                 "announced. Set it to timer_interval_s when timers reach these shards through history processes "
-                 "other than history_target: their commits send this dispatcher no hint")
     fallback_tick_live_s: float = field(
         1.0, doc="seconds between fallback wake-ups of parked polls while the ready-event stream from history "
                  "is live (default 1; every 0.25 s while it is not). Set 0.25 when tasks reach these shards "
@@ -61,8 +54,7 @@ class DispatcherConfig:
         object.__setattr__(self, "host_token_sha256", _check_hashes(self.host_token_sha256))
         if not 0 <= self.grpc_port <= 65535:
             raise ConfigError(f"config field 'grpc_port' must be 0..65535, got {self.grpc_port}")
-        for name in ("timer_interval_s", "timer_idle_s", "fallback_tick_live_s", "lease_duration_s", "poll_max_wait_s",
-                     "rpc_timeout_s"):
+        for name in ("fallback_tick_live_s", "lease_duration_s", "poll_max_wait_s", "rpc_timeout_s"):
             if not getattr(self, name) > 0:
                 raise ConfigError(f"config field {name!r} must be > 0 seconds, got {getattr(self, name)!r}")
         if not (self.dsn or "").strip():

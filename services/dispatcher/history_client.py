@@ -78,43 +78,17 @@ class HistoryClient:
         request = hpb.CompleteTasksRequest(shard_id=shard_id, completions=list(completions))
         return await self._call(shard_id, self._stub.CompleteTasks, request, None)
 
-    async def fire_timers(self, shard_id: int, max_timers: int) -> hpb.FireTimersResponse:
-        """Fire up to max_timers due timers of shard_id."""
-        request = hpb.FireTimersRequest(shard_id=shard_id, max_timers=max_timers)
-        return await self._call(shard_id, self._stub.FireTimers, request, None)
-
-    async def watch_ready_on_demand(self, requests: AsyncIterator[hpb.WatchReadyOnDemandRequest],
-                                    shard_ids: Sequence[int],
-                                    timeout: float) -> AsyncIterator[tuple[int, float | None]]:
-        """Like watch_ready, with `requests` saying when events are wanted (history.proto): yields
-        (shard_id, None) for a ready event and (shard_id, seconds) for a timer hint (a timer on the
-        shard may be due in that long). A history without the RPC raises HistoryRejected with code
-        UNIMPLEMENTED."""
-        call = self._stub.WatchReadyOnDemand(requests, timeout=timeout)
+    async def watch_ready(self, requests: AsyncIterator[hpb.WatchReadyRequest], shard_ids: Sequence[int],
+                          timeout: float) -> AsyncIterator[int]:
+        """Yield shard ids as history reports ready work, while `requests` say events are wanted
+        (history.proto); ends when the stream does. Errors come out as ShardUnavailable/
+        HistoryRejected for the first shard. The stream carries a (long) deadline too, so a
+        silently dead peer is noticed and the watch reconnects."""
+        call = self._stub.WatchReady(requests, timeout=timeout)
         try:
-            async for event in call:
-                self.reachable.set()
-                yield event.shard_id, (event.timer_due_in.ToNanoseconds() / 1e9
-                                       if event.HasField("timer_due_in") else None)
-        except grpc.aio.AioRpcError as err:
-            raise from_rpc_error(shard_ids[0] if shard_ids else -1, err) from None
-        finally:
-            call.cancel()
-
-    async def watch_ready(self, shard_ids: Sequence[int], timeout: float) -> AsyncIterator[int]:
-        """Yield shard ids as history reports ready work; ends when the stream does.
-
-        Errors come out as ShardUnavailable/HistoryRejected for the first shard.
-        The stream carries a (long) deadline too, so a silently dead peer is
-        noticed and the watch reconnects.
-        """
-        call = self._stub.WatchReady(hpb.WatchReadyRequest(shard_ids=list(shard_ids)), timeout=timeout)
-        async for shard_id in self._events(call, shard_ids):
-            yield shard_id
-
-    async def _events(self, call, shard_ids: Sequence[int]) -> AsyncIterator[int]:
-        """The shard ids a ready-event stream carries; errors as domain errors for the first shard."""
-        try:
+            await call.initial_metadata()  # history sends its headers once it accepted the shards
+            if not call.done():
+                self.reachable.set()  # up, even while no event is wanted
             async for event in call:
                 self.reachable.set()
                 yield event.shard_id

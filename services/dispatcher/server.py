@@ -33,7 +33,6 @@ from ratchet.services.dispatcher.history_client import HistoryClient
 from ratchet.services.dispatcher.leasing import Leaser
 from ratchet.services.dispatcher.loops.breakers import BreakerLoop
 from ratchet.services.dispatcher.loops.tick import FallbackTick
-from ratchet.services.dispatcher.loops.timers import TimerLoop
 from ratchet.services.dispatcher.loops.watch import WatchLoop
 from ratchet.services.dispatcher.parking import ParkingLot
 from ratchet.services.dispatcher.polling import Poller
@@ -81,11 +80,7 @@ class DispatcherServer:
                            (dgrpc.add_BreakerAdminServiceServicer_to_server, admin)],
                           [SERVICE_NAME, ADMIN_SERVICE_NAME], host=config.host, port=config.grpc_port,
                           interceptors=[AuthInterceptor(TokenVerifier(config.host_token_sha256))])
-        self.timers = TimerLoop(self.history, config.shard_ids, config.timer_interval_s, self._ready,
-                                self.clock, self.book, idle_s=config.timer_idle_s,
-                                hints_live=lambda: self.watch.timers_live)
-        self.watch = WatchLoop(self.history, config.shard_ids, self._ready, self.clock,
-                               on_timer=self.timers.hint, on_timers_lost=self.timers.hints_lost)
+        self.watch = WatchLoop(self.history, config.shard_ids, self._ready, self.clock)
         self.lot.on_demand = self.watch.demand  # ready events only while polls wait
         self.tick = FallbackTick(config.shard_ids, self.lot.signal, self.clock,
                                  live_tick_s=config.fallback_tick_live_s, live=lambda: self.watch.live)
@@ -124,7 +119,7 @@ class DispatcherServer:
         await self.breakers.refresh()
         await self.rpc.set_serving(False)
         await self.rpc.start()
-        for name, run in (("timers", self.timers.run), ("watch", self.watch.run), ("tick", self.tick.run),
+        for name, run in (("watch", self.watch.run), ("tick", self.tick.run),
                           ("breakers", self.breaker_loop.run)):
             self._tasks.append(asyncio.create_task(self._supervise(name, run), name=f"dispatcher-{name}"))
         self._tasks.append(asyncio.create_task(self._serve_when_reachable(), name="dispatcher-health"))
@@ -132,8 +127,8 @@ class DispatcherServer:
                  self.target, c.shard_ids, c.history_target, len(self.gate.breakers))
 
     async def _supervise(self, name: str, run) -> None:
-        # A loop that dies of a bug must come back: without the timer loop no
-        # lease on the shard would ever expire.
+        # A loop that dies of a bug must come back: without the watch loop and the
+        # tick no parked poll would wake.
         while True:
             try:
                 await run()

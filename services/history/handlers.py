@@ -11,7 +11,7 @@ from collections.abc import Callable
 from ratchet.internal.history.v1 import history_pb2, history_pb2_grpc
 from ratchet.internal.worker.v1 import worker_pb2
 from ratchet.libs import gates, taskstate
-from ratchet.services.history import bulk, callstream, convert, dispatch, lifecycle, policy, search, timerfire
+from ratchet.services.history import bulk, callstream, convert, dispatch, lifecycle, policy, search
 from ratchet.services.history.commit import Committer
 from ratchet.services.history.config import HistoryConfig
 from ratchet.services.history.errors import InvalidArgument, rpc, rpc_stream
@@ -22,8 +22,8 @@ from ratchet.services.history.store import Store
 log = logging.getLogger(__name__)
 
 MAX_LEASE_BATCH = 1000
-MAX_TIMER_BATCH = 5000
-DEFAULT_TIMER_BATCH = 500
+WATCH_FIRST_REQUEST_S = 10.0  # a WatchReady stream names its shards at once
+MAX_WATCH_S = 600.0  # a WatchReady stream ends after this (the dispatcher reopens it every 300 s)
 
 _ACTIONS = {
     "CONTINUE": worker_pb2.LEASE_ACTION_CONTINUE,
@@ -177,82 +177,49 @@ class HistoryServicer(history_pb2_grpc.HistoryServiceServicer):
                                         state=taskstate.to_proto(r.state) if r.state else 0)
             for r in results])
 
-    @rpc
-    async def FireTimers(self, request, context):
-        """See history.proto: claim and apply due timers."""
-        shard = self.shards.get(request.shard_id)
-        limit = request.max_timers or DEFAULT_TIMER_BATCH
-        if not 1 <= limit <= MAX_TIMER_BATCH:
-            raise InvalidArgument(f"max_timers must be 1..{MAX_TIMER_BATCH}, got {request.max_timers}")
-        async with self.hub.firing(shard.id) as firing, shard.conn() as conn:
-            out = await timerfire.fire_timers(conn, self.store, max_timers=limit, grace_s=self.cfg.cancel_grace_s,
-                                              rand=self.rand)
-            firing.report(out.next_in_s)
-        if out.ready:
-            self.hub.publish(shard.id)
-        resp = history_pb2.FireTimersResponse(fired=out.fired, ready=out.ready)
-        if out.next_in_s is not None:
-            resp.next_in.CopyFrom(policy.duration(max(0.0, out.next_in_s)))
-        return resp
-
     @rpc_stream
-    async def WatchReady(self, request, context):
-        """See history.proto: stream coalesced ready events for the watched shards."""
-        shard_ids = list(request.shard_ids) or self.shards.ids
-        for sid in shard_ids:
-            self.shards.get(sid)  # unknown shards are refused up front
-        watcher = self.hub.watch(shard_ids)
-        try:
-            while True:
-                events = await watcher.next()
-                if not events:
-                    return
-                for sid in events:
-                    yield history_pb2.WatchReadyResponse(shard_id=sid)
-        except asyncio.CancelledError:
-            raise
-        finally:
-            self.hub.unwatch(watcher)
-
-    @rpc_stream
-    async def WatchReadyOnDemand(self, request_iterator, context):
-        """See history.proto: WatchReady while the caller says it wants events."""
+    async def WatchReady(self, request_iterator, context):
+        """See history.proto: coalesced ready events for the watched shards, while the caller
+        says it wants them."""
         first = None
-        async for request in request_iterator:  # the first request only
-            first = request
-            break
+        try:
+            async with asyncio.timeout(WATCH_FIRST_REQUEST_S):
+                async for request in request_iterator:  # the first request only
+                    first = request
+                    break
+        except TimeoutError:
+            raise InvalidArgument(f"WatchReady: send the first request (the shards to watch) within "
+                                  f"{WATCH_FIRST_REQUEST_S:g}s of opening the stream") from None
         if first is None:
             return
         shard_ids = list(first.shard_ids) or self.shards.ids
         for sid in shard_ids:
             self.shards.get(sid)  # unknown shards are refused up front
-        watcher = self.hub.watch(shard_ids, wanted=False, timer_hints=first.timer_hints)
+        await context.send_initial_metadata(())  # accepted: the caller knows history is up
+        watcher = self.hub.watch(shard_ids)
         watcher.want(first.wanted)  # wanted from the start: every shard once, as after any flip
-        loop = asyncio.get_running_loop()
+        # Bounded like every call: a caller without a shorter deadline reopens after this.
+        ends = asyncio.get_running_loop().call_later(MAX_WATCH_S, watcher.close)
 
         async def read() -> None:
             async for req in request_iterator:
                 if req.shard_ids and set(req.shard_ids) != watcher.shard_ids:
-                    raise InvalidArgument("WatchReadyOnDemand: the shards are named by the first request only")
+                    raise InvalidArgument("WatchReady: the shards are named by the first request only")
                 watcher.want(req.wanted)
 
         reader = asyncio.ensure_future(read())
         reader.add_done_callback(lambda _t: watcher.close())  # the caller's side ended (or broke)
         try:
             while True:
-                got = await watcher.next_events()
-                if got is None:
+                ready = await watcher.next()
+                if not ready:
                     if reader.done() and not reader.cancelled() and reader.exception() is not None:
                         raise reader.exception()
                     return
-                ready, timers = got
                 for sid in ready:
-                    yield history_pb2.WatchReadyOnDemandResponse(shard_id=sid)
-                now = loop.time()
-                for sid, due_at in timers.items():
-                    yield history_pb2.WatchReadyOnDemandResponse(
-                        shard_id=sid, timer_due_in=policy.duration(max(0.0, due_at - now)))
+                    yield history_pb2.WatchReadyResponse(shard_id=sid)
         finally:
+            ends.cancel()
             reader.cancel()
             self.hub.unwatch(watcher)
 

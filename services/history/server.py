@@ -1,6 +1,6 @@
 """Wiring of the history service: shards, store, ready hub, gRPC server
-(with health and reflection), the shard reconnect loop and the bulk
-operation loop."""
+(with health and reflection), the shard reconnect loop, the timer loop and
+the bulk operation loop."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from ratchet.services.history.config import HistoryConfig
 from ratchet.services.history.handlers import HistoryServicer
 from ratchet.services.history.loops.bulk import BulkLoop
 from ratchet.services.history.loops.shard_connect import ShardConnectLoop
+from ratchet.services.history.loops.timers import TimerLoop
 from ratchet.services.history.ready import ReadyHub
 from ratchet.services.history.shards import ShardSet
 from ratchet.services.history.store import Store
@@ -23,18 +24,25 @@ SERVICE_NAME = history_pb2.DESCRIPTOR.services_by_name["HistoryService"].full_na
 
 
 class HistoryServer:
-    """A running history service. `await start()`, then `port`; `await stop()`."""
+    """A running history service. `await start()`, then `port`; `await stop()`.
 
-    def __init__(self, cfg: HistoryConfig, *, rand: random.Random | None = None, reconnect_interval_s: float = 1.0):
+    timer_loop=False starts no timer loop: timers fire only when something calls
+    `timers.fire(shard)` (tests that race firers by hand)."""
+
+    def __init__(self, cfg: HistoryConfig, *, rand: random.Random | None = None, reconnect_interval_s: float = 1.0,
+                 timer_loop: bool = True):
         self.cfg = cfg
         self.shards = ShardSet(cfg)
         self.store = Store()
         self.hub = ReadyHub()
         self.bulk = BulkLoop(cfg, self.shards, self.store, self.hub)
         self.servicer = HistoryServicer(cfg, self.shards, self.store, self.hub, rand, on_bulk_start=self.bulk.wake)
+        self.timers = TimerLoop(self.shards, self.store, self.hub, cfg.cancel_grace_s, self.servicer.rand)
+        self.hub.on_timer = self.timers.due  # a commit's timer wakes its shard's loop, in-process
+        self._timer_loop = timer_loop
         self.rpc = Server([(history_pb2_grpc.add_HistoryServiceServicer_to_server, self.servicer)],
                           [SERVICE_NAME], host=cfg.host, port=cfg.grpc_port)
-        self.reconnect = ShardConnectLoop(self.shards, reconnect_interval_s, on_connected=self.bulk.wake)
+        self.reconnect = ShardConnectLoop(self.shards, reconnect_interval_s, on_connected=self._connected)
 
     @property
     def port(self) -> int:
@@ -46,10 +54,17 @@ class HistoryServer:
         """host:port of the gRPC server."""
         return f"{self.cfg.host}:{self.port}"
 
+    def _connected(self) -> None:
+        """A shard connected late: its operations and its timers resume now."""
+        self.bulk.wake()
+        self.timers.wake_all()
+
     async def start(self) -> None:
         """Migrate and connect every reachable shard, then serve; unreachable shards keep retrying."""
         await self.shards.connect_all()
         self.reconnect.start()
+        if self._timer_loop:
+            self.timers.start()
         self.bulk.start()
         await self.rpc.start()
         await self.rpc.set_serving(True)
@@ -62,5 +77,6 @@ class HistoryServer:
         await self.rpc.stop(grace)
         await self.servicer.creates.close()
         await self.bulk.stop()
+        await self.timers.stop()
         await self.reconnect.stop()
         await self.shards.close()

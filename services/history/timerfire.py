@@ -1,4 +1,5 @@
-"""FireTimers: claim due timers and apply them, in one transaction.
+"""Firing timers: claim due timers and apply them, in one transaction (the shard's timer
+loop, loops/timers.py, decides when).
 
 A task's due timers are folded oldest first into one plan (decide.py), so
 two timers of one task that fire together (a lease and a schedule_to_close,
@@ -23,7 +24,8 @@ from ratchet.services.history.store import Store
 
 @dataclasses.dataclass(frozen=True)
 class FireOut:
-    """What one FireTimers call did."""
+    """What one firing did: timers fired, whether work became ready, and when the next
+    pending timer is due (seconds on the shard clock, negative if overdue; None: none)."""
 
     fired: int
     ready: bool
@@ -50,9 +52,8 @@ async def fire_timers(conn: asyncpg.Connection, store: Store, *, max_timers: int
 
     First one read outside any transaction: when neither a timer nor a lease check is due,
     the claim would find nothing, so the answer is that read's next_in alone (one statement
-    instead of BEGIN, claim, next_in, COMMIT). The dispatcher asks each shard about every
-    250 ms, so this is what an idle shard costs; a timer due by the read's snapshot still
-    goes through the claim, which locks and re-checks as before."""
+    instead of BEGIN, claim, next_in, COMMIT): what the timer loop's idle wake-ups cost. A
+    timer due by the read's snapshot still goes through the claim, which locks and re-checks."""
     next_in = await store.timer_next_in(conn)
     if next_in is None or next_in > 0:
         return FireOut(0, False, next_in)

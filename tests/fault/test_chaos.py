@@ -57,8 +57,8 @@ def _matrix() -> dict[str, Scenario]:
                                    lambda: [n.ProxyFault("hostagent-dispatcher", "delay-up", 4.5)],
                                    links=("hostagent-dispatcher",), gap_s=(0.5, 1), hold_s=(6, 8),
                                    extra_overrides={"hostagent": {"capacity": 32}})
-    out["rival_timer_scanner"] = _sc("rival_timer_scanner", lambda: [n.RivalTimerScanner()], gap_s=(0.5, 1),
-                                     hold_s=(4, 8))
+    # A second history process on the same shards (a takeover's standby): two timer loops race.
+    out["rival_history"] = _sc("rival_history", lambda: [n.RivalHistory()], gap_s=(0.5, 1), hold_s=(4, 8))
     # Two cron processes on one cron database (the design lets several run), each killed and paused
     # in turn under three per-second schedules. A kill of one is no excuse for a passed-over slot
     # (the other keeps claiming); a pause may hold a schedule's row lock, so it is.
@@ -72,7 +72,7 @@ def _matrix() -> dict[str, Scenario]:
 
 def _everything() -> list[n.Nemesis]:
     out: list[n.Nemesis] = [n.KillSandbox(), n.PauseSandbox(), n.CrashPostgres(), n.TerminateBackends(4),
-                            n.RivalTimerScanner(), n.ClockSkew("history", 60), n.ClockSkew("dispatcher", -60)]
+                            n.RivalHistory(), n.ClockSkew("history", 60), n.ClockSkew("dispatcher", -60)]
     for svc in SERVICES:
         out += [n.KillService(svc), n.PauseService(svc)]
     out += [n.ProxyFault("history-pg", m, delay_s=0.3) for m in ("delay", "drop-down", "blackhole", "reset")]
@@ -106,8 +106,8 @@ MUTATIONS = {
                                 mutation="charge_attempt_at_lease",
                                 workload=WorkloadConfig(clients=2, mix=HANG_MIX)),
                             ("acked_terminal", "attempt_accounting", "handler_outcomes")),
-    # A rival timer scanner races the dispatcher's: without SKIP LOCKED both fire the same timers.
-    "mut_timer_skip_locked": (_sc("mut_timer_skip_locked", lambda: [n.RivalTimerScanner(3)], gap_s=(0.3, 0.6),
+    # A rival history's timer loops race the first one's: without SKIP LOCKED both fire the same timers.
+    "mut_timer_skip_locked": (_sc("mut_timer_skip_locked", lambda: [n.RivalHistory()], gap_s=(0.3, 0.6),
                                   hold_s=(5, 8), mutation="timer_skip_locked"),
                               ("transition_log", "lease_epochs", "single_completion", "duplicates_explained",
                                "attempt_accounting")),
@@ -154,4 +154,4 @@ def test_mutation_is_caught(name, fault_root):
 def test_matrix_covers_every_nemesis_kind():
     kinds = {type(x).__name__ for sc in MATRIX.values() for x in sc.nemeses()}
     assert kinds >= {"KillService", "PauseService", "KillSandbox", "PauseSandbox", "CrashPostgres",
-                     "TerminateBackends", "ProxyFault", "ClockSkew", "RivalTimerScanner"}, json.dumps(sorted(kinds))
+                     "TerminateBackends", "ProxyFault", "ClockSkew", "RivalHistory"}, json.dumps(sorted(kinds))

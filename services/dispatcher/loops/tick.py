@@ -3,10 +3,10 @@ shard, every 250 ms, or every second while the ready-event stream is live.
 Ready events can be lost (the WatchReady stream is best effort and may be
 down); the tick bounds what a lost event costs.
 
-While the stream is live (an event arrived on it since it opened: with
-WatchReadyOnDemand the flip to wanted answers with every shard at once) every
-path that makes work ready on the shard publishes an event, so the tick only
-covers what no event announces: a history process other than the one watched
+While the stream is live (an event arrived on it since it opened: the flip to
+wanted answers with every shard at once) every path that makes work ready on
+the shard (an enqueue, a fired timer, a bulk retry) publishes an event, so the
+tick only covers what no event announces: a history process other than the one watched
 (`fallback_tick_live_s` 0.25 for such a deployment). Each tick costs one
 LeaseTasks per shard for the woken poll: on an idle platform with 4 shards,
 16 calls a second at 250 ms, 4 at one second.

@@ -1,22 +1,14 @@
-"""Watch loop: keep one ready-event stream open to history for the owned
-shards; each event wakes the parked polls of that shard. The stream is best
-effort (history coalesces and may drop events): the fallback tick covers what
-it misses, so a broken stream costs latency, never work. A broken stream is
-reopened with jittered exponential backoff.
+"""Watch loop: keep one WatchReady stream open to history for the owned shards; each event
+wakes the parked polls of that shard. History announces every commit that makes work ready
+(an enqueue, a fired timer, a bulk retry). The stream is best effort (history coalesces and
+may drop events): the fallback tick covers what it misses, so a broken stream costs
+latency, never work. A broken stream is reopened with jittered exponential backoff.
 
-The stream is WatchReadyOnDemand: events are wanted only while polls wait
-(`demand`, from the parking lot), and for HOLD_S after the last one left, so
-a worker re-polling at once never flips it. With every worker busy, or none
-connected, history sends nothing per commit (that was ~0.1 ms of dispatcher
-CPU per enqueue, for wake-ups nobody acted on). Each flip to wanted makes
-history send every shard once, so work that arrived unannounced still wakes
-the poll. A history without the RPC (UNIMPLEMENTED) gets plain WatchReady.
-
-With on_timer, the stream also asks for timer hints (sent wanted or not):
-each goes to on_timer(shard, seconds), and `timers_live` says hints flow
-(from the first one, which history sends for every shard as the stream
-opens, until the stream ends; on_timers_lost is called then), so the timer
-loop may sleep longer between FireTimers calls.
+Events are wanted only while polls wait (`demand`, from the parking lot), and for HOLD_S
+after the last one left, so a worker re-polling at once never flips it. With every worker
+busy, or none connected, history sends nothing per commit (that was ~0.1 ms of dispatcher
+CPU per enqueue, for wake-ups nobody acted on). Each flip to wanted makes history send every
+shard once, so work that arrived unannounced still wakes the poll.
 """
 
 from __future__ import annotations
@@ -25,8 +17,6 @@ import asyncio
 import logging
 import random
 from collections.abc import AsyncIterator, Callable, Iterable
-
-import grpc
 
 from ratchet.internal.history.v1 import history_pb2 as hpb
 from ratchet.libs.clock import Clock
@@ -49,22 +39,14 @@ class WatchLoop:
     """Turns ready events into wake-ups."""
 
     def __init__(self, history: HistoryClient, shard_ids: Iterable[int], on_ready: Callable[[int], None],
-                 clock: Clock, stream_deadline_s: float = STREAM_DEADLINE_S, hold_s: float = HOLD_S,
-                 on_timer: Callable[[int, float], None] | None = None,
-                 on_timers_lost: Callable[[], None] = lambda: None):
+                 clock: Clock, stream_deadline_s: float = STREAM_DEADLINE_S, hold_s: float = HOLD_S):
         self._history = history
-        self._on_timer = on_timer
-        self._on_timers_lost = on_timers_lost
-        # Timer hints arrive on the open stream: history announces each timer due sooner than
-        # what FireTimers last reported. Cleared (and on_timers_lost called) when it ends.
-        self.timers_live = False
         self._shards = sorted(shard_ids)
         self._on_ready = on_ready
         self._clock = clock
         self._stream_deadline_s = stream_deadline_s
         self._hold_s = hold_s
         self.connects = 0
-        self.on_demand_supported = True
         self._demand = False
         self._idle_since = -float("inf")
         self._changed = asyncio.Event()
@@ -83,18 +65,17 @@ class WatchLoop:
     def _wanted(self) -> bool:
         return self._demand or self._clock.monotonic() - self._idle_since < self._hold_s
 
-    async def _requests(self) -> AsyncIterator[hpb.WatchReadyOnDemandRequest]:
+    async def _requests(self) -> AsyncIterator[hpb.WatchReadyRequest]:
         sent = self._wanted()
         self.wanted_sent.append(sent)
-        yield hpb.WatchReadyOnDemandRequest(shard_ids=self._shards, wanted=sent,
-                                            timer_hints=self._on_timer is not None)
+        yield hpb.WatchReadyRequest(shard_ids=self._shards, wanted=sent)
         while True:
             self._changed.clear()
             want = self._wanted()
             if want != sent:
                 sent = want
                 self.wanted_sent.append(sent)
-                yield hpb.WatchReadyOnDemandRequest(wanted=sent)
+                yield hpb.WatchReadyRequest(wanted=sent)
                 continue
             # Wanted but idle: look again when the hold runs out.
             left = self._idle_since + self._hold_s - self._clock.monotonic() if sent and not self._demand else None
@@ -102,12 +83,6 @@ class WatchLoop:
                 await asyncio.wait_for(self._changed.wait(), None if left is None else max(0.01, left))
             except TimeoutError:
                 pass
-
-    def _events(self) -> AsyncIterator[int]:
-        if self.on_demand_supported:
-            return self._history.watch_ready_on_demand(self._requests(), self._shards,
-                                                       timeout=self._stream_deadline_s)
-        return self._history.watch_ready(self._shards, timeout=self._stream_deadline_s)
 
     async def run(self) -> None:
         """Run until cancelled."""
@@ -117,31 +92,18 @@ class WatchLoop:
             self.connects += 1
             events = 0
             opened = self._clock.monotonic()
+            error = None
             try:
-                async for event in self._events():
+                async for shard in self._history.watch_ready(self._requests(), self._shards,
+                                                             timeout=self._stream_deadline_s):
                     events += 1
-                    shard, due_in = event if self.on_demand_supported else (event, None)
-                    if due_in is not None:  # a timer hint, not a ready event
-                        self.timers_live = True
-                        if shard in owned and self._on_timer is not None:
-                            self._on_timer(shard, due_in)
-                        continue
                     self.live = True
                     if shard in owned:
                         self._on_ready(shard)
-                error = None
             except DispatcherError as err:
                 error = err
-                if self.on_demand_supported and err.code == grpc.StatusCode.UNIMPLEMENTED:
-                    log.info("history has no WatchReadyOnDemand; using WatchReady")
-                    self.on_demand_supported = False
-                    self.connects -= 1  # a probe of the RPC, not a stream that ran
-                    continue
             finally:
                 self.live = False  # the stream is over, however it ended
-                if self.timers_live:
-                    self.timers_live = False
-                    self._on_timers_lost()  # hints may be lost until the next stream: ask at once
             healthy = events or self._clock.monotonic() - opened >= HEALTHY_STREAM_S
             failures = 0 if healthy else failures + 1
             if error is not None and failures:

@@ -85,7 +85,7 @@ class BulkLoop:
                                            grace_s=self._cfg.cancel_grace_s)
             if out.created:
                 self._hub.publish(shard.id)  # after commit, like an enqueue
-            if out.ran:  # new tasks' timeouts, cancels' kill times: FireTimers finds them and says when
+            if out.ran:  # new tasks' timeouts, cancels' kill times: the timer loop reads when they are due
                 self._hub.timer_due(shard.id, 0.0)
             ran = ran or out.ran
         return ran

@@ -227,50 +227,24 @@ class ProxyFault(Nemesis):
         return {"target": self.link}
 
 
-class RivalTimerScanner(Nemesis):
-    """A second timer scanner (a standby dispatcher during a takeover): threads
-    calling history's FireTimers on every shard in a tight loop, racing the
-    dispatcher's own timer loop, for the hold time."""
+class RivalHistory(Nemesis):
+    """A second history process on the same shard databases for the hold time (a standby
+    during a takeover: two processes that both believe they own the shards). Its timer loops
+    race the first one's for every due timer and lease check; only the claim's locks (FOR
+    UPDATE ... SKIP LOCKED, and firing only what its own delete took) keep one timer from
+    firing twice. Nobody calls it: it only fires timers."""
 
-    name = "rival-timer-scanner"
+    name = "rival-history"
 
-    def __init__(self, threads: int = 2):
-        self.threads = threads
+    def unavailable(self, env):
+        return None if hasattr(env.platform, "start_rival_history") else "this platform cannot start a second history"
 
     def inject(self, env, rng):
-        stop = threading.Event()
-        fired = {"calls": 0, "fired": 0, "errors": 0}
-        workers = [threading.Thread(target=_fire_loop, args=(env.platform, stop, fired), daemon=True)
-                   for _ in range(self.threads)]
-        for w in workers:
-            w.start()
-        return {"target": "history", "threads": self.threads, "_stop": stop, "_workers": workers, "_fired": fired}
+        return {"target": "history", "rival_pid": env.platform.start_rival_history()}
 
     def heal(self, env, injected):
-        injected["_stop"].set()
-        for w in injected["_workers"]:
-            w.join(10)
-        return {"target": "history", **injected["_fired"]}
-
-
-def _fire_loop(platform, stop: threading.Event, counts: dict) -> None:
-    from ratchet.internal.history.v1 import history_pb2, history_pb2_grpc
-    from ratchet.libs.rpc.client import sync_channel
-
-    channel = sync_channel(platform.grpc_address("history"))
-    stub = history_pb2_grpc.HistoryServiceStub(channel)
-    try:
-        while not stop.is_set():
-            for shard in range(platform.shards):
-                try:
-                    resp = stub.FireTimers(history_pb2.FireTimersRequest(shard_id=shard, max_timers=100), timeout=3)
-                    counts["calls"] += 1
-                    counts["fired"] += resp.fired
-                except Exception:  # noqa: BLE001 - the race itself may make calls fail: count, go on
-                    counts["errors"] += 1
-            stop.wait(0.01)
-    finally:
-        channel.close()
+        env.platform.stop_rival_history()
+        return {"target": "history", "rival_pid": injected["rival_pid"]}
 
 
 class ClockSkew(Nemesis):

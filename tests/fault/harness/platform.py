@@ -12,7 +12,10 @@ FaultPlatform is ratchet.cli.platform.LocalPlatform plus:
   config and database on its own port, supervised like the others; the design
   lets several run at once). The gateway's schedule API talks to ``cron``;
 * a mutant history (``mutation=NAME``): history with one guard removed
-  (tests/fault/mutants), for the checker's mutation runs, restarted as such.
+  (tests/fault/mutants), for the checker's mutation runs, restarted as such;
+* a rival history (``start_rival_history``): a second history process on the
+  same shard databases (mutant too, in a mutation run), not supervised, until
+  ``stop_rival_history``; its timer loops race the first one's.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from .nemesis import restart_postgres
 FAKETIME_GLOBS = ("/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1",
                   "/usr/lib/*/faketime/libfaketimeMT.so.1", "/usr/lib/faketime/libfaketimeMT.so.1")
 LINKS = ("history-pg", "dispatcher-history", "gateway-history", "hostagent-dispatcher")
+RIVAL = "history2"  # the rival history process (RivalHistory): same config and shards, its own port
 REPO = pathlib.Path(__file__).resolve().parents[3]  # on a mutant history's path: it runs tests.fault.mutants
 
 
@@ -84,6 +88,7 @@ class FaultPlatform(LocalPlatform):
 
             known(mutation)  # an unknown name fails here, not in the started process (its log)
             self.modules["history"] = "tests.fault.mutants.history"
+        self.modules[RIVAL] = self.modules["history"]
 
     def service_names(self) -> tuple[str, ...]:
         """Every service process this platform runs, the extra cron processes included."""
@@ -125,6 +130,9 @@ class FaultPlatform(LocalPlatform):
                                            }.items():
             if link in self.link_names:
                 configs[svc][field] = f"127.0.0.1:{self._link(link, self.ports[target]).port}"
+        # The rival history: the same shards (through the same link), its own port.
+        self.ports.setdefault(RIVAL, free_port(set(self.ports.values())))
+        configs[RIVAL] = {**configs["history"], "grpc_port": self.ports[RIVAL]}
         return configs
 
     # -- per-service environment: clock skew ---------------------------------------
@@ -145,7 +153,7 @@ class FaultPlatform(LocalPlatform):
     def _service_env(self, name: str) -> dict[str, str]:
         out: dict[str, str] = {}
         paths = []
-        if name == "history" and self.mutation is not None:
+        if name in ("history", RIVAL) and self.mutation is not None:
             from tests.fault.mutants.mutations import ENV
 
             out[ENV] = self.mutation
@@ -200,6 +208,18 @@ class FaultPlatform(LocalPlatform):
                                  "FROM unnest($1::int[]) AS pid", [int(p) for p in pids])
         return int(rows[0][0])
 
+    def start_rival_history(self) -> int:
+        """Start the rival history (a second process on the same shards) and wait for SERVING;
+        its pid. The supervisor leaves it alone once stopped."""
+        pid = self.start_service(RIVAL)
+        with self._lock:
+            self._held.add(RIVAL)  # not restarted if it dies: it is a fault, not a service
+        return pid
+
+    def stop_rival_history(self) -> None:
+        """Stop the rival history if it runs."""
+        self.stop_service(RIVAL, grace=5.0)
+
     def ensure_serving(self, name: str, timeout: float = 60.0) -> None:
         """After a kill: the supervisor restarts it (with backoff); wait for SERVING."""
         if self._supervisor is None and self.service_pid(name) is None:
@@ -238,7 +258,7 @@ class FaultPlatform(LocalPlatform):
                         os.kill(pid, signal.SIGCONT)
                     except ProcessLookupError:
                         pass
-            for name in self.extra_services:  # LocalPlatform.stop knows only its own five
+            for name in (*self.extra_services, RIVAL):  # LocalPlatform.stop knows only its own five
                 self.stop_service(name)
             super().stop(keep_postgres=keep_postgres)
         finally:

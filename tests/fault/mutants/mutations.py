@@ -16,7 +16,7 @@ Where the mutant runs:
 What a mutation changes:
 * SqlCut: the statement the mutant's Store runs under that name (MutantStore.queries); the
   shipped registry (QUERIES) is untouched. `within` confines the cut statement to the calls
-  made while one function runs (FireTimers' transitions, not the completions').
+  made while one function runs (a timer firing's transitions, not the completions').
 * PyCut: a function recompiled from its shipped source without the guard, seen only by one
   caller: the caller is the shipped code object itself, bound to globals in which the
   function's name means the cut copy.
@@ -98,7 +98,7 @@ MUTATIONS: dict[str, Mutation] = {m.name: m for m in (
                   caller="ratchet.services.history.decide:_fire_lease"),)),
     Mutation(
         "timer_skip_locked",
-        "FireTimers claims due timers and lease checks without locking them or their tasks (no "
+        "The timer loop claims due timers and lease checks without locking them or their tasks (no "
         "FOR UPDATE ... SKIP LOCKED), fires the due timers it read whether or not its own delete "
         "took them (no join on the deleted rows), and applies its transitions without the "
         "compare-and-set on (state, lease_epoch, version), so two firers fire one timer twice.",

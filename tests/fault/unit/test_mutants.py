@@ -124,7 +124,7 @@ def test_installing_touches_nothing_shipped_and_is_undone():
 
 
 def test_a_statement_cut_within_fire_timers_is_the_shipped_one_elsewhere():
-    """timer_skip_locked drops the compare-and-set from FireTimers' transitions only: a completion
+    """timer_skip_locked drops the compare-and-set from a timer firing's transitions only: a completion
     or a bulk cancel applying transitions in the same mutant still runs the guarded statement."""
     queries = mut.store_class(MUTATIONS["timer_skip_locked"]).queries
     assert queries["task_transition_apply"] == QUERIES["task_transition_apply"]

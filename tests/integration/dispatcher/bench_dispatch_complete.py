@@ -64,9 +64,6 @@ def _fake_history_main(port: int) -> None:
             return hpb.CompleteTasksResponse(results=[
                 wpb.CompletionResult(task_id=c.task_id, accepted=True) for c in request.completions])
 
-        async def FireTimers(self, request, context):
-            return hpb.FireTimersResponse()
-
     async def run():
         server = grpc.aio.server()
         hgrpc.add_HistoryServiceServicer_to_server(CostlyHistory(), server)

@@ -43,7 +43,7 @@ async def make_dispatcher(history, dispatch_dsn):
                    **overrides) -> DispatcherServer:
         fields = dict(history_target=target or history.target, shard_ids=[0, 1],
                       host_token_sha256=[hashlib.sha256(TOKEN.encode()).hexdigest()],
-                      timer_interval_s=0.05, rpc_timeout_s=2.0, dsn=dispatch_dsn)
+                      rpc_timeout_s=2.0, dsn=dispatch_dsn)
         fields.update(overrides)
         server = DispatcherServer(DispatcherConfig(**fields))
         if tick_s is not None:

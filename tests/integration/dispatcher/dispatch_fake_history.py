@@ -1,7 +1,8 @@
 """An in-memory HistoryService for the dispatcher's tests: a real grpc.aio
 server on a free loopback port, with just enough behaviour (ready tasks per
-shard and tenant, leases with epochs, completions, timers, a WatchReady feed)
-and a record of every call so tests can assert on what the dispatcher asked.
+shard and tenant, leases with epochs, completions, delayed tasks that its own
+"timer" makes ready and announces, a WatchReady feed with `wanted`) and a
+record of every call so tests can assert on what the dispatcher asked.
 """
 
 from __future__ import annotations
@@ -53,29 +54,46 @@ class FakeHistory(hgrpc.HistoryServiceServicer):
         self.calls: list[Call] = []
         self.unavailable: set[int] = set()  # shards answering UNAVAILABLE at once
         self.hanging: set[int] = set()  # shards whose calls never answer (until the deadline)
-        self.fire_replies: dict[int, list[hpb.FireTimersResponse]] = {}  # scripted FireTimers answers
         self.cursor_names: dict[int, str] = {}  # if set: next_tenant_cursor prefix per shard
         self.lease_latency_s = 0.0
         self.complete_latency_s = 0.0
         self._watchers: list[asyncio.Queue] = []
+        self.wanted: list[bool] = []  # the last `wanted` of each WatchReady stream, in order opened
+        self._timers: list[asyncio.TimerHandle] = []
         self._seq = itertools.count(1)
 
     # ----- test controls -------------------------------------------------
     def add_task(self, shard_id: int, tenant_id: str = "tenant-a", app_id: str = "app", delay_s: float = 0.0,
                  task_type: str = "noop") -> str:
+        """A task, ready now or (delay_s) once this fake's timer fires it: then, as history's timer
+        loop does, it is ENQUEUED and the shard announced on WatchReady."""
         task_id = str(uuid.uuid4())
         due = time.monotonic() + delay_s if delay_s else 0.0
         self.tasks[task_id] = FakeTask(task_id, shard_id, tenant_id, app_id, due_at=due, task_type=task_type,
                                        state=tpb.TASK_STATE_RETRY_WAIT if delay_s else tpb.TASK_STATE_ENQUEUED)
+        if delay_s:
+            self._timers.append(asyncio.get_running_loop().call_later(delay_s, self._fire, task_id))
         return task_id
+
+    def _fire(self, task_id: str) -> None:
+        task = self.tasks[task_id]
+        if task.state == tpb.TASK_STATE_RETRY_WAIT:
+            task.state = tpb.TASK_STATE_ENQUEUED
+            self.notify(task.shard_id)
 
     def requeue(self, task_id: str) -> None:
         """Put a task back to ENQUEUED (as a retry or an expired lease would)."""
         self.tasks[task_id].state = tpb.TASK_STATE_ENQUEUED
 
     def notify(self, shard_id: int) -> None:
+        """Ready work on the shard: an event on every stream that wants events now (as history
+        does; a stream that does not hears of every shard at its next flip to wanted)."""
         for queue in self._watchers:
             queue.put_nowait(shard_id)
+
+    def cancel_timers(self) -> None:
+        for handle in self._timers:
+            handle.cancel()
 
     def break_watches(self) -> None:
         """End every open WatchReady stream with UNAVAILABLE."""
@@ -175,36 +193,38 @@ class FakeHistory(hgrpc.HistoryServiceServicer):
                                                 reason="" if ok else "stale lease or not leased"))
         return hpb.CompleteTasksResponse(results=results)
 
-    async def FireTimers(self, request, context):
-        await self._enter("FireTimers", request.shard_id, request, context)
-        script = self.fire_replies.get(request.shard_id)
-        if script:
-            return script.pop(0) if len(script) > 1 else script[0]
-        now, fired = time.monotonic(), 0
-        pending = []
-        for t in self.tasks.values():
-            if t.shard_id == request.shard_id and t.state == tpb.TASK_STATE_RETRY_WAIT:
-                if t.due_at <= now and fired < request.max_timers:
-                    t.state, fired = tpb.TASK_STATE_ENQUEUED, fired + 1
-                else:
-                    pending.append(t.due_at - now)
-        reply = hpb.FireTimersResponse(fired=fired, ready=fired > 0)
-        if pending:
-            reply.next_in.FromNanoseconds(int(max(0.0, min(pending)) * 1e9))
-        return reply
-
-    async def WatchReady(self, request, context):
-        self.calls.append(Call("WatchReady", -1, request, time.monotonic()))
+    async def WatchReady(self, request_iterator, context):
+        first = await anext(aiter(request_iterator), None)
+        if first is None:
+            return
+        self.calls.append(Call("WatchReady", -1, first, time.monotonic()))
+        shards, slot = set(first.shard_ids), len(self.wanted)
+        self.wanted.append(False)
+        await context.send_initial_metadata(())  # accepted, as history does
         queue: asyncio.Queue = asyncio.Queue()
         self._watchers.append(queue)
+
+        def want(wanted: bool) -> None:
+            if wanted and not self.wanted[slot]:
+                for shard in sorted(shards):  # a flip to wanted: every watched shard once
+                    queue.put_nowait(shard)
+            self.wanted[slot] = wanted
+
+        async def read() -> None:
+            async for req in request_iterator:
+                want(req.wanted)
+
+        want(first.wanted)
+        reader = asyncio.ensure_future(read())
         try:
             while True:
                 shard = await queue.get()
                 if shard is None:
                     await context.abort(grpc.StatusCode.UNAVAILABLE, "watch broken (fake)")
-                if shard in request.shard_ids:
+                if shard in shards and self.wanted[slot]:
                     yield hpb.WatchReadyResponse(shard_id=shard)
         finally:
+            reader.cancel()
             self._watchers.remove(queue)
 
 
@@ -225,4 +245,5 @@ class FakeHistoryServer:
         await self.server.start()
 
     async def stop(self) -> None:
+        self.fake.cancel_timers()
         await self.server.stop(0)

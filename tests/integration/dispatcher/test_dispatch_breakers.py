@@ -161,7 +161,11 @@ async def test_a_probe_that_crashes_reopens_with_a_new_cool_down(breakers, histo
 async def test_a_probe_with_no_completion_lets_another_through_after_two_lease_durations(breakers, history):
     server, stub, _ = await breakers(breaker_cooldown_s=0.3, lease_duration_s=0.5)
     await trip(server, stub, history)
+    # On both shards: a round gives the probe token to the first shard it asks, and a token that
+    # finds nothing there waits for the next wake-up (the fallback tick is 1 s while the watch
+    # stream is live).
     add(history, 3)
+    add(history, 3, shard=1)
     await wait_until(lambda: server.gate.breakers[KEY].state == "HALF_OPEN", what="HALF_OPEN")
     (lost,) = await poll(stub, capacity=10, max_wait=2)  # its agent dies: no completion, ever
     leased_at = asyncio.get_running_loop().time()

@@ -3,9 +3,10 @@ in production) on real shard databases: enqueue with CreateTasks, lease
 through Poll, Complete, and read the task back; a delayed task is leased
 right when it is due.
 
-The dispatcher here asks FireTimers only every IDLE_S (30 s) while history's
-timer hints flow: every timer these tests wait for (a delay, a retry backoff,
-a lease expiry) fires on time only because history announced it."""
+History fires its own timers: every timer these tests wait for (a delay, a
+retry backoff, a lease expiry) reaches the parked poll through history's
+timer loop and its WatchReady event; the dispatcher asks history for nothing
+but leases, heartbeats and completions."""
 
 from __future__ import annotations
 
@@ -36,7 +37,6 @@ from ratchet.services.dispatcher.server import DispatcherServer
 pytestmark = pytest.mark.timeout(90)
 HISTORY_MAIN = pathlib.Path(__file__).resolve().parents[3] / "services" / "history" / "__main__.py"
 SHARDS = [0, 1]
-IDLE_S = 30.0
 
 
 def _wait_serving(port: int, proc: subprocess.Popen, timeout: float = 30.0) -> None:
@@ -102,7 +102,7 @@ async def real(pg_cluster, tmp_path_factory):
         server = DispatcherServer(DispatcherConfig(
             history_target=f"127.0.0.1:{hport}", shard_ids=SHARDS,
             host_token_sha256=[hashlib.sha256(TOKEN.encode()).hexdigest()],
-            dsn=pg_cluster.dsn(f"disp_breakers_{tag}"), timer_idle_s=IDLE_S))
+            dsn=pg_cluster.dsn(f"disp_breakers_{tag}")))
         await server.start()
         channel = grpc.aio.insecure_channel(server.target)
         history_channel = grpc.aio.insecure_channel(f"127.0.0.1:{hport}")
@@ -189,28 +189,12 @@ async def test_with_the_event_stream_live_the_fallback_tick_slows_to_a_second(re
     deadline = time.monotonic() + 5
     while not real.server.watch.live and time.monotonic() < deadline:
         await asyncio.sleep(0.02)
-    assert real.server.watch.live, "no ready event arrived on the WatchReadyOnDemand stream"
+    assert real.server.watch.live, "no ready event arrived on the WatchReady stream"
     assert real.server.tick.interval() == 1.0
     assert await asyncio.wait_for(pending, 5) == []
 
 
-async def _hints_live(real) -> None:
-    deadline = time.monotonic() + 10
-    while not real.server.watch.timers_live and time.monotonic() < deadline:
-        await asyncio.sleep(0.02)
-    assert real.server.watch.timers_live, "no timer hint arrived on the WatchReadyOnDemand stream"
-
-
-async def test_an_idle_shard_is_asked_for_timers_every_idle_s_not_every_250ms(real):
-    await _hints_live(real)
-    before = real.server.timers.calls
-    await asyncio.sleep(2.0)  # a window (a timer the tests before left may fall due in it: <= 2 calls)
-    # Without hints: 2 shards x 8 calls. With them: none, unless a timer fell due meanwhile.
-    assert real.server.timers.calls - before <= 2, real.server.timers.calls - before
-
-
-async def test_a_retry_backoff_fires_on_time_though_the_timer_loop_sleeps_30s(real):
-    await _hints_live(real)
+async def test_a_retry_backoff_fires_on_time(real):
     task_id = await real.create(1, "tenant-retry", retry_base_s=0.4)
     (task,) = await poll(real.dispatch, capacity=1, max_wait=5)
     assert task.task_id == task_id
@@ -227,8 +211,7 @@ async def test_a_retry_backoff_fires_on_time_though_the_timer_loop_sleeps_30s(re
     assert lag < 0.5, f"the retry was leased {lag * 1000:.0f} ms after its backoff ended"
 
 
-async def test_a_short_lease_expires_on_time_though_the_timer_loop_sleeps_30s(real):
-    await _hints_live(real)
+async def test_a_short_lease_expires_on_time(real):
     task_id = await real.create(0, "tenant-lease", retry_base_s=0.01)
     leased = await real.history.LeaseTasks(hpb.LeaseTasksRequest(
         shard_id=0, worker_id="agent-gone", max_tasks=1, lease_duration=seconds(0.5)), timeout=10)

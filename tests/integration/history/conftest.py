@@ -40,8 +40,9 @@ def _new_dbs(pg_cluster) -> dict[int, str]:
 async def start_hist(dsns: dict[int, str], **overrides) -> Hist:
     shards = {str(k): v for k, v in dsns.items()}
     shards.update(overrides.pop("extra_shards", {}))
+    timer_loop = overrides.pop("timer_loop", True)
     cfg = load(None, shards=shards, **{**FAST, **overrides})
-    server = HistoryServer(cfg, rand=random.Random(1), reconnect_interval_s=0.2)
+    server = HistoryServer(cfg, rand=random.Random(1), reconnect_interval_s=0.2, timer_loop=timer_loop)
     await server.start()
     return Hist(server.address, dsns, server)
 
@@ -63,7 +64,8 @@ async def hist(pg_cluster):
 
 @pytest.fixture
 async def make_hist(pg_cluster):
-    """make_hist(**config_overrides) -> a private Hist on fresh shard databases."""
+    """make_hist(**config_overrides) -> a private Hist on fresh shard databases (timer_loop=False:
+    timers fire only by hand, Hist.fire)."""
     made: list[Hist] = []
 
     async def make(check_logs: bool = True, **overrides) -> Hist:

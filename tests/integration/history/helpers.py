@@ -20,6 +20,7 @@ from ratchet.libs import taskstate
 from ratchet.libs.shardmap import new_task_id
 from ratchet.services.history.policy import duration
 from ratchet.services.history.server import HistoryServer
+from ratchet.services.history.timerfire import FireOut
 
 RPC_TIMEOUT = 10.0
 _names = itertools.count()
@@ -119,13 +120,16 @@ class Hist:
         return await self.stub.CancelTask(h.CancelTaskRequest(shard_id=shard, task_id=task_id, tenant_id=tenant),
                                           timeout=RPC_TIMEOUT)
 
-    async def fire(self, shard: int = 1, max_timers: int = 500) -> h.FireTimersResponse:
-        return await self.stub.FireTimers(h.FireTimersRequest(shard_id=shard, max_timers=max_timers),
-                                          timeout=RPC_TIMEOUT)
+    async def fire(self, shard: int = 1) -> FireOut:
+        """One firing of the shard's timers, as the server's timer loop does (in-process: history
+        fires its own timers, no RPC asks it to)."""
+        assert self.server is not None, "firing by hand needs the server in-process"
+        return await self.server.timers.fire(self.server.shards.get(shard))
 
     async def fire_until_state(self, task_id: str, tenant: str, want: str, shard: int = 1,
                                timeout: float = 5.0) -> tasks_pb2.Task:
-        """Drive timers (as the dispatcher would) until the task reaches `want`."""
+        """Wait until the task reaches `want`, firing its shard's timers meanwhile (the timer loop
+        fires them too; a server without one fires only here)."""
         async def reached() -> bool:
             await self.fire(shard)
             return await self.state(task_id, tenant, shard) == want

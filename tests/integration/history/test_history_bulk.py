@@ -16,7 +16,7 @@ from ratchet.internal.worker.v1 import worker_pb2 as wpb
 from ratchet.libs.shardmap import slot_of
 from tests.fault.mutants.mutations import installed
 
-from .helpers import RPC_TIMEOUT, eventually, unique
+from .helpers import RPC_TIMEOUT, unique
 
 FAILED = tasks_pb2.TASK_STATE_FAILED
 RUNNING = tasks_pb2.BULK_OPERATION_STATE_RUNNING
@@ -194,17 +194,18 @@ async def test_a_bulk_cancel_applies_the_normal_cancel(hist):
 async def test_a_bulk_retry_wakes_the_dispatcher(hist):
     tenant, app = unique("t"), unique("app")
     await _dead_letters(hist, tenant, app, 1)
-    stream = hist.stub.WatchReady(h.WatchReadyRequest(shard_ids=[1]))
-    await eventually(lambda: _true(hist.server.hub.watcher_count > 0))
+
+    async def wanted():
+        yield h.WatchReadyRequest(shard_ids=[1], wanted=True)
+        await asyncio.sleep(60)  # (the stream lasts while its requests do)
+
+    stream = hist.stub.WatchReady(wanted(), timeout=30)
+    assert (await asyncio.wait_for(stream.read(), 5)).shard_id == 1  # wanted from the start: every shard once
     op = await hist.start_bulk("op-wake-" + tenant, tenant, app, states=[FAILED])
     event = await asyncio.wait_for(stream.read(), 5)
     assert event.shard_id == 1
     stream.cancel()
     assert (await hist.bulk_done(op.operation_id, tenant)).succeeded == 1
-
-
-async def _true(value: bool) -> bool:
-    return value
 
 
 async def test_bulk_operation_requests_are_checked(hist):

@@ -211,7 +211,7 @@ async def test_lease_expiry_retries_until_attempts_are_spent_then_fails(hist):
 async def test_a_mixed_batch_of_successes_and_failures_closes_every_attempt(hist):
     """Every outcome of one batch is applied with its attempt end, timers and checkpoint."""
     tenant, app = unique("t"), unique("app")
-    await hist.create(*[hist.task(tenant, app) for _ in range(40)])
+    await hist.create(*[hist.task(tenant, app, base_s=60) for _ in range(40)])  # (no retry due meanwhile)
     leased = list((await hist.lease(app, max_tasks=40, lease_s=30)).tasks)
     comps = [wpb.Completion(task_id=t.task_id, lease_epoch=t.lease_epoch, result_json=b'{"i":1}',
                           checkpoint_json=b'{"at":9}' if i % 3 == 0 else None,

@@ -11,7 +11,6 @@ import pytest
 from google.protobuf import json_format, timestamp_pb2
 
 from ratchet.api.tasks.v1 import tasks_pb2
-from ratchet.internal.history.v1 import history_pb2 as h
 from ratchet.libs.shardmap import new_task_id
 from ratchet.services.history.policy import duration
 
@@ -81,10 +80,9 @@ async def test_delayed_tasks_wait_for_run_at_with_a_wake_up_timer(hist):
     first = await hist.lease(app)
     assert [t.task_id for t in first.tasks] == [past.task_id]  # only the due one
 
-    async def delayed_ready() -> bool:
-        fired = await hist.fire()
-        return fired.ready or False
-    await eventually(delayed_ready, 5)
+    async def woken() -> bool:  # history's timer loop fired the wake-up at run_at
+        return "delay" not in await hist.timers(d.task_id)
+    await eventually(woken, 5)
     second = await hist.lease(app)
     assert [t.task_id for t in second.tasks] == [d.task_id]
     assert second.tasks[0].scheduled_at.ToDatetime() > first.tasks[0].scheduled_at.ToDatetime()
@@ -187,110 +185,3 @@ async def test_over_1000_tasks_is_refused(hist):
     with pytest.raises(grpc.aio.AioRpcError) as e:
         await hist.create(*[hist.task(tenant) for _ in range(1001)])
     assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "at most 1000" in e.value.details()
-
-
-async def test_watchers_hear_once_per_shard_after_enqueues_commit(hist):
-    stream = hist.stub.WatchReady(h.WatchReadyRequest(shard_ids=[2]), timeout=30)
-    got: list[int] = []
-
-    async def read():
-        async for msg in stream:
-            got.append(msg.shard_id)
-
-    reader = asyncio.create_task(read())
-    await eventually(lambda: _true(hist.server.hub.watcher_count >= 1), 5)
-    tenant = unique("t")
-    await hist.create(hist.task(tenant), shard=1)  # not watched
-    await hist.create(hist.task(tenant, delay=duration(60)), shard=2)  # not due: no event
-    await hist.create(hist.task(tenant), shard=2)
-    await eventually(lambda: _true(got == [2]), 5)
-    for _ in range(5):
-        await hist.create(hist.task(tenant), shard=2)
-    await eventually(lambda: _true(len(got) >= 2), 5)
-    assert set(got) == {2} and len(got) <= 6
-    stream.cancel()
-    reader.cancel()
-    await asyncio.gather(reader, return_exceptions=True)
-
-
-async def _true(value: bool) -> bool:
-    return value
-
-
-async def test_timers_that_make_work_ready_wake_watchers(make_hist):
-    hist = await make_hist()
-    stream = hist.stub.WatchReady(h.WatchReadyRequest(shard_ids=[1]), timeout=30)
-    got: list[int] = []
-
-    async def read():
-        async for msg in stream:
-            got.append(msg.shard_id)
-
-    reader = asyncio.create_task(read())
-    await eventually(lambda: _true(hist.server.hub.watcher_count >= 1), 5)
-    await hist.create(hist.task("t", delay=duration(0.3)), shard=1)
-    await asyncio.sleep(0.1)
-    assert got == []  # a delayed enqueue is not ready work
-
-    async def fired_ready() -> bool:
-        return (await hist.fire(1)).ready
-    await eventually(fired_ready, 5)
-    await eventually(lambda: _true(got == [1]), 5)
-    stream.cancel()
-    reader.cancel()
-    await asyncio.gather(reader, return_exceptions=True)
-
-
-async def test_on_demand_watchers_hear_nothing_unwanted_and_every_shard_when_they_start_wanting(hist):
-    """WatchReadyOnDemand: no event per commit while the dispatcher has no poll waiting; a flip to
-    wanted sends every watched shard at once (work that arrived meanwhile must still wake a poll)."""
-    wants: asyncio.Queue = asyncio.Queue()
-
-    async def requests():
-        yield h.WatchReadyOnDemandRequest(shard_ids=[1, 2], wanted=False)
-        while True:
-            yield h.WatchReadyOnDemandRequest(wanted=await wants.get())
-
-    stream = hist.stub.WatchReadyOnDemand(requests(), timeout=30)
-    got: list[int] = []
-
-    async def read():
-        async for msg in stream:
-            got.append(msg.shard_id)
-
-    reader = asyncio.create_task(read())
-    try:
-        await eventually(lambda: _true(hist.server.hub.watcher_count >= 1), 5)
-        (watcher,) = [w for w in hist.server.hub._watchers if w.shard_ids == {1, 2}]
-        tenant = unique("t")
-        for _ in range(3):
-            await hist.create(hist.task(tenant), shard=2)
-        # Each commit's event reached the watcher and was dropped there, so none is pending.
-        await eventually(lambda: _true(watcher.dropped >= 3), 5)
-        assert got == [], "events flowed while nobody wanted them"
-        await wants.put(True)
-        await eventually(lambda: _true(sorted(got) == [1, 2]), 5)  # both shards, once, at the flip
-        await hist.create(hist.task(tenant), shard=1)
-        await eventually(lambda: _true(sorted(got) == [1, 1, 2]), 5)
-        await wants.put(False)
-        await eventually(lambda: _true(not watcher.wanted), 5)
-        dropped = watcher.dropped
-        await hist.create(hist.task(tenant), shard=1)
-        await eventually(lambda: _true(watcher.dropped > dropped), 5)
-        assert sorted(got) == [1, 1, 2]
-    finally:
-        stream.cancel()
-        reader.cancel()
-        await asyncio.gather(reader, return_exceptions=True)
-
-
-async def test_on_demand_watch_refuses_unknown_shards(hist):
-    async def requests():
-        yield h.WatchReadyOnDemandRequest(shard_ids=[99], wanted=True)
-        await asyncio.sleep(5)
-
-    stream = hist.stub.WatchReadyOnDemand(requests(), timeout=10)
-    with pytest.raises(grpc.aio.AioRpcError) as e:
-        async for _ in stream:
-            pass
-    assert e.value.code() in (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.NOT_FOUND), e.value

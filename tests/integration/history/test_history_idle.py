@@ -1,9 +1,13 @@
-"""What an idle shard costs: the dispatcher asks every shard for due timers and, for each
-parked poll it wakes, for ready work, about four times a second. Neither answer may open a
-transaction when there is nothing to do; with work, the writes still run in one."""
+"""What an idle shard costs: history's timer loop reads every shard for due timers when the
+next one is due (at least every 2 s), and the dispatcher asks, for each parked poll it
+wakes, for ready work. Neither may open a transaction when there is nothing to do; with work,
+the writes still run in one."""
 
 from __future__ import annotations
 
+import asyncio
+
+from ratchet.services.history.loops.timers import IDLE_S
 from ratchet.services.history.policy import duration
 
 from .helpers import eventually, unique
@@ -23,12 +27,12 @@ def _spy(monkeypatch, store, prefix: str) -> list[tuple[str, bool]]:
     return seen
 
 
-async def test_fire_timers_with_nothing_due_is_one_read_and_a_due_timer_still_fires(make_hist, monkeypatch):
-    hist = await make_hist()
+async def test_firing_with_nothing_due_is_one_read_and_a_due_timer_still_fires(make_hist, monkeypatch):
+    hist = await make_hist(timer_loop=False)  # fired by hand only: the test counts every statement
     seen = _spy(monkeypatch, hist.server.store, "timer_")
 
     r = await hist.fire()  # an empty shard
-    assert r.fired == 0 and not r.ready and not r.HasField("next_in")
+    assert r.fired == 0 and not r.ready and r.next_in_s is None
     assert seen == [("timer_next_in", False)]
 
     tenant = unique("t")
@@ -36,7 +40,7 @@ async def test_fire_timers_with_nothing_due_is_one_read_and_a_due_timer_still_fi
     soon = await hist.create_one(tenant, delay=duration(0.3))
     seen.clear()
     r = await hist.fire()  # nothing due yet: the answer says when
-    assert r.fired == 0 and 0 < r.next_in.ToNanoseconds() / 1e9 <= 0.3
+    assert r.fired == 0 and 0 < r.next_in_s <= 0.3
     assert seen == [("timer_next_in", False)]
 
     async def soon_is_due() -> bool:  # (read on the test's own connection, not the server's store)
@@ -46,10 +50,22 @@ async def test_fire_timers_with_nothing_due_is_one_read_and_a_due_timer_still_fi
     seen.clear()
     r = await hist.fire()
     assert r.fired == 1 and r.ready
-    assert 55 < r.next_in.ToNanoseconds() / 1e9 <= 60  # the 60 s delay is next
+    assert 55 < r.next_in_s <= 60  # the 60 s delay is next
     assert seen[0] == ("timer_next_in", False)
     assert ("timer_claim_due", True) in seen and seen[-1] == ("timer_next_in", True)
     assert await hist.state(soon, tenant) == "ENQUEUED" and set(await hist.timers(later)) == {"delay"}
+
+
+async def test_the_timer_loop_reads_an_idle_shard_once_per_idle_s_and_opens_no_transaction(
+        make_hist, monkeypatch):
+    hist = await make_hist()
+    seen = _spy(monkeypatch, hist.server.store, "timer_")
+    tenant = unique("t")
+    await hist.create_one(tenant, delay=duration(3600))  # pending, an hour away: nothing due
+    seen.clear()
+    await asyncio.sleep(2 * IDLE_S + 0.2)
+    # Two shards, each read once per IDLE_S (2 s): 4-6 reads, none in a transaction.
+    assert 3 <= len(seen) <= 6 and set(seen) == {("timer_next_in", False)}, seen
 
 
 async def test_lease_with_nothing_ready_opens_no_transaction_and_with_work_leases_in_one(make_hist, monkeypatch):

@@ -45,7 +45,7 @@ async def test_an_unreachable_shard_is_unavailable_by_name_and_the_others_serve(
 
 async def test_an_unknown_shard_id_is_invalid_argument(hist):
     with pytest.raises(grpc.aio.AioRpcError) as e:
-        await hist.stub.FireTimers(h.FireTimersRequest(shard_id=99), timeout=5)
+        await hist.stub.LeaseTasks(h.LeaseTasksRequest(shard_id=99, worker_id="w", max_tasks=1), timeout=5)
     assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "known shards: [1, 2]" in e.value.details()
 
 
@@ -131,7 +131,7 @@ async def test_the_charge_guard_and_its_mutant(make_hist, mutant):
 
 
 async def _race_two_firers(hist, query: str) -> list[int]:
-    """Two FireTimers calls whose claims both finish before either applies (a gate on the claim)."""
+    """Two firings whose claims both finish before either applies (a gate on the claim)."""
     arrived, both = [], asyncio.Event()
 
     async def gate(_name: str) -> None:
@@ -150,10 +150,11 @@ async def _race_two_firers(hist, query: str) -> list[int]:
 
 @pytest.mark.parametrize("skip_locked", [True, False])
 async def test_timer_exclusivity_guard_and_its_mutant(make_hist, skip_locked):
-    """Two firers racing for one due lease check: one fires it. The mutant without FireTimers'
-    locks and compare-and-set (tests/fault/mutants) fires it twice."""
+    """Two firers racing for one due lease check: one fires it. The mutant without the firing's
+    locks and compare-and-set (tests/fault/mutants) fires it twice. (No timer loop: the two
+    firings of the race are the test's own.)"""
     with _history(None if skip_locked else "timer_skip_locked"):
-        hist = await make_hist(check_logs=skip_locked)
+        hist = await make_hist(check_logs=skip_locked, timer_loop=False)
         task_id = await hist.create_one("t", "app", base_s=30)
         await hist.lease_one("app", lease_s=0.05)
         await asyncio.sleep(0.2)  # the lease has expired; its timer is due
@@ -236,7 +237,7 @@ async def test_the_mutant_process_is_history_with_its_guard_removed(fresh_db, tm
         if proc.poll() is None:
             proc.kill()
             proc.wait(10)
-    assert "history MUTANT timer_skip_locked: FireTimers claims" in log.read_text()
+    assert "history MUTANT timer_skip_locked: The timer loop claims" in log.read_text()
 
 
 async def test_a_crash_at_the_completion_gate_commits_nothing(fresh_db, tmp_path):
@@ -326,7 +327,7 @@ async def test_a_role_that_may_not_set_wal_compression_serves_with_the_servers(p
 
 
 async def test_a_cleanly_used_connection_is_kept_and_reused_without_the_pool(make_hist):
-    hist = await make_hist()
+    hist = await make_hist(timer_loop=False)  # (the timer loop would take the kept connection too)
     shard = hist.server.shards.get(1)
     async with shard.conn() as conn:
         first = conn
@@ -345,7 +346,7 @@ async def test_a_cleanly_used_connection_is_kept_and_reused_without_the_pool(mak
 
 
 async def test_a_connection_left_in_a_transaction_or_broken_goes_back_to_the_pool(make_hist):
-    hist = await make_hist()
+    hist = await make_hist(timer_loop=False)  # (the timer loop would take the kept connection too)
     shard = hist.server.shards.get(1)
     async with shard.conn() as conn:
         await conn.execute("BEGIN")

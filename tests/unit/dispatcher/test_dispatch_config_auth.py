@@ -18,8 +18,8 @@ GOOD = dict(history_target="127.0.0.1:7001", shard_ids=[0, 1], host_token_sha256
 
 def test_defaults():
     config = DispatcherConfig(**GOOD)
-    assert (config.host, config.grpc_port, config.timer_interval_s, config.lease_duration_s) == \
-        ("127.0.0.1", 0, 0.25, 30.0)
+    assert (config.host, config.grpc_port, config.fallback_tick_live_s, config.lease_duration_s) == \
+        ("127.0.0.1", 0, 1.0, 30.0)
     assert (config.poll_max_wait_s, config.rpc_timeout_s, config.log_level) == (20.0, 10.0, "INFO")
     assert (config.breaker_crash_threshold, config.breaker_window_s, config.breaker_cooldown_s) == (5, 60.0, 300.0)
 

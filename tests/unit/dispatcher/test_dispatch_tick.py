@@ -37,18 +37,18 @@ async def test_the_tick_slows_down_while_the_stream_is_live_and_never_beats_its_
 
 
 class _History:
-    """watch_ready_on_demand from a script: shard ids to yield, then an error or the end."""
+    """watch_ready from a script: shard ids to yield, then an error or the end."""
 
     def __init__(self, streams):
         self.streams = list(streams)
         self.opened = 0
 
-    async def watch_ready_on_demand(self, requests, shard_ids, timeout):
+    async def watch_ready(self, requests, shard_ids, timeout):
         self.opened += 1
         events, end = self.streams.pop(0) if self.streams else ([], asyncio.CancelledError())
         for shard in events:
             await asyncio.sleep(0)
-            yield shard if isinstance(shard, tuple) else (shard, None)
+            yield shard
         await asyncio.sleep(0)
         if end is not None:
             raise end

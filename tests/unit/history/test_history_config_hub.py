@@ -65,7 +65,7 @@ def test_config_is_frozen():
 
 async def test_hub_coalesces_per_shard_and_filters_by_watch():
     hub = ReadyHub()
-    a, b = hub.watch([1, 2]), hub.watch([2])
+    a, b = hub.watch([1, 2], wanted=True), hub.watch([2], wanted=True)
     for _ in range(50):
         hub.publish(1)
     hub.publish(2)
@@ -80,49 +80,27 @@ async def test_hub_coalesces_per_shard_and_filters_by_watch():
     assert await asyncio.wait_for(a.next(), 1) == []
 
 
-async def _drain(watcher):
-    return await asyncio.wait_for(watcher.next_events(), 1)
-
-
-async def test_timer_hints_reach_hint_watchers_wanted_or_not_and_start_with_every_shard_due_now():
+async def test_a_watcher_gets_events_only_while_wanted_and_every_shard_when_it_starts_wanting():
     hub = ReadyHub()
-    plain = hub.watch([0, 1])  # WatchReady: no hints
-    hinted = hub.watch([0, 1], wanted=False, timer_hints=True)
-    now = asyncio.get_running_loop().time()
-    ready, timers = await _drain(hinted)
-    assert ready == [] and set(timers) == {0, 1} and all(at <= now + 0.01 for at in timers.values())
-    hub.timer_due(1, 5.0)
-    hub.timer_due(1, 3.0)  # sooner: coalesced to the earliest
-    hub.timer_due(7, 1.0)  # not watched
-    ready, timers = await _drain(hinted)
-    assert ready == [] and list(timers) == [1] and 2.9 < timers[1] - now < 3.1
+    w = hub.watch([0, 1])  # not wanted until the stream says so
+    hub.publish(1)
+    assert w.dropped == 1 and not w._event.is_set()
+    w.want(True)  # work may have arrived unannounced: every watched shard once
+    assert await asyncio.wait_for(w.next(), 1) == [0, 1]
+    hub.publish(1)
+    assert await asyncio.wait_for(w.next(), 1) == [1]
+    w.want(False)
     hub.publish(0)
-    assert await asyncio.wait_for(plain.next(), 1) == [0]  # a plain watcher never sees a hint
-    assert hinted.dropped == 1  # not wanted: the ready event is dropped, hints are not
+    assert w.dropped == 2
 
 
-async def test_a_timer_is_hinted_only_if_sooner_than_reported_or_while_firing():
-    hub = ReadyHub()
-    w = hub.watch([0], wanted=False, timer_hints=True)
-    await _drain(w)
-    async with hub.firing(0) as firing:
-        firing.report(10.0)  # FireTimers: the earliest pending timer is due in 10 s
-    hub.timer_due(0, 20.0)  # later than that: the dispatcher asks by then anyway
-    hub.timer_due(0, None)  # wrote no timer
-    assert not w._event.is_set()
-    hub.timer_due(0, 4.0)
-    (_, timers) = await _drain(w)
-    assert list(timers) == [0]
-    hub.timer_due(0, 6.0)  # later than the 4 s hint just sent
-    assert not w._event.is_set()
-    async with hub.firing(0) as firing:
-        hub.timer_due(0, 60.0)  # in flight: its read may have missed this commit, so it is hinted
-        firing.report(None)
-    (_, timers) = await _drain(w)
-    assert list(timers) == [0]
-    hub.timer_due(0, 3600.0)  # nothing pending was reported: any timer is news
-    (_, timers) = await _drain(w)
-    assert list(timers) == [0]
+def test_a_commit_that_wrote_a_timer_tells_the_timer_loop():
+    hub, heard = ReadyHub(), []
+    hub.timer_due(0, 5.0)  # no loop connected yet: nobody to tell, no error
+    hub.on_timer = lambda shard, seconds: heard.append((shard, seconds))
+    hub.timer_due(1, 3.0)
+    hub.timer_due(1, None)  # wrote no timer
+    assert heard == [(1, 3.0)]
 
 
 async def test_a_shard_connecting_late_wakes_whoever_waits_on_it():

@@ -228,53 +228,19 @@ class CompleteTasksResponse(_message.Message):
     results: _containers.RepeatedCompositeFieldContainer[_worker_pb2.CompletionResult]
     def __init__(self, results: _Optional[_Iterable[_Union[_worker_pb2.CompletionResult, _Mapping]]] = ...) -> None: ...
 
-class FireTimersRequest(_message.Message):
-    __slots__ = ("shard_id", "max_timers")
-    SHARD_ID_FIELD_NUMBER: _ClassVar[int]
-    MAX_TIMERS_FIELD_NUMBER: _ClassVar[int]
-    shard_id: int
-    max_timers: int
-    def __init__(self, shard_id: _Optional[int] = ..., max_timers: _Optional[int] = ...) -> None: ...
-
-class FireTimersResponse(_message.Message):
-    __slots__ = ("fired", "ready", "next_in")
-    FIRED_FIELD_NUMBER: _ClassVar[int]
-    READY_FIELD_NUMBER: _ClassVar[int]
-    NEXT_IN_FIELD_NUMBER: _ClassVar[int]
-    fired: int
-    ready: bool
-    next_in: _duration_pb2.Duration
-    def __init__(self, fired: _Optional[int] = ..., ready: _Optional[bool] = ..., next_in: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
-
 class WatchReadyRequest(_message.Message):
-    __slots__ = ("shard_ids",)
+    __slots__ = ("shard_ids", "wanted")
     SHARD_IDS_FIELD_NUMBER: _ClassVar[int]
+    WANTED_FIELD_NUMBER: _ClassVar[int]
     shard_ids: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, shard_ids: _Optional[_Iterable[int]] = ...) -> None: ...
+    wanted: bool
+    def __init__(self, shard_ids: _Optional[_Iterable[int]] = ..., wanted: _Optional[bool] = ...) -> None: ...
 
 class WatchReadyResponse(_message.Message):
     __slots__ = ("shard_id",)
     SHARD_ID_FIELD_NUMBER: _ClassVar[int]
     shard_id: int
     def __init__(self, shard_id: _Optional[int] = ...) -> None: ...
-
-class WatchReadyOnDemandRequest(_message.Message):
-    __slots__ = ("shard_ids", "wanted", "timer_hints")
-    SHARD_IDS_FIELD_NUMBER: _ClassVar[int]
-    WANTED_FIELD_NUMBER: _ClassVar[int]
-    TIMER_HINTS_FIELD_NUMBER: _ClassVar[int]
-    shard_ids: _containers.RepeatedScalarFieldContainer[int]
-    wanted: bool
-    timer_hints: bool
-    def __init__(self, shard_ids: _Optional[_Iterable[int]] = ..., wanted: _Optional[bool] = ..., timer_hints: _Optional[bool] = ...) -> None: ...
-
-class WatchReadyOnDemandResponse(_message.Message):
-    __slots__ = ("shard_id", "timer_due_in")
-    SHARD_ID_FIELD_NUMBER: _ClassVar[int]
-    TIMER_DUE_IN_FIELD_NUMBER: _ClassVar[int]
-    shard_id: int
-    timer_due_in: _duration_pb2.Duration
-    def __init__(self, shard_id: _Optional[int] = ..., timer_due_in: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
 
 class ListTasksRequest(_message.Message):
     __slots__ = ("shard_id", "tenant_id", "app_id", "filter", "page_size", "cursor")

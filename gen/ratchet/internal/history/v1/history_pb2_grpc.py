@@ -70,20 +70,10 @@ class HistoryServiceStub:
                 request_serializer=ratchet_dot_internal_dot_history_dot_v1_dot_history__pb2.CompleteTasksRequest.SerializeToString,
                 response_deserializer=ratchet_dot_internal_dot_history_dot_v1_dot_history__pb2.CompleteTasksResponse.FromString,
                 _registered_method=True)
-        self.FireTimers = channel.unary_unary(
-                '/ratchet.internal.history.v1.HistoryService/FireTimers',
-                request_serializer=ratchet_dot_internal_dot_history_dot_v1_dot_history__pb2.FireTimersRequest.SerializeToString,
-                response_deserializer=ratchet_dot_internal_dot_history_dot_v1_dot_history__pb2.FireTimersResponse.FromString,
-                _registered_method=True)
-        self.WatchReady = channel.unary_stream(
+        self.WatchReady = channel.stream_stream(
                 '/ratchet.internal.history.v1.HistoryService/WatchReady',
                 request_serializer=ratchet_dot_internal_dot_history_dot_v1_dot_history__pb2.WatchReadyRequest.SerializeToString,
                 response_deserializer=ratchet_dot_internal_dot_history_dot_v1_dot_history__pb2.WatchReadyResponse.FromString,
-                _registered_method=True)
-        self.WatchReadyOnDemand = channel.stream_stream(
-                '/ratchet.internal.history.v1.HistoryService/WatchReadyOnDemand',
-                request_serializer=ratchet_dot_internal_dot_history_dot_v1_dot_history__pb2.WatchReadyOnDemandRequest.SerializeToString,
-                response_deserializer=ratchet_dot_internal_dot_history_dot_v1_dot_history__pb2.WatchReadyOnDemandResponse.FromString,
                 _registered_method=True)
         self.ListTasks = channel.unary_unary(
                 '/ratchet.internal.history.v1.HistoryService/ListTasks',
@@ -181,27 +171,16 @@ class HistoryServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
-    def FireTimers(self, request, context):
-        """Claim and apply due timers (FOR UPDATE SKIP LOCKED, shard clock).
-        """
-        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
-        context.set_details('Method not implemented!')
-        raise NotImplementedError('Method not implemented!')
-
-    def WatchReady(self, request, context):
-        """Stream a message whenever a shard may have new ready work (after an
-        enqueue commits). Coalesced and best effort: dispatchers also poll.
-        """
-        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
-        context.set_details('Method not implemented!')
-        raise NotImplementedError('Method not implemented!')
-
-    def WatchReadyOnDemand(self, request_iterator, context):
-        """WatchReady on demand: the caller says when it has polls waiting for work
-        (`wanted`), and events flow only while it does. The first request names
-        the shards; later ones only flip `wanted`. Each flip to wanted answers at
-        once with an event for every watched shard (work may have arrived while
-        nobody listened), so no wake-up is lost across a flip.
+    def WatchReady(self, request_iterator, context):
+        """A message whenever a shard may have new ready work: after an enqueue
+        with due work commits, after a fired timer made work ready, after a bulk
+        retry batch. Coalesced and best effort: dispatchers also poll. The caller
+        says when it has polls waiting for work (`wanted`), and events flow only
+        while it does. The first request names the shards; later ones only flip
+        `wanted`. Each flip to wanted answers at once with an event for every
+        watched shard (work may have arrived while nobody listened), so no
+        wake-up is lost across a flip. History sends its headers as soon as it
+        accepted the first request, before any event.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -282,20 +261,10 @@ def add_HistoryServiceServicer_to_server(servicer, server):
                     request_deserializer=ratchet_dot_internal_dot_history_dot_v1_dot_history__pb2.CompleteTasksRequest.FromString,
                     response_serializer=ratchet_dot_internal_dot_history_dot_v1_dot_history__pb2.CompleteTasksResponse.SerializeToString,
             ),
-            'FireTimers': grpc.unary_unary_rpc_method_handler(
-                    servicer.FireTimers,
-                    request_deserializer=ratchet_dot_internal_dot_history_dot_v1_dot_history__pb2.FireTimersRequest.FromString,
-                    response_serializer=ratchet_dot_internal_dot_history_dot_v1_dot_history__pb2.FireTimersResponse.SerializeToString,
-            ),
-            'WatchReady': grpc.unary_stream_rpc_method_handler(
+            'WatchReady': grpc.stream_stream_rpc_method_handler(
                     servicer.WatchReady,
                     request_deserializer=ratchet_dot_internal_dot_history_dot_v1_dot_history__pb2.WatchReadyRequest.FromString,
                     response_serializer=ratchet_dot_internal_dot_history_dot_v1_dot_history__pb2.WatchReadyResponse.SerializeToString,
-            ),
-            'WatchReadyOnDemand': grpc.stream_stream_rpc_method_handler(
-                    servicer.WatchReadyOnDemand,
-                    request_deserializer=ratchet_dot_internal_dot_history_dot_v1_dot_history__pb2.WatchReadyOnDemandRequest.FromString,
-                    response_serializer=ratchet_dot_internal_dot_history_dot_v1_dot_history__pb2.WatchReadyOnDemandResponse.SerializeToString,
             ),
             'ListTasks': grpc.unary_unary_rpc_method_handler(
                     servicer.ListTasks,
@@ -524,61 +493,7 @@ class HistoryService:
             _registered_method=True)
 
     @staticmethod
-    def FireTimers(request,
-            target,
-            options=(),
-            channel_credentials=None,
-            call_credentials=None,
-            insecure=False,
-            compression=None,
-            wait_for_ready=None,
-            timeout=None,
-            metadata=None):
-        return grpc.experimental.unary_unary(
-            request,
-            target,
-            '/ratchet.internal.history.v1.HistoryService/FireTimers',
-            ratchet_dot_internal_dot_history_dot_v1_dot_history__pb2.FireTimersRequest.SerializeToString,
-            ratchet_dot_internal_dot_history_dot_v1_dot_history__pb2.FireTimersResponse.FromString,
-            options,
-            channel_credentials,
-            insecure,
-            call_credentials,
-            compression,
-            wait_for_ready,
-            timeout,
-            metadata,
-            _registered_method=True)
-
-    @staticmethod
-    def WatchReady(request,
-            target,
-            options=(),
-            channel_credentials=None,
-            call_credentials=None,
-            insecure=False,
-            compression=None,
-            wait_for_ready=None,
-            timeout=None,
-            metadata=None):
-        return grpc.experimental.unary_stream(
-            request,
-            target,
-            '/ratchet.internal.history.v1.HistoryService/WatchReady',
-            ratchet_dot_internal_dot_history_dot_v1_dot_history__pb2.WatchReadyRequest.SerializeToString,
-            ratchet_dot_internal_dot_history_dot_v1_dot_history__pb2.WatchReadyResponse.FromString,
-            options,
-            channel_credentials,
-            insecure,
-            call_credentials,
-            compression,
-            wait_for_ready,
-            timeout,
-            metadata,
-            _registered_method=True)
-
-    @staticmethod
-    def WatchReadyOnDemand(request_iterator,
+    def WatchReady(request_iterator,
             target,
             options=(),
             channel_credentials=None,
@@ -591,9 +506,9 @@ class HistoryService:
         return grpc.experimental.stream_stream(
             request_iterator,
             target,
-            '/ratchet.internal.history.v1.HistoryService/WatchReadyOnDemand',
-            ratchet_dot_internal_dot_history_dot_v1_dot_history__pb2.WatchReadyOnDemandRequest.SerializeToString,
-            ratchet_dot_internal_dot_history_dot_v1_dot_history__pb2.WatchReadyOnDemandResponse.FromString,
+            '/ratchet.internal.history.v1.HistoryService/WatchReady',
+            ratchet_dot_internal_dot_history_dot_v1_dot_history__pb2.WatchReadyRequest.SerializeToString,
+            ratchet_dot_internal_dot_history_dot_v1_dot_history__pb2.WatchReadyResponse.FromString,
             options,
             channel_credentials,
             insecure,
