@@ -11,7 +11,7 @@ from collections.abc import Callable
 from ratchet.internal.history.v1 import history_pb2, history_pb2_grpc
 from ratchet.internal.worker.v1 import worker_pb2
 from ratchet.libs import gates, taskstate
-from ratchet.services.history import bulk, callstream, convert, dispatch, lifecycle, policy, search
+from ratchet.services.history import bulk, callstream, convert, leasing, lifecycle, policy, search
 from ratchet.services.history.commit import Committer
 from ratchet.services.history.config import HistoryConfig
 from ratchet.services.history.errors import InvalidArgument, rpc, rpc_stream
@@ -129,7 +129,7 @@ class HistoryServicer(history_pb2_grpc.HistoryServiceServicer):
                                         self.cfg.lease_duration_s)
         limits = convert.type_limits(request.type_limits)
         async with shard.lessor, shard.conn() as conn:
-            out = await dispatch.lease_tasks(conn, self.store, worker_id=request.worker_id,
+            out = await leasing.lease_tasks(conn, self.store, worker_id=request.worker_id,
                                              max_tasks=request.max_tasks, app_ids=list(request.app_ids),
                                              cursor=request.tenant_cursor, lease_s=lease_s, type_limits=limits)
         if out.rows:  # each lease's check: at lease expiry or the attempt deadline, the earlier

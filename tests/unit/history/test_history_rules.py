@@ -144,7 +144,7 @@ def test_filters_and_cursors():
 
 
 def test_type_limits_split_into_paused_and_capped():
-    from ratchet.services.history.dispatch import split_limits
+    from ratchet.services.history.leasing import split_limits
     a, b, c = ("t", "app", "a"), ("t", "app", "b"), ("t", "app", "c")
     paused, caps = split_limits([(a, 0), (b, 3), (b, 1), (c, 2), (c, 0)])
     assert sorted(paused) == [a, c] and caps == {b: 1}
