@@ -6,18 +6,17 @@ current state (CompletionResult.state), which tells the agent it landed.
 
 Completions for one shard that arrive while history is busy with earlier
 ones are coalesced into one CompleteTasks call (group commit: one history
-transaction instead of many); see `CompletionBatcher`.
+transaction instead of many, on libs/batching); see `CompletionBatcher`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import collections
-import dataclasses
 import logging
 from collections.abc import Sequence
 
 from ratchet.internal.worker.v1 import worker_pb2 as wpb
+from ratchet.libs.batching import Batcher
 from ratchet.services.dispatcher.errors import CallUnavailable, HistoryRejected, ShardUnavailable
 from ratchet.services.dispatcher.grouping import MismatchedAnswer, group_by_shard, merge_in_order, pick
 from ratchet.services.dispatcher.history_client import HistoryClient
@@ -36,117 +35,60 @@ MAX_BATCH = 1000
 MAX_IN_FLIGHT = 1
 
 
-@dataclasses.dataclass
-class _Batch:
-    # One entry per submission: its completions and the future its caller awaits.
-    waiters: list[tuple[Sequence[wpb.Completion], asyncio.Future]] = dataclasses.field(default_factory=list)
-    size: int = 0
-
-
-@dataclasses.dataclass
-class _Shard:
-    in_flight: int = 0
-    queued: collections.deque[_Batch] = dataclasses.field(default_factory=collections.deque)
-
-
 class CompletionBatcher:
-    """Group commit of completions per shard.
+    """Group commit of completions per shard (libs/batching).
 
     While fewer than `max_in_flight` CompleteTasks calls are out for a shard,
     a submission goes out at once, alone: no added latency when idle. Beyond
-    that, submissions queue and the queue goes out as one call when a call
-    returns, so under load many completions share one history transaction.
-    `max_in_flight=None` turns coalescing off (every submission its own call).
+    that, submissions queue and the queue goes out as one call (at most
+    MAX_BATCH completions) when a call returns, so under load many completions
+    share one history transaction. A submission whose caller gave up before
+    its call went out is left out. `max_in_flight=None` turns coalescing off
+    (every submission its own call).
     """
 
     def __init__(self, history: HistoryClient, max_in_flight: int | None = MAX_IN_FLIGHT):
         self._history = history
-        self._max_in_flight = max_in_flight
-        self._shards: dict[int, _Shard] = {}
-        self._flushes: set[asyncio.Task] = set()
+        self._batcher: Batcher[int, Sequence[wpb.Completion], list[wpb.CompletionResult]] = Batcher(
+            self._flush, max_in_flight=max_in_flight, max_items=MAX_BATCH, size=len, max_size=MAX_BATCH)
         self.calls = 0  # CompleteTasks calls made, for tests and benchmarks
 
     async def complete(self, shard_id: int, completions: Sequence[wpb.Completion]) -> list[wpb.CompletionResult]:
         """Results for `completions` (all of one shard), in order."""
-        shard = self._shards.setdefault(shard_id, _Shard())
-        if self._max_in_flight is None or (shard.in_flight < self._max_in_flight and not shard.queued):
-            shard.in_flight += 1
-            try:
-                return list(await self._send(shard_id, completions))
-            finally:
-                shard.in_flight -= 1
-                self._drain(shard_id, shard)
-        batch = shard.queued[-1] if shard.queued else None
-        if batch is None or batch.size + len(completions) > MAX_BATCH:
-            batch = _Batch()
-            shard.queued.append(batch)
-        future = asyncio.get_running_loop().create_future()
-        # Retrieve the outcome even if the caller went away, so nothing logs "never retrieved".
-        future.add_done_callback(lambda f: f.cancelled() or f.exception())
-        batch.waiters.append((completions, future))
-        batch.size += len(completions)
-        try:
-            # Shielded: if this caller goes away the batch still goes out for the others.
-            return await asyncio.shield(future)
-        except asyncio.CancelledError:
-            # The caller gave up (it will retry): leave its part out if the batch has not gone yet.
-            future.cancel()
-            raise
+        return await self._batcher.submit(shard_id, completions)
 
-    def _drain(self, shard_id: int, shard: _Shard) -> None:
-        while shard.queued and shard.in_flight < (self._max_in_flight or 1):
-            batch = shard.queued.popleft()
-            shard.in_flight += 1
-            task = asyncio.create_task(self._flush(shard_id, shard, batch))
-            self._flushes.add(task)
-            task.add_done_callback(self._flushes.discard)
-
-    async def _flush(self, shard_id: int, shard: _Shard, batch: _Batch) -> None:
+    async def _flush(self, shard_id: int,
+                     parts: list[Sequence[wpb.Completion]]) -> list[list[wpb.CompletionResult] | BaseException]:
+        """One CompleteTasks for the submissions queued together; each its own slice of the answer."""
+        if len(parts) == 1:
+            return [list(await self._send(shard_id, parts[0]))]
         try:
-            await self._flush_batch(shard_id, batch)
-        finally:
-            shard.in_flight -= 1
-            self._drain(shard_id, shard)
-
-    async def _flush_batch(self, shard_id: int, batch: _Batch) -> None:
-        waiters = [(cs, f) for cs, f in batch.waiters if not f.done()]
-        if not waiters:
-            return
-        try:
-            try:
-                results = await self._send(shard_id, [c for cs, _ in waiters for c in cs])
-            except HistoryRejected:
-                if len(waiters) == 1:
-                    raise
-                # One agent's bad completion must not fail the others it was coalesced with.
-                await asyncio.gather(*(self._send_part(shard_id, cs, f) for cs, f in waiters))
-                return
-        except BaseException as err:  # every waiter must hear about the failure, whatever it is
-            for _, future in waiters:
-                _settle(future, error=err)
-            if isinstance(err, asyncio.CancelledError):
-                raise
-            return
+            results = await self._send(shard_id, [c for cs in parts for c in cs])
+        except HistoryRejected:
+            # One agent's bad completion must not fail the others it was coalesced with.
+            return list(await asyncio.gather(*(self._part(shard_id, cs) for cs in parts)))
+        out: list[list[wpb.CompletionResult] | BaseException] = []
         start = 0
-        for cs, future in waiters:
-            _settle(future, list(results[start:start + len(cs)]))
+        for cs in parts:
+            out.append(list(results[start:start + len(cs)]))
             start += len(cs)
+        return out
 
     async def _send(self, shard_id: int, completions: Sequence[wpb.Completion]) -> Sequence[wpb.CompletionResult]:
         self.calls += 1
         response = await self._history.complete_tasks(shard_id, completions)
         return _checked(shard_id, len(completions), response.results)
 
-    async def _send_part(self, shard_id: int, completions: Sequence[wpb.Completion], future: asyncio.Future) -> None:
+    async def _part(self, shard_id: int, completions: Sequence[wpb.Completion]
+                    ) -> list[wpb.CompletionResult] | BaseException:
         try:
-            _settle(future, list(await self._send(shard_id, completions)))
-        except Exception as err:  # noqa: BLE001 - handed to that waiter's caller, which maps it to a status
-            _settle(future, error=err)
+            return list(await self._send(shard_id, completions))
+        except Exception as err:  # noqa: BLE001 - handed to that submission's caller, which maps it to a status
+            return err
 
     async def close(self) -> None:
         """Wait for batches already started (used at shutdown)."""
-        if self._flushes:
-            await asyncio.gather(*self._flushes, return_exceptions=True)
+        await self._batcher.close()
 
 
 async def _bounded(call, shard_id: int, timeout: float | None):
@@ -156,17 +98,6 @@ async def _bounded(call, shard_id: int, timeout: float | None):
     except TimeoutError:
         raise ShardUnavailable(shard_id, f"no answer within {timeout:.2f}s; the outcome is unknown",
                                ambiguous=True) from None
-
-
-def _settle(future: asyncio.Future, result=None, *, error: BaseException | None = None) -> None:
-    if future.done():
-        return
-    if isinstance(error, asyncio.CancelledError):
-        future.cancel()
-    elif error is not None:
-        future.set_exception(error)
-    else:
-        future.set_result(result)
 
 
 def _checked(shard_id: int, expected: int,
