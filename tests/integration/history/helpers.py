@@ -57,13 +57,15 @@ class Hist:
     # -- building requests ------------------------------------------------------
     @staticmethod
     def task(tenant: str, app: str = "app", *, payload: bytes = b'{"n":1}', max_attempts: int | None = None,
-             base_s: float | None = None, **kw) -> h.NewTask:
+             base_s: float | None = None, jitter: bool | None = None, **kw) -> h.NewTask:
         kw.setdefault("task_type", "work")
         t = h.NewTask(task_id=new_task_id(), tenant_id=tenant, app_id=app, payload_json=payload, **kw)
         if max_attempts is not None:
             t.retry.max_attempts = max_attempts
         if base_s is not None:
             t.retry.base.CopyFrom(duration(base_s))
+        if jitter is not None:
+            t.retry.jitter = jitter
         return t
 
     # -- RPCs ---------------------------------------------------------------------

@@ -211,7 +211,9 @@ async def test_lease_expiry_retries_until_attempts_are_spent_then_fails(hist):
 async def test_a_mixed_batch_of_successes_and_failures_closes_every_attempt(hist):
     """Every outcome of one batch is applied with its attempt end, timers and checkpoint."""
     tenant, app = unique("t"), unique("app")
-    await hist.create(*[hist.task(tenant, app, base_s=60) for _ in range(40)])  # (no retry due meanwhile)
+    # No retry due meanwhile: history fires its own timers, and a full-jitter backoff of 60 s
+    # can be due at once.
+    await hist.create(*[hist.task(tenant, app, base_s=60, jitter=False) for _ in range(40)])
     leased = list((await hist.lease(app, max_tasks=40, lease_s=30)).tasks)
     comps = [wpb.Completion(task_id=t.task_id, lease_epoch=t.lease_epoch, result_json=b'{"i":1}',
                           checkpoint_json=b'{"at":9}' if i % 3 == 0 else None,
@@ -234,7 +236,7 @@ async def test_one_batch_applies_each_completion_its_own_values(hist):
     successes alike stores its result on every task, and a mixed batch keeps each task's own
     outcome, result and error (a shared column must never leak into a row that differs)."""
     tenant, app = unique("t"), unique("app")
-    ids = [await hist.create_one(tenant, app, base_s=60) for _ in range(5)]
+    ids = [await hist.create_one(tenant, app, base_s=60, jitter=False) for _ in range(5)]  # (no retry meanwhile)
     leased = sorted((await hist.lease(app, max_tasks=5)).tasks, key=lambda t: t.task_id)
     assert sorted(ids) == [t.task_id for t in leased]
 
