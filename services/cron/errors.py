@@ -4,7 +4,9 @@ Handlers raise the shared errors (libs/rpc/errors); its edge turns them into the
 status the gateway passes on to the customer (and so the HTTP status). Calls this
 service makes to the gateway and to history fail as `Transient` (try again later:
 the slot stays open) or `Refused` (the peer said no for good), classified in
-`from_rpc_error`.
+`from_rpc_error`. These are not ServiceErrors on purpose: they say whether to try the
+slot again, not what this service answers (libs `from_code` would carry the peer's code
+out as ours: the gateway's UNAUTHENTICATED for a rotating mesh token is not the caller's).
 """
 
 from __future__ import annotations
@@ -22,12 +24,8 @@ from ratchet.libs.rpc.errors import (
 )
 from ratchet.libs.rpc.errors import NotFound as _NotFound
 
-__all__ = ["AlreadyExists", "CronServiceError", "DeadlineExceeded", "FailedPrecondition", "Internal",
-           "InvalidArgument", "NotFound", "PeerError", "Refused", "Transient", "Unavailable", "from_rpc_error"]
-
-
-# The shared vocabulary (libs/rpc/errors): the cron service's refusals are these.
-CronServiceError = ServiceError
+__all__ = ["AlreadyExists", "DeadlineExceeded", "FailedPrecondition", "Internal", "InvalidArgument", "NotFound",
+           "PeerError", "Refused", "ServiceError", "Transient", "Unavailable", "from_rpc_error"]
 
 
 class NotFound(_NotFound):

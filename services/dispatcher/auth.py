@@ -20,7 +20,8 @@ from collections.abc import Iterable, Sequence
 
 import grpc
 
-from ratchet.services.dispatcher.errors import Unauthenticated, grpc_status
+from ratchet.libs.rpc.errors import abort
+from ratchet.services.dispatcher.errors import Unauthenticated
 
 SERVICE_PREFIX = "/ratchet.internal.worker.v1.DispatchService/"
 ADMIN_PREFIX = "/ratchet.internal.dispatcher.v1.BreakerAdminService/"
@@ -89,7 +90,7 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
         try:
             self._verifier.verify(handler_call_details.invocation_metadata)
         except Unauthenticated as err:
-            return _refusal(handler, *grpc_status(err))
+            return _refusal(handler, err)
         return handler
 
 
@@ -103,22 +104,22 @@ def _admin_guard(handler: grpc.RpcMethodHandler, verifier: TokenVerifier, metada
             try:
                 verifier.verify(metadata)
             except Unauthenticated as err:
-                code, message = grpc_status(err)
-                await context.abort(code, f"BreakerAdminService from {peer} (not loopback): {message}")
+                refusal = Unauthenticated(f"BreakerAdminService from {peer} (not loopback): {err.message}")
+                await abort(context, refusal, "BreakerAdminService")
         return await handler.unary_unary(request, context)
 
     return grpc.unary_unary_rpc_method_handler(guarded, request_deserializer=handler.request_deserializer,
                                                response_serializer=handler.response_serializer)
 
 
-def _refusal(handler: grpc.RpcMethodHandler, code: grpc.StatusCode, message: str) -> grpc.RpcMethodHandler:
-    """A handler of the same shape as `handler` that only aborts."""
+def _refusal(handler: grpc.RpcMethodHandler, err: Unauthenticated) -> grpc.RpcMethodHandler:
+    """A handler of the same shape as `handler` that only answers `err`'s status."""
 
     async def abort_unary(request, context):
-        await context.abort(code, message)
+        await abort(context, err, "DispatchService")
 
     async def abort_stream(request, context):
-        await context.abort(code, message)
+        await abort(context, err, "DispatchService")
         yield  # pragma: no cover  (makes this an async generator, as the stream shape needs)
 
     kwargs = dict(request_deserializer=handler.request_deserializer,

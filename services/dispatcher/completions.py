@@ -17,8 +17,8 @@ from collections.abc import Sequence
 
 from ratchet.internal.worker.v1 import worker_pb2 as wpb
 from ratchet.libs.batching import Batcher
-from ratchet.services.dispatcher.errors import CallUnavailable, HistoryRejected, ShardUnavailable
-from ratchet.services.dispatcher.grouping import MismatchedAnswer, group_by_shard, merge_in_order, pick
+from ratchet.services.dispatcher.errors import CallUnavailable, HistoryRejected, MismatchedAnswer, ShardUnavailable
+from ratchet.services.dispatcher.grouping import group_by_shard, merge_in_order, pick
 from ratchet.services.dispatcher.history_client import HistoryClient
 
 log = logging.getLogger(__name__)

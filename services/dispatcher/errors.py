@@ -1,17 +1,20 @@
-"""Domain errors of the dispatcher and their gRPC status: the one place where
-the mapping happens. Handlers raise these; `grpc_status` turns them into a
-status the host agent can act on."""
+"""The dispatcher's errors.
+
+Handlers raise the shared errors (libs/rpc/errors), subclassed here only where the
+dispatcher knows more (the shard, whether a call may have been applied); the shared
+edge (libs/rpc/errors.rpc) turns them into the status the host agent acts on. Calls
+this service makes to history fail as `ShardUnavailable` (worth retrying) or
+`HistoryRejected` (history's code passed through), classified in `from_rpc_error`.
+"""
 
 from __future__ import annotations
 
-import functools
-import logging
-from collections.abc import Awaitable, Callable
-from typing import Any
-
 import grpc
 
-log = logging.getLogger(__name__)
+from ratchet.libs.rpc.errors import Aborted, Internal, InvalidArgument, ServiceError, Unauthenticated, Unavailable
+
+__all__ = ["BreakerConflict", "BreakersUnavailable", "CallUnavailable", "HistoryRejected", "InvalidArgument",
+           "MismatchedAnswer", "ServiceError", "ShardUnavailable", "Unauthenticated", "from_rpc_error"]
 
 # History answers that mean "try again later": the shard (or history itself)
 # is down or slow, or a transaction was rolled back by contention. Anything
@@ -23,33 +26,25 @@ TRANSIENT_CODES = frozenset({
     grpc.StatusCode.ABORTED,
 })
 
-
-class DispatcherError(Exception):
-    """Base of the dispatcher's domain errors."""
-
-    code = grpc.StatusCode.INTERNAL
+RETRY_HINT = "retry the call (heartbeats and completions are fenced and safe to repeat)"
 
 
-class Unauthenticated(DispatcherError):
-    """The call carries no host-agent token, or one we do not accept."""
+class _RetryTheCall(Unavailable):
+    """UNAVAILABLE whose status tells the host agent to send the call again. The hint is
+    in the status message only: str() (logs, and the messages that quote this error) is
+    the bare reason."""
 
-    code = grpc.StatusCode.UNAUTHENTICATED
-
-
-class InvalidRequest(DispatcherError):
-    """The request is malformed; the message says which field and how to fix it."""
-
-    code = grpc.StatusCode.INVALID_ARGUMENT
+    def __init__(self, message: str):
+        super().__init__(message)
+        self.message = f"{message}; {RETRY_HINT}"
 
 
-class ShardUnavailable(DispatcherError):
+class ShardUnavailable(_RetryTheCall):
     """A history call for one shard failed in a way worth retrying.
 
     `ambiguous` is true when the call may have been applied (a deadline passed
     after sending), so the caller must not report it as a clean failure.
     """
-
-    code = grpc.StatusCode.UNAVAILABLE
 
     def __init__(self, shard_id: int, detail: str, *, ambiguous: bool = False):
         super().__init__(f"shard {shard_id} unavailable: {detail}")
@@ -57,14 +52,12 @@ class ShardUnavailable(DispatcherError):
         self.ambiguous = ambiguous
 
 
-class CallUnavailable(DispatcherError):
+class CallUnavailable(_RetryTheCall):
     """The whole call failed because the shards it needed did not answer;
     the host agent should retry it."""
 
-    code = grpc.StatusCode.UNAVAILABLE
 
-
-class HistoryRejected(DispatcherError):
+class HistoryRejected(ServiceError):
     """History refused a call for a non-transient reason; its code passes through."""
 
     def __init__(self, shard_id: int, code: grpc.StatusCode, detail: str):
@@ -73,48 +66,25 @@ class HistoryRejected(DispatcherError):
         self.shard_id = shard_id
 
 
-class BreakersUnavailable(DispatcherError):
+class MismatchedAnswer(Internal):
+    """History answered a different number of results than items it was sent."""
+
+
+class BreakersUnavailable(Unavailable):
     """The breakers database did not answer (or not in time); retry shortly.
     Dispatch goes on meanwhile with the breakers as last loaded."""
 
-    code = grpc.StatusCode.UNAVAILABLE
 
-
-class BreakerConflict(DispatcherError):
+class BreakerConflict(Aborted):
     """A breaker changed between reading it and writing it (its compare-and-set
     matched no row). Writers lock the row first, so this means a bug or a
     writer that skipped the lock; the change was not applied."""
 
-    code = grpc.StatusCode.ABORTED
 
-
-def from_rpc_error(shard_id: int, err: grpc.aio.AioRpcError) -> DispatcherError:
+def from_rpc_error(shard_id: int, err: grpc.aio.AioRpcError) -> ShardUnavailable | HistoryRejected:
     """Classify a failed history call for `shard_id`."""
     code = err.code()
     if code in TRANSIENT_CODES or code == grpc.StatusCode.CANCELLED:
         ambiguous = code in (grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED)
         return ShardUnavailable(shard_id, f"{code.name}: {err.details()}", ambiguous=ambiguous)
     return HistoryRejected(shard_id, code, err.details() or code.name)
-
-
-def grpc_status(err: DispatcherError) -> tuple[grpc.StatusCode, str]:
-    """The status code and message the host agent sees for a domain error."""
-    if isinstance(err, (ShardUnavailable, CallUnavailable)):
-        return err.code, f"{err}; retry the call (heartbeats and completions are fenced and safe to repeat)"
-    return err.code, str(err)
-
-
-def maps_errors(fn: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
-    """Turn DispatcherError raised by a unary handler into its gRPC status."""
-
-    @functools.wraps(fn)
-    async def wrapper(self, request, context):
-        try:
-            return await fn(self, request, context)
-        except DispatcherError as err:
-            code, message = grpc_status(err)
-            log.debug("%s refused: %s %s", fn.__name__, code.name, message)
-            await context.abort(code, message)
-
-    return wrapper
-

@@ -6,14 +6,10 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import TypeVar
 
-from ratchet.services.dispatcher.errors import DispatcherError
+from ratchet.services.dispatcher.errors import MismatchedAnswer
 
 T = TypeVar("T")
 R = TypeVar("R")
-
-
-class MismatchedAnswer(DispatcherError):
-    """History answered a different number of results than items it was sent."""
 
 
 def group_by_shard(items: Sequence[T], shard_of: Callable[[T], int]) -> dict[int, list[int]]:

@@ -13,11 +13,12 @@ from ratchet.internal.dispatcher.v1 import dispatcher_pb2 as dpb
 from ratchet.internal.dispatcher.v1 import dispatcher_pb2_grpc as dgrpc
 from ratchet.internal.worker.v1 import worker_pb2 as wpb
 from ratchet.internal.worker.v1 import worker_pb2_grpc as wgrpc
+from ratchet.libs.rpc.errors import rpc
 from ratchet.services.dispatcher import validation
 from ratchet.services.dispatcher.breaker_keeper import BreakerKeeper, View
 from ratchet.services.dispatcher.breakers import CLOSED, HALF_OPEN, OPEN
 from ratchet.services.dispatcher.completions import CompletionBatcher, complete
-from ratchet.services.dispatcher.errors import BreakersUnavailable, maps_errors
+from ratchet.services.dispatcher.errors import BreakersUnavailable
 from ratchet.services.dispatcher.heartbeats import record_heartbeats
 from ratchet.services.dispatcher.history_client import HistoryClient
 from ratchet.services.dispatcher.polling import Poller
@@ -36,7 +37,7 @@ class DispatchServicer(wgrpc.DispatchServiceServicer):
         self._default_wait_s = default_wait_s
         self._breakers = breakers
 
-    @maps_errors
+    @rpc
     async def Poll(self, request: wpb.PollRequest, context) -> None:
         """Long poll: writes zero or more PollResponse messages, then closes."""
         spec = validation.poll_spec(request, self._default_wait_s)
@@ -47,14 +48,14 @@ class DispatchServicer(wgrpc.DispatchServiceServicer):
         leased = await self._poller.poll(spec, emit)
         log.debug("poll by %s: %d task(s) leased", spec.worker_id, leased)
 
-    @maps_errors
+    @rpc
     async def Heartbeat(self, request: wpb.HeartbeatRequest, context) -> wpb.HeartbeatResponse:
         """Extend every lease; one answer per lease, in request order."""
         validation.leases(request.leases)
         results = await record_heartbeats(self._history, request.leases, context.time_remaining())
         return wpb.HeartbeatResponse(results=results)
 
-    @maps_errors
+    @rpc
     async def Complete(self, request: wpb.CompleteRequest, context) -> wpb.CompleteResponse:
         """Apply finished attempts; one answer per completion, in request order."""
         validation.completions(request.completions)
@@ -95,7 +96,7 @@ class BreakerAdminServicer(dgrpc.BreakerAdminServiceServicer):
         remaining = context.time_remaining()
         return self._timeout_s if remaining is None else max(0.05, min(self._timeout_s, remaining - 0.1))
 
-    @maps_errors
+    @rpc
     async def ListBreakers(self, request: dpb.ListBreakersRequest, context) -> dpb.ListBreakersResponse:
         """The app's breakers that are not CLOSED or have crashes in the window."""
         validation.breaker_app(request)
@@ -106,7 +107,7 @@ class BreakerAdminServicer(dgrpc.BreakerAdminServiceServicer):
             raise BreakersUnavailable("the breakers database did not answer in time; retry shortly") from None
         return dpb.ListBreakersResponse(breakers=[breaker_message(v) for v in views])
 
-    @maps_errors
+    @rpc
     async def ResetBreaker(self, request: dpb.ResetBreakerRequest, context) -> dpb.ResetBreakerResponse:
         """Close the breaker now (idempotent; an unknown type answers CLOSED)."""
         key = validation.breaker_key(request)

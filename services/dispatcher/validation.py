@@ -10,7 +10,7 @@ from ratchet.internal.dispatcher.v1 import dispatcher_pb2 as dpb
 from ratchet.internal.worker.v1 import worker_pb2 as wpb
 from ratchet.services.dispatcher.breakers import BreakerKey
 from ratchet.services.dispatcher.config import MAX_POLL_WAIT_S
-from ratchet.services.dispatcher.errors import InvalidRequest
+from ratchet.services.dispatcher.errors import InvalidArgument
 from ratchet.services.dispatcher.polling import PollSpec
 
 MAX_CAPACITY = 1000
@@ -23,12 +23,12 @@ MAX_COMPLETIONS = 1000
 
 
 def poll_spec(request: wpb.PollRequest, default_wait_s: float) -> PollSpec:
-    """A PollSpec from a request, or InvalidRequest naming the bad field."""
+    """A PollSpec from a request, or InvalidArgument naming the bad field."""
     _check_id("worker_id", request.worker_id)
     if not 1 <= request.capacity <= MAX_CAPACITY:
-        raise InvalidRequest(f"capacity must be 1..{MAX_CAPACITY} free task slots, got {request.capacity}")
+        raise InvalidArgument(f"capacity must be 1..{MAX_CAPACITY} free task slots, got {request.capacity}")
     if len(request.app_ids) > MAX_APP_IDS:
-        raise InvalidRequest(f"app_ids lists {len(request.app_ids)} apps; at most {MAX_APP_IDS}, "
+        raise InvalidArgument(f"app_ids lists {len(request.app_ids)} apps; at most {MAX_APP_IDS}, "
                              "or none to accept any app")
     for i, app_id in enumerate(request.app_ids):
         _check_id(f"app_ids[{i}]", app_id)
@@ -36,10 +36,10 @@ def poll_spec(request: wpb.PollRequest, default_wait_s: float) -> PollSpec:
     if request.HasField("max_wait"):
         wait = request.max_wait
         if wait.seconds < 0 or wait.nanos < 0 or wait.nanos >= 1_000_000_000:
-            raise InvalidRequest(f"max_wait must be a non-negative duration, got {wait.seconds}s {wait.nanos}ns")
+            raise InvalidArgument(f"max_wait must be a non-negative duration, got {wait.seconds}s {wait.nanos}ns")
         wait_s = wait.seconds + wait.nanos / 1e9
         if wait_s > MAX_POLL_WAIT_S:
-            raise InvalidRequest(f"max_wait must be at most {MAX_POLL_WAIT_S:g}s, got {wait_s:g}s; "
+            raise InvalidArgument(f"max_wait must be at most {MAX_POLL_WAIT_S:g}s, got {wait_s:g}s; "
                                  "poll again instead of waiting longer")
     return PollSpec(request.worker_id, request.capacity, tuple(dict.fromkeys(request.app_ids)), wait_s)
 
@@ -47,7 +47,7 @@ def poll_spec(request: wpb.PollRequest, default_wait_s: float) -> PollSpec:
 def leases(refs: Sequence[wpb.LeaseRef]) -> None:
     """Refuse a heartbeat whose lease references are malformed."""
     if len(refs) > MAX_LEASES:
-        raise InvalidRequest(f"leases lists {len(refs)} leases; send at most {MAX_LEASES} per call")
+        raise InvalidArgument(f"leases lists {len(refs)} leases; send at most {MAX_LEASES} per call")
     for i, ref in enumerate(refs):
         _check_ref(f"leases[{i}]", ref.shard_id, ref.task_id, ref.lease_epoch)
 
@@ -55,11 +55,11 @@ def leases(refs: Sequence[wpb.LeaseRef]) -> None:
 def completions(items: Sequence[wpb.Completion]) -> None:
     """Refuse a completion request with a malformed item."""
     if len(items) > MAX_COMPLETIONS:
-        raise InvalidRequest(f"completions lists {len(items)} items; send at most {MAX_COMPLETIONS} per call")
+        raise InvalidArgument(f"completions lists {len(items)} items; send at most {MAX_COMPLETIONS} per call")
     for i, item in enumerate(items):
         _check_ref(f"completions[{i}]", item.shard_id, item.task_id, item.lease_epoch)
         if item.outcome == wpb.COMPLETION_OUTCOME_UNSPECIFIED:
-            raise InvalidRequest(f"completions[{i}].outcome must be set (SUCCEEDED, FAILED, CANCELED or CRASHED)")
+            raise InvalidArgument(f"completions[{i}].outcome must be set (SUCCEEDED, FAILED, CANCELED or CRASHED)")
 
 
 def breaker_app(request) -> None:
@@ -69,7 +69,7 @@ def breaker_app(request) -> None:
 
 
 def breaker_key(request: dpb.ResetBreakerRequest) -> BreakerKey:
-    """The breaker a ResetBreaker names, or InvalidRequest."""
+    """The breaker a ResetBreaker names, or InvalidArgument."""
     breaker_app(request)
     _check_id("task_type", request.task_type)
     return BreakerKey(request.tenant_id, request.app_id, request.task_type)
@@ -77,15 +77,15 @@ def breaker_key(request: dpb.ResetBreakerRequest) -> BreakerKey:
 
 def _check_id(name: str, value: str) -> None:
     if not value:
-        raise InvalidRequest(f"{name} must not be empty")
+        raise InvalidArgument(f"{name} must not be empty")
     if len(value) > MAX_ID_CHARS:
-        raise InvalidRequest(f"{name} is {len(value)} characters; at most {MAX_ID_CHARS}")
+        raise InvalidArgument(f"{name} is {len(value)} characters; at most {MAX_ID_CHARS}")
 
 
 def _check_ref(name: str, shard_id: int, task_id: str, lease_epoch: int) -> None:
     if shard_id < 0:
-        raise InvalidRequest(f"{name}.shard_id must be >= 0, got {shard_id}; use the shard_id of the LeasedTask")
+        raise InvalidArgument(f"{name}.shard_id must be >= 0, got {shard_id}; use the shard_id of the LeasedTask")
     _check_id(f"{name}.task_id", task_id)
     if lease_epoch < 1:
-        raise InvalidRequest(f"{name}.lease_epoch must be >= 1, got {lease_epoch}; use the lease_epoch "
+        raise InvalidArgument(f"{name}.lease_epoch must be >= 1, got {lease_epoch}; use the lease_epoch "
                              "of the LeasedTask")

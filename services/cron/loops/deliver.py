@@ -73,7 +73,7 @@ class DeliverLoop:
         try:
             async with self._slots:
                 await self._delivery.deliver_schedule(schedule_id)
-        except errors.CronServiceError as e:
+        except errors.ServiceError as e:
             log.warning("delivering slots of schedule %s failed: %s", schedule_id, e)
         except Exception:  # one schedule's bug must not stop the others
             log.exception("delivering slots of schedule %s crashed", schedule_id)

@@ -20,7 +20,7 @@ from collections.abc import AsyncIterator, Callable, Iterable
 
 from ratchet.internal.history.v1 import history_pb2 as hpb
 from ratchet.libs.clock import Clock
-from ratchet.services.dispatcher.errors import DispatcherError
+from ratchet.services.dispatcher.errors import ServiceError
 from ratchet.services.dispatcher.history_client import HistoryClient
 
 log = logging.getLogger(__name__)
@@ -100,7 +100,7 @@ class WatchLoop:
                     self.live = True
                     if shard in owned:
                         self._on_ready(shard)
-            except DispatcherError as err:
+            except ServiceError as err:
                 error = err
             finally:
                 self.live = False  # the stream is over, however it ended

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from ratchet.services.dispatcher.grouping import MismatchedAnswer, group_by_shard, merge_in_order, pick
+from ratchet.services.dispatcher.errors import MismatchedAnswer
+from ratchet.services.dispatcher.grouping import group_by_shard, merge_in_order, pick
 
 
 def test_group_keeps_request_order_within_each_shard():
