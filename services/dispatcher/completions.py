@@ -26,12 +26,9 @@ log = logging.getLogger(__name__)
 # Most completions one CompleteTasks call carries.
 MAX_BATCH = 1000
 # CompleteTasks calls in flight per shard before further completions queue up
-# and go out together. Measured with bench_dispatch_complete.py --real (real
-# history, fsync on, 2 shards, one completion per Complete call), completions/s:
-# 32 clients: off 316-346, K=1 1311-1502, K=2 1186-1246, K=4 798-1047;
-# 8 clients: off 284-329, K=1 512-545; 1 client: off 174-176, K=1 171-193
-# (no latency cost when idle). A fixed 1 ms window did worse (511-676 at 32
-# clients) and added ~1.5 ms to every call of a lone agent.
+# and go out together. One coalesces the most under load and costs a lone agent
+# nothing; more in flight made smaller groups, and a fixed time window did worse
+# and delayed every call of a lone agent (findings.md: dispatcher completions).
 MAX_IN_FLIGHT = 1
 
 

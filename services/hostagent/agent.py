@@ -147,7 +147,7 @@ class Agent:
         if sandbox is not None:
             # The common case, without a coroutine: the deployment, its bundle and a running
             # sandbox with room are all at hand (an asyncio task per lease and its resumptions
-            # cost the agent ~7 % of its CPU per task in a drain, session 15).
+            # were a visible share of the agent's CPU per task in a drain; findings.md).
             self._start(lease, sandbox).add_done_callback(
                 lambda f: None if f.cancelled() else self._finish(lease, sandbox, f.result()))
             return

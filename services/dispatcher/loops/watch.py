@@ -6,9 +6,10 @@ latency, never work. A broken stream is reopened with jittered exponential backo
 
 Events are wanted only while polls wait (`demand`, from the parking lot), and for HOLD_S
 after the last one left, so a worker re-polling at once never flips it. With every worker
-busy, or none connected, history sends nothing per commit (that was ~0.1 ms of dispatcher
-CPU per enqueue, for wake-ups nobody acted on). Each flip to wanted makes history send every
-shard once, so work that arrived unannounced still wakes the poll.
+busy, or none connected, history sends nothing per commit (the dispatcher spent CPU on
+every enqueue for wake-ups nobody acted on; findings.md: ready events on demand). Each flip
+to wanted makes history send every shard once, so work that arrived unannounced still wakes
+the poll.
 """
 
 from __future__ import annotations

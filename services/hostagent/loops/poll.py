@@ -3,8 +3,8 @@ tasks and hand each lease to the agent; reopen at once when the stream ends.
 
 With fewer than a quarter of the slots free it lingers (`linger_s`, a few
 ms) for more to free up first: polling for every slot that frees made each
-lease a transaction of one or two tasks (1.6 rows per LeaseTasks in the
-drain profile), and each poll and lease call costs the same at any size."""
+lease a transaction of one or two tasks, and each poll and lease call costs
+the same at any size."""
 
 from __future__ import annotations
 
