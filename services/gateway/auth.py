@@ -15,7 +15,7 @@ import secrets
 import time
 from collections.abc import Callable, Mapping
 
-from ratchet.services.gateway.errors import PermissionDenied, Unauthenticated
+from ratchet.libs.rpc.errors import PermissionDenied, Unauthenticated
 from ratchet.services.gateway.store import ControlStore, KeyOwner
 
 KEY_PREFIX = "rk_"

@@ -8,9 +8,10 @@ import grpc
 
 from ratchet.api.tasks.v1 import breakers_pb2
 from ratchet.internal.dispatcher.v1 import dispatcher_pb2, dispatcher_pb2_grpc
-from ratchet.services.gateway import errors
+from ratchet.libs.rpc import errors
 from ratchet.services.gateway.auth import Principal
 from ratchet.services.gateway.deployments import HANDLER_NAME
+from ratchet.services.gateway.errors import from_peer
 
 PEER = "dispatcher"
 
@@ -29,7 +30,7 @@ class BreakerApi:
         try:
             return await getattr(self.stub, rpc)(request, timeout=timeout)
         except grpc.aio.AioRpcError as e:
-            raise errors.from_peer(e, f"{PEER} at {self.target}", timeout) from None
+            raise from_peer(e, f"{PEER} at {self.target}", timeout) from None
 
     async def list(self, p: Principal, req: breakers_pb2.ListBreakersRequest,
                    timeout: float) -> breakers_pb2.ListBreakersResponse:

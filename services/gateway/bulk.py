@@ -21,10 +21,10 @@ import secrets
 
 from ratchet.api.tasks.v1 import tasks_pb2
 from ratchet.internal.history.v1 import history_pb2
+from ratchet.libs.rpc.errors import AlreadyExists, DeadlineExceeded, InvalidArgument, NotFound, Unavailable
 from ratchet.services.gateway import filters
 from ratchet.services.gateway.auth import Principal
 from ratchet.services.gateway.deployments import Deployments
-from ratchet.services.gateway.errors import AlreadyExists, DeadlineExceeded, InvalidArgument, NotFound, Unavailable
 from ratchet.services.gateway.fanout import each_shard
 from ratchet.services.gateway.history_client import HistoryClient
 

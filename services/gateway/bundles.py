@@ -17,7 +17,7 @@ import tempfile
 import urllib.parse
 from typing import Protocol
 
-from ratchet.services.gateway.errors import DataLoss, InvalidArgument, NotFound, TooLarge
+from ratchet.libs.rpc.errors import DataLoss, InvalidArgument, NotFound, TooLarge
 
 _DIGEST = re.compile(r"^sha256:([0-9a-f]{64})$")
 # An archive that inflates past this is refused: it is not an app folder.

@@ -11,10 +11,10 @@ from collections.abc import Callable
 from google.protobuf import json_format, timestamp_pb2
 
 from ratchet.api.apps.v1 import apps_pb2
+from ratchet.libs.rpc.errors import InvalidArgument, NotFound
 from ratchet.services.gateway import policy
 from ratchet.services.gateway.auth import Principal, require_app
 from ratchet.services.gateway.bundles import BlobStore, check_archive, check_digest
-from ratchet.services.gateway.errors import InvalidArgument, NotFound
 from ratchet.services.gateway.store import ControlStore, DeploymentRow
 
 HANDLER_NAME = re.compile(r"^[A-Za-z0-9_.:\-]{1,200}$")

@@ -31,8 +31,9 @@ from google.protobuf import timestamp_pb2
 
 from ratchet.internal.history.v1 import history_pb2
 from ratchet.libs.batching import Batcher
+from ratchet.libs.rpc import errors
 from ratchet.libs.shardmap import ShardMap, SlotGroups, new_task_id, slot_for_key, slot_of_prefix, slot_prefix
-from ratchet.services.gateway import errors, policy
+from ratchet.services.gateway import policy
 from ratchet.services.gateway.auth import Principal
 from ratchet.services.gateway.history_client import HistoryClient
 from ratchet.services.gateway.validation import PlainBatch, ValidTask
@@ -373,7 +374,7 @@ class Creates:
             req = request(shard_id, merge([_alone(p) for p in parts]), None)
         try:
             results = await self._history.create(req, timeout)
-        except errors.GatewayError as e:
+        except errors.ServiceError as e:
             return [e] * len(parts)
         if results is None:
             return [None] * len(parts)
@@ -446,5 +447,5 @@ def _answered(tasks: Tasks, parts: list[Part], outcomes: list[Answer | BaseExcep
             err.message += f" ({len(conflicts)} items conflict)"
         raise err
     for f in failures:
-        raise f if isinstance(f, errors.GatewayError) else errors.GatewayError(f"shard call failed: {f}")
+        raise f if isinstance(f, errors.ServiceError) else errors.Internal(f"shard call failed: {f}")
     return Created(ids=ids, deduplicated=dedup)

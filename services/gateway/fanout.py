@@ -11,12 +11,12 @@ import asyncio
 from collections.abc import Awaitable, Callable, Iterable
 from typing import TypeVar
 
-from ratchet.services.gateway import errors
+from ratchet.libs.rpc import errors
 
 T = TypeVar("T")
 
 
-def _down_error(down: list[tuple[int, errors.GatewayError]]) -> errors.GatewayError:
+def _down_error(down: list[tuple[int, errors.ServiceError]]) -> errors.ServiceError:
     ids = ", ".join(str(s) for s, _ in down)
     unavailable = [e for _, e in down if isinstance(e, errors.Unavailable)]
     first = (unavailable or [down[0][1]])[0]
@@ -36,7 +36,7 @@ async def each_shard(shards: Iterable[int], call: Callable[[int], Awaitable[T]],
     shards = list(shards)
     outcomes = await asyncio.gather(*(call(s) for s in shards), return_exceptions=True)
     out: dict[int, T | None] = {}
-    down: list[tuple[int, errors.GatewayError]] = []
+    down: list[tuple[int, errors.ServiceError]] = []
     failed: list[BaseException] = []
     for s, o in zip(shards, outcomes, strict=True):
         if isinstance(o, (errors.Unavailable, errors.DeadlineExceeded)):
@@ -48,7 +48,7 @@ async def each_shard(shards: Iterable[int], call: Callable[[int], Awaitable[T]],
         else:
             out[s] = o
     for f in failed:
-        if isinstance(f, errors.GatewayError) or not isinstance(f, Exception):
+        if isinstance(f, errors.ServiceError) or not isinstance(f, Exception):
             raise f
         raise errors.Internal(f"shard call failed: {type(f).__name__}: {f}") from f
     if down:

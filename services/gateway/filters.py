@@ -12,9 +12,9 @@ import hashlib
 from google.protobuf import timestamp_pb2
 
 from ratchet.api.tasks.v1 import tasks_pb2
+from ratchet.libs.rpc.errors import InvalidArgument
 from ratchet.services.gateway import policy, validation
 from ratchet.services.gateway.deployments import HANDLER_NAME
-from ratchet.services.gateway.errors import InvalidArgument
 
 S = tasks_pb2
 TERMINAL = frozenset({S.TASK_STATE_SUCCEEDED, S.TASK_STATE_FAILED, S.TASK_STATE_CANCELED, S.TASK_STATE_EXPIRED})

@@ -7,7 +7,6 @@ the proto descriptors, so both transports give the same answers.
 from __future__ import annotations
 
 import dataclasses
-import logging
 from collections.abc import Awaitable, Callable, Mapping
 from typing import ClassVar
 
@@ -19,7 +18,8 @@ from ratchet.api.schedules.v1 import schedules_pb2, schedules_pb2_grpc
 from ratchet.api.tasks.v1 import breakers_pb2, breakers_pb2_grpc, tasks_pb2, tasks_pb2_grpc
 from ratchet.api.tenants.v1 import tenants_pb2, tenants_pb2_grpc
 from ratchet.internal.gateway.v1 import control_pb2, control_pb2_grpc
-from ratchet.services.gateway import errors, tenants
+from ratchet.libs.rpc import errors
+from ratchet.services.gateway import tenants
 from ratchet.services.gateway.auth import Authenticator
 from ratchet.services.gateway.breakers import BreakerApi
 from ratchet.services.gateway.bulk import BulkApi
@@ -28,8 +28,6 @@ from ratchet.services.gateway.listing import TaskLister
 from ratchet.services.gateway.schedules import ScheduleApi
 from ratchet.services.gateway.store import ControlStore
 from ratchet.services.gateway.tasks import TaskApi
-
-log = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -204,11 +202,11 @@ def method(handlers: object, m: _descriptor.MethodDescriptor) -> Handler:
 
 
 async def invoke(fn: Handler, req: Message, call: Call) -> Message:
-    """Run a handler; anything that is not a GatewayError becomes Internal (and is logged)."""
+    """Run a handler; whatever it raises leaves as a ServiceError (libs/rpc/errors.status_of:
+    a timeout is DEADLINE_EXCEEDED, anything else INTERNAL, logged with its traceback)."""
     try:
         return await fn(req, call)
-    except errors.GatewayError:
+    except errors.ServiceError:
         raise
-    except Exception as e:  # the edge must answer something; the traceback goes to the log
-        log.exception("unexpected error in %s", getattr(fn, "__qualname__", fn))
-        raise errors.Internal(f"internal error ({type(e).__name__}); it has been logged") from e
+    except Exception as e:  # the edge: every transport answers what status_of makes of it
+        raise errors.status_of(e, getattr(fn, "__name__", str(fn))) from e

@@ -22,8 +22,8 @@ import grpc
 
 from ratchet.api.tasks.v1 import tasks_pb2
 from ratchet.internal.history.v1 import history_pb2, history_pb2_grpc
+from ratchet.libs.rpc import errors
 from ratchet.libs.rpc.callstream import CallStream, StreamBroken
-from ratchet.services.gateway import errors
 
 _CODES = {c.value[0]: c for c in grpc.StatusCode}
 
@@ -66,10 +66,10 @@ class HistoryClient:
         """End the enqueue stream (gateway shutdown)."""
         await self.creates.close()
 
-    def _error(self, e: grpc.aio.AioRpcError, shard_id: int, timeout: float) -> errors.GatewayError:
+    def _error(self, e: grpc.aio.AioRpcError, shard_id: int, timeout: float) -> errors.ServiceError:
         return self._status(e.code(), e.details(), shard_id, timeout)
 
-    def _status(self, code: grpc.StatusCode, details: str, shard_id: int, timeout: float) -> errors.GatewayError:
+    def _status(self, code: grpc.StatusCode, details: str, shard_id: int, timeout: float) -> errors.ServiceError:
         if code == grpc.StatusCode.UNAVAILABLE:
             return errors.Unavailable(f"shard {shard_id} is unavailable (history at {self.target}: "
                                       f"{details}); retry later (with the same idempotency key if enqueuing)",

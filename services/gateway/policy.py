@@ -24,7 +24,7 @@ from google.protobuf import duration_pb2
 
 from ratchet.api.apps.v1 import apps_pb2
 from ratchet.api.tasks.v1 import tasks_pb2
-from ratchet.services.gateway.errors import InvalidArgument
+from ratchet.libs.rpc.errors import InvalidArgument
 
 MAX_DURATION_S = 315_576_000_000  # the range of google.protobuf.Duration
 

@@ -22,9 +22,11 @@ from ratchet.api.schedules.v1 import schedules_pb2 as spb
 from ratchet.api.tasks.v1 import tasks_pb2
 from ratchet.internal.cron.v1 import cron_pb2 as cpb
 from ratchet.internal.cron.v1 import cron_pb2_grpc
-from ratchet.services.gateway import errors, validation
+from ratchet.libs.rpc import errors
+from ratchet.services.gateway import validation
 from ratchet.services.gateway.auth import Principal
 from ratchet.services.gateway.deployments import Deployments
+from ratchet.services.gateway.errors import from_peer
 
 PEER = "cron service"
 
@@ -56,7 +58,7 @@ class ScheduleApi:
         try:
             return await getattr(self.stub, rpc)(request, timeout=timeout)
         except grpc.aio.AioRpcError as e:
-            raise errors.from_peer(e, f"{PEER} at {self.target}", timeout) from None
+            raise from_peer(e, f"{PEER} at {self.target}", timeout) from None
 
     async def check_template(self, p: Principal, req: spb.CreateScheduleRequest) -> None:
         """The template must pass every check an enqueue of it would."""

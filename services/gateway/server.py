@@ -15,11 +15,11 @@ from google.protobuf.message import Message
 
 from ratchet.libs.pg import migrate
 from ratchet.libs.pg.pool import create_pool
-from ratchet.libs.rpc import callstream
+from ratchet.libs.rpc import callstream, errors
 from ratchet.libs.rpc.client import aio_channel
 from ratchet.libs.rpc.server import Server
 from ratchet.libs.shardmap import ShardMap
-from ratchet.services.gateway import errors, handlers
+from ratchet.services.gateway import handlers
 from ratchet.services.gateway.auth import Authenticator
 from ratchet.services.gateway.breakers import BreakerApi
 from ratchet.services.gateway.bulk import BulkApi
@@ -37,82 +37,92 @@ log = logging.getLogger(__name__)
 MIGRATIONS = pathlib.Path(__file__).with_name("migrations")
 
 
+def _metadata(context: grpc.aio.ServicerContext) -> dict[str, str]:
+    """The call's metadata, keys in lower case (binary values left out)."""
+    return {k.lower(): v for k, v in (context.invocation_metadata() or ()) if isinstance(v, str)}
+
+
 def _unary(fn: handlers.Handler, rpc_timeout_s: float):
     """A grpc.aio method over a transport-neutral handler."""
     async def call(request, context: grpc.aio.ServicerContext):
         left = context.time_remaining()
         # The caller's deadline bounds ours, so we never work past their giving up.
         timeout = rpc_timeout_s if left is None else max(0.001, min(rpc_timeout_s, left))
-        metadata = {k.lower(): v for k, v in (context.invocation_metadata() or ()) if isinstance(v, str)}
         try:
-            return await handlers.invoke(fn, request, handlers.Call(metadata, timeout))
-        except errors.GatewayError as e:
+            return await handlers.invoke(fn, request, handlers.Call(_metadata(context), timeout))
+        except errors.ServiceError as e:
             if e.http_status >= 500:
                 log.warning("%s -> %s: %s", getattr(fn, "__qualname__", fn), e.code.name, e.message)
-            await errors.abort(context, e)
+            await errors.abort(context, e, getattr(fn, "__name__", str(fn)))
     return call
 
 
-def _error_of(exc: BaseException, method: str) -> errors.GatewayError:
-    """A call's failure on a call stream, as the unary RPC would have failed. handlers.invoke
-    already turned any other exception into Internal; what else arrives here is the stream's
-    own per-call timeout."""
-    if isinstance(exc, errors.GatewayError):
-        return exc
-    return errors.DeadlineExceeded(f"the {method} call did not finish within its timeout; it may or may not "
-                                   f"have taken effect: retry it with the same idempotency_key or task_id")
+def _error_of(exc: BaseException, method: str) -> errors.ServiceError:
+    """A call's failure on a call stream, as the unary RPC would have failed (status_of), except
+    the stream's own per-call timeout, which says what to do about the unknown outcome."""
+    if isinstance(exc, TimeoutError):
+        return errors.DeadlineExceeded(f"the {method} call did not finish within its timeout; it may or may not "
+                                       f"have taken effect: retry it with the same idempotency_key or task_id")
+    return errors.status_of(exc, method)
 
 
-def _call_stream(routes: list[tuple[str, handlers.Handler, str]], m: _descriptor.MethodDescriptor,
-                 rpc_timeout_s: float, stopping: asyncio.Event):
+Route = tuple[str, handlers.Handler, str]  # (request field, handler, response field)
+
+
+class _CallStream:
     """A call stream (libs/rpc/callstream) whose calls are calls of unary handlers.
 
     The request message carries `calls` ({call_id, <one request field>, timeout_ms}), the
     response `answers` ({call_id, <the matching response field> | error}); routes lists
     (request field, handler, response field), the first being a call that sets no field.
     The stream's metadata (the API key) goes with every call; each call is bounded by its
-    own timeout_ms and the gateway's rpc timeout, as a unary call is."""
-    response_cls = message_factory.GetMessageClass(m.output_type)
-    answer_cls = message_factory.GetMessageClass(m.output_type.fields_by_name["answers"].message_type)
-    first, others = routes[0], routes[1:]
-    names = " and ".join(r[0] for r in routes)
+    own timeout_ms and the gateway's rpc timeout, as a unary call is. `serve` is the
+    grpc.aio method."""
 
-    def route(call) -> tuple[str, handlers.Handler, str]:
-        for r in others:
+    def __init__(self, routes: list[Route], m: _descriptor.MethodDescriptor, rpc_timeout_s: float,
+                 stopping: asyncio.Event):
+        self.routes, self.method, self.rpc_timeout_s, self.stopping = routes, m.name, rpc_timeout_s, stopping
+        self.response_cls = message_factory.GetMessageClass(m.output_type)
+        self.answer_cls = message_factory.GetMessageClass(m.output_type.fields_by_name["answers"].message_type)
+
+    def route(self, call) -> Route:
+        """The route of the one request field the call sets."""
+        first = self.routes[0]
+        for r in self.routes[1:]:
             if call.HasField(r[0]):
                 if call.HasField(first[0]):
+                    names = " and ".join(field for field, _, _ in self.routes)
                     raise errors.InvalidArgument(f"a call sets {first[0]} and {r[0]}: set one of {names}")
                 return r
         return first
 
-    def timeout_of(call) -> float:
-        return min(rpc_timeout_s, call.timeout_ms / 1000) if call.timeout_ms else rpc_timeout_s
+    def timeout_of(self, call) -> float:
+        return min(self.rpc_timeout_s, call.timeout_ms / 1000) if call.timeout_ms else self.rpc_timeout_s
 
-    async def handle(call, metadata) -> tuple[str, Message]:
+    async def handle(self, call, metadata: dict[str, str]) -> tuple[str, Message]:
         """(answer field, response) of the call."""
-        field, fn, out = route(call)
-        return out, await handlers.invoke(fn, getattr(call, field), handlers.Call(metadata, timeout_of(call)))
+        field, fn, out = self.route(call)
+        return out, await handlers.invoke(fn, getattr(call, field), handlers.Call(metadata, self.timeout_of(call)))
 
-    def answer(call, result: tuple[str, Message] | None, err: errors.GatewayError | None):
+    def answer(self, call, result: tuple[str, Message] | None, err: errors.ServiceError | None):
         if err is None:
             out, response = result
-            return answer_cls(call_id=call.call_id, **{out: response})
+            return self.answer_cls(call_id=call.call_id, **{out: response})
         if err.http_status >= 500:
-            log.warning("%s call -> %s: %s", m.name, err.code.name, err.message)
-        return answer_cls(call_id=call.call_id, error={
+            log.warning("%s call -> %s: %s", self.method, err.code.name, err.message)
+        return self.answer_cls(call_id=call.call_id, error={
             "code": err.code.value[0], "message": err.message,
             "fields": {k: str(v) for k, v in err.fields.items()}})
 
-    async def stream(request_iterator, context: grpc.aio.ServicerContext):
-        metadata = {k.lower(): v for k, v in (context.invocation_metadata() or ()) if isinstance(v, str)}
+    async def serve(self, request_iterator, context: grpc.aio.ServicerContext):
+        metadata = _metadata(context)
         # Headers first: a caller waits for them before it writes a call on the stream.
         await context.send_initial_metadata(((callstream.STREAM_HEADER, callstream.CONTRACT),))
         async for reply in callstream.serve(
-                request_iterator, lambda call: handle(call, metadata),
-                answer, timeout_of, m.name, stopping, _error_of, calls_of=lambda msg: msg.calls,
-                frame=lambda answers: response_cls(answers=answers)):
+                request_iterator, lambda call: self.handle(call, metadata),
+                self.answer, self.timeout_of, self.method, self.stopping, _error_of, calls_of=lambda msg: msg.calls,
+                frame=lambda answers: self.response_cls(answers=answers)):
             yield reply
-    return stream
 
 
 def servicer(h: object, rpc_timeout_s: float, stopping: asyncio.Event) -> object:
@@ -128,8 +138,8 @@ def servicer(h: object, rpc_timeout_s: float, stopping: asyncio.Event) -> object
             routes = getattr(h, "call_streams", {}).get(m.name)
             if routes is None:
                 raise RuntimeError(f"{type(h).__name__} has no call stream for {m.full_name}")
-            setattr(s, m.name, _call_stream([(f, getattr(h, u), a) for f, u, a in routes], m,
-                                            rpc_timeout_s, stopping))
+            setattr(s, m.name, _CallStream([(f, getattr(h, u), a) for f, u, a in routes], m,
+                                           rpc_timeout_s, stopping).serve)
         else:
             setattr(s, m.name, _unary(handlers.method(h, m), rpc_timeout_s))
     return s

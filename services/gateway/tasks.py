@@ -21,11 +21,11 @@ from google.protobuf import timestamp_pb2
 
 from ratchet.api.tasks.v1 import tasks_pb2
 from ratchet.internal.gateway.v1 import control_pb2
+from ratchet.libs.rpc.errors import InvalidArgument, NotFound
 from ratchet.libs.shardmap import ShardMap, SlotGroups, parse_task_id
 from ratchet.services.gateway import enqueue, validation
 from ratchet.services.gateway.auth import Principal
 from ratchet.services.gateway.deployments import Deployments
-from ratchet.services.gateway.errors import InvalidArgument, NotFound
 from ratchet.services.gateway.history_client import HistoryClient
 
 SCHEDULE_ID = re.compile(r"^[A-Za-z0-9_.:\-]{1,128}$")

@@ -5,8 +5,8 @@ from __future__ import annotations
 import re
 
 from ratchet.api.tenants.v1 import tenants_pb2
+from ratchet.libs.rpc.errors import AlreadyExists, InvalidArgument
 from ratchet.services.gateway.auth import key_hash, new_api_key
-from ratchet.services.gateway.errors import AlreadyExists, InvalidArgument
 from ratchet.services.gateway.store import ControlStore
 
 TENANT_NAME = re.compile(r"^[a-z][a-z0-9-]{0,63}$")

@@ -17,9 +17,9 @@ from google.protobuf import duration_pb2, json_format, struct_pb2, timestamp_pb2
 from ratchet.api.apps.v1 import apps_pb2
 from ratchet.api.tasks.v1 import tasks_pb2
 from ratchet.libs.fastcheck import first_bad_json, json_value_ok
+from ratchet.libs.rpc.errors import InvalidArgument, TooLarge
 from ratchet.libs.shardmap import all_canonical, new_task_ids, parse_task_id
 from ratchet.services.gateway import policy
-from ratchet.services.gateway.errors import InvalidArgument, TooLarge
 
 MAX_BATCH = 1000
 MAX_DELAY_S = 365 * 86400

@@ -11,12 +11,11 @@ import json
 import logging
 import urllib.parse
 
-import grpc
 from aiohttp import web
 from google.protobuf import json_format, message_factory
 from google.protobuf.message import Message
 
-from ratchet.services.gateway import errors
+from ratchet.libs.rpc import errors
 from ratchet.services.gateway import handlers as _handlers
 from ratchet.services.gateway.rest import openapi
 from ratchet.services.gateway.rest import query as query_params
@@ -28,7 +27,7 @@ MAX_BODY_BYTES = 8 * 1024 * 1024
 _CHUNK = 64 * 1024
 
 
-def _error_response(err: errors.GatewayError) -> web.Response:
+def _error_response(err: errors.ServiceError) -> web.Response:
     return web.json_response(err.to_json(), status=err.http_status)
 
 
@@ -143,12 +142,11 @@ class RestServer:
             resp = await _handlers.invoke(self._fn[route.method.full_name], msg, call)
             return web.json_response(to_json(resp))
         except _MethodNotAllowed as e:
-            err = errors.GatewayError(f"{request.method} is not allowed here; use {', '.join(e.allowed)}", http=405)
-            err.code = grpc.StatusCode.UNIMPLEMENTED
-            resp = _error_response(err)
+            resp = _error_response(errors.Unimplemented(f"{request.method} is not allowed here; "
+                                                        f"use {', '.join(e.allowed)}", http=405))
             resp.headers["Allow"] = ", ".join(e.allowed)
             return resp
-        except errors.GatewayError as err:
+        except errors.ServiceError as err:
             if err.http_status >= 500:
                 log.warning("%s %s -> %s: %s", request.method, request.path, err.http_status, err.message)
             return _error_response(err)

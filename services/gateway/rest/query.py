@@ -18,7 +18,7 @@ from google.protobuf import descriptor as _descriptor
 from google.protobuf import json_format
 from google.protobuf.message import Message
 
-from ratchet.services.gateway.errors import InvalidArgument
+from ratchet.libs.rpc.errors import InvalidArgument
 
 _FD = _descriptor.FieldDescriptor
 _INTS = {_FD.TYPE_INT32, _FD.TYPE_SINT32, _FD.TYPE_SFIXED32, _FD.TYPE_UINT32, _FD.TYPE_FIXED32,

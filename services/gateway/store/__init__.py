@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 import asyncpg
 
 from ratchet.libs.pg.queries import load_queries
-from ratchet.services.gateway import errors
+from ratchet.libs.rpc import errors
 
 Q = load_queries(pathlib.Path(__file__).with_name("control.sql"))
 T = TypeVar("T")

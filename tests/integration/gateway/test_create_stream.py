@@ -12,7 +12,7 @@ import grpc
 import pytest
 
 from ratchet.internal.history.v1 import history_pb2, history_pb2_grpc
-from ratchet.services.gateway import errors
+from ratchet.libs.rpc import errors
 from ratchet.services.gateway.history_client import HistoryClient
 from ratchet.services.history import callstream
 from ratchet.services.history.errors import InvalidArgument, ShardUnavailable
@@ -214,7 +214,7 @@ async def test_a_server_that_goes_away_fails_waiting_calls_at_once_and_a_new_str
         try:
             assert (await client.create_tasks(0, [task(50)], 2.0))[0].task_id == "t-50"
             break
-        except errors.GatewayError:
+        except errors.ServiceError:
             assert time.monotonic() < deadline, "no new stream within 10 s"
             await asyncio.sleep(0.1)
     assert client.creates.opened >= 2
@@ -255,7 +255,7 @@ async def test_a_history_without_the_stream_fails_the_call_unimplemented_and_sen
     """No silent unary fallback between mesh services: a target that does not serve the
     stream is a misconfiguration, said as such (one contract, docs/contracts.md)."""
     peer, client = await pair(streaming=False)
-    with pytest.raises(errors.GatewayError) as e:
+    with pytest.raises(errors.ServiceError) as e:
         await client.create_tasks(0, [task(0)], 5.0)
     assert e.value.code == grpc.StatusCode.UNIMPLEMENTED
     assert peer.servicer.unary_calls == 0 and peer.servicer.seen == []

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import logging
+
 import grpc
 import pytest
 
-from ratchet.services.gateway import errors
+from ratchet.libs.rpc import errors
+from ratchet.services.gateway import handlers, server
 from ratchet.services.gateway.auth import Authenticator, Principal, bearer, key_hash, new_api_key, require_app
 from ratchet.services.gateway.store import KeyOwner
 
@@ -81,3 +84,33 @@ def test_error_mapping_is_one_table_plus_explicit_statuses():
     assert errors.Unavailable("down").http_status == 503
     assert errors.from_code(grpc.StatusCode.FAILED_PRECONDITION, "x").code == grpc.StatusCode.FAILED_PRECONDITION
     assert errors.from_code(grpc.StatusCode.NOT_FOUND, "x").__class__ is errors.NotFound
+
+
+async def test_whatever_a_handler_raises_leaves_it_as_a_service_error(caplog):
+    async def refuses(req, call):
+        raise errors.NotFound("task t not found")
+
+    async def times_out(req, call):
+        raise TimeoutError
+
+    async def breaks(req, call):
+        raise KeyError("secret detail")
+
+    call = handlers.Call({}, 1.0)
+    with pytest.raises(errors.NotFound, match="task t not found"):
+        await handlers.invoke(refuses, None, call)
+    with pytest.raises(errors.DeadlineExceeded):
+        await handlers.invoke(times_out, None, call)
+    with caplog.at_level(logging.ERROR), pytest.raises(errors.Internal) as e:
+        await handlers.invoke(breaks, None, call)
+    assert "KeyError" in e.value.message and "secret detail" not in e.value.message
+    assert "secret detail" in caplog.text  # the traceback is logged, not answered
+
+
+def test_a_call_streams_own_timeout_says_the_call_may_have_taken_effect():
+    err = server._error_of(TimeoutError(), "EnqueueTask")
+    assert err.code == grpc.StatusCode.DEADLINE_EXCEEDED
+    assert "may or may not have taken effect" in err.message and "idempotency_key" in err.message
+    refusal = errors.InvalidArgument("a call sets x and y")
+    assert server._error_of(refusal, "EnqueueTask") is refusal
+    assert server._error_of(KeyError("k"), "EnqueueTask").code == grpc.StatusCode.INTERNAL

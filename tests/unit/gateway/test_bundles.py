@@ -8,8 +8,8 @@ import tarfile
 
 import pytest
 
+from ratchet.libs.rpc.errors import DataLoss, InvalidArgument, TooLarge
 from ratchet.services.gateway.bundles import LocalBlobStore, check_archive, check_digest
-from ratchet.services.gateway.errors import DataLoss, InvalidArgument, TooLarge
 
 
 def make_tar(entries: dict[str, bytes], extra=None) -> bytes:

@@ -10,8 +10,9 @@ from google.protobuf import duration_pb2, timestamp_pb2
 
 from ratchet.api.tasks.v1 import tasks_pb2
 from ratchet.internal.history.v1 import history_pb2
+from ratchet.libs.rpc import errors
 from ratchet.libs.shardmap import ShardMap, new_task_id
-from ratchet.services.gateway import enqueue, errors
+from ratchet.services.gateway import enqueue
 from ratchet.services.gateway.auth import Principal
 from ratchet.services.gateway.validation import PlainBatch, ValidTask
 
@@ -113,7 +114,7 @@ class FakeHistory:
         self.calls: list[list[str]] = []
         self.keys: dict[str, tuple[str, str]] = {}  # key -> (task_id, fingerprint)
         self.created: set[str] = set()
-        self.fail: dict[int, errors.GatewayError] = {}  # call number -> its error
+        self.fail: dict[int, errors.ServiceError] = {}  # call number -> its error
 
     async def create(self, req, timeout):
         if req.HasField("columns"):

@@ -7,8 +7,8 @@ import pytest
 from google.protobuf import json_format
 
 from ratchet.api.tasks.v1 import tasks_pb2
+from ratchet.libs.rpc.errors import InvalidArgument
 from ratchet.services.gateway import bulk, filters
-from ratchet.services.gateway.errors import InvalidArgument
 
 S = tasks_pb2
 RETRY, CANCEL = S.BULK_OPERATION_KIND_RETRY, S.BULK_OPERATION_KIND_CANCEL

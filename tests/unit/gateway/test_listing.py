@@ -13,9 +13,9 @@ from google.protobuf import timestamp_pb2
 
 from ratchet.api.tasks.v1 import tasks_pb2
 from ratchet.internal.history.v1 import history_pb2
+from ratchet.libs.rpc.errors import InvalidArgument
 from ratchet.libs.shardmap import new_task_id
 from ratchet.services.gateway import filters, listing
-from ratchet.services.gateway.errors import InvalidArgument
 
 S = tasks_pb2
 SHARDS = [0, 1, 2, 3]

@@ -10,9 +10,9 @@ from google.protobuf import json_format
 
 from ratchet.api.apps.v1 import apps_pb2
 from ratchet.api.tasks.v1 import tasks_pb2
+from ratchet.libs.rpc.errors import InvalidArgument, TooLarge
 from ratchet.libs.shardmap import SlotGroups, new_task_id
 from ratchet.services.gateway import validation
-from ratchet.services.gateway.errors import InvalidArgument, TooLarge
 
 HANDLERS = {"send": apps_pb2.Handler(name="send"), "resize": apps_pb2.Handler(name="resize")}
 LIMIT = 262144

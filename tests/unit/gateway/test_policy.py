@@ -7,8 +7,8 @@ from google.protobuf import json_format
 
 from ratchet.api.apps.v1 import apps_pb2
 from ratchet.api.tasks.v1 import tasks_pb2
+from ratchet.libs.rpc.errors import InvalidArgument
 from ratchet.services.gateway import policy
-from ratchet.services.gateway.errors import InvalidArgument
 
 
 def handler(**data) -> apps_pb2.Handler:

@@ -8,7 +8,7 @@ from multidict import MultiDict
 
 from ratchet.api.schedules.v1 import schedules_pb2
 from ratchet.api.tasks.v1 import tasks_pb2
-from ratchet.services.gateway.errors import InvalidArgument
+from ratchet.libs.rpc.errors import InvalidArgument
 from ratchet.services.gateway.rest import query
 from ratchet.services.gateway.rest.openapi import generate, public_services
 
