@@ -412,9 +412,17 @@ def columns_batch(req: tasks_pb2.EnqueueTasksRequest, handlers: dict[str, apps_p
     check_batch_size(n)
     handler = _handler_for(cols.task_type, handlers, "columns.")
     queue = _check_queue(cols.queue, "columns.")
+    ids = _column_ids(ids, n)
+    payloads, sizes = _column_payloads(texts or [""] * n, max_payload_bytes)
+    return PlainBatch(task_type=cols.task_type, queue=queue, handler=handler, task_ids=ids,
+                      payloads=payloads, sizes=sizes)
+
+
+def _column_ids(ids: list[str], n: int) -> list[str]:
+    """columns.task_ids canonical and unique (n minted when it is empty), or the first bad one named."""
     if not ids:
-        ids = new_task_ids(n)
-    elif not all_canonical(ids):
+        return new_task_ids(n)
+    if not all_canonical(ids):
         for i, v in enumerate(ids):
             canonical = parse_task_id(v)
             if canonical is None:
@@ -428,8 +436,12 @@ def columns_batch(req: tasks_pb2.EnqueueTasksRequest, handlers: dict[str, apps_p
                 raise InvalidArgument(f"columns.task_ids[{seen[v]}] and columns.task_ids[{i}] are the same task "
                                       f"id; task ids must be unique within a batch")
             seen[v] = i
-    if not texts:
-        texts = [""] * n
+    return ids
+
+
+def _column_payloads(texts: list[str], max_payload_bytes: int) -> tuple[list[bytes], list[int]]:
+    """columns.payloads_json as (payloads, sizes as sent), b"null" for an empty one, or the
+    first one over the limit or not JSON named."""
     payloads = list(map(str.encode, texts))
     sizes = list(map(len, payloads))
     if max(sizes) > max_payload_bytes:
@@ -442,8 +454,7 @@ def columns_batch(req: tasks_pb2.EnqueueTasksRequest, handlers: dict[str, apps_p
                 check_json_text(x, f"columns.payloads_json[{i}]")  # (raises for one not JSON)
     if 0 in sizes:
         payloads = [p or b"null" for p in payloads]
-    return PlainBatch(task_type=cols.task_type, queue=queue, handler=handler, task_ids=ids,
-                      payloads=payloads, sizes=sizes)
+    return payloads, sizes
 
 
 def check_unique_keys(tasks: list[ValidTask]) -> None:
