@@ -95,7 +95,7 @@ class Deployments:
         module = req.module or "app"
         check_handlers(req.handlers, module)
         hex_digest = check_digest(req.bundle, req.digest, self.max_bundle_bytes)
-        # Inflating 32 MiB must not stall every other request on the loop.
+        # Inflating a bundle of up to max_bundle_bytes must not stall every other request on the loop.
         await asyncio.to_thread(check_archive, req.bundle)
         uri = await asyncio.to_thread(self.blobs.put, hex_digest, req.bundle)
         handlers = [json_format.MessageToDict(h, preserving_proto_field_name=True) for h in req.handlers]

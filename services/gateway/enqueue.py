@@ -10,8 +10,8 @@ and nothing per task is set, else `tasks` with `shared`), and `Creates` sends th
 answers in request order.
 
 Parts of one task (single enqueues) are coalesced per shard while a CreateTasks is in
-flight (libs/batching): every RPC costs ~0.2 ms of client and ~0.26 ms of server CPU here,
-more than an enqueue's Python, so under load one call and one history statement carry many.
+flight (libs/batching): an RPC costs more client and server CPU than an enqueue's Python
+(docs/benchmarks/findings.md), so under load one call and one history statement carry many.
 Each caller still gets exactly its own answer. Two parts with one key or one task id never
 share a call, and history rolls back a whole request when one of its keys conflicts: the
 conflicting callers get their 409 and the others are sent again on their own (creates are

@@ -4,9 +4,9 @@ Every call carries a deadline. Failures become gateway errors that name the
 shard, and an ambiguous outcome (deadline passed after sending) says so.
 
 CreateTasks travels as messages on one long-lived CreateTasksStream
-(`CreateStream`): a unary call costs the gateway ~0.4 ms of CPU in grpc.aio
-and history ~0.5 ms, a message on an open stream ~0.2 ms each
-(docs/benchmarks/findings.md). Each call is a message with its own call id and
+(`CreateStream`): in grpc.aio a unary call costs the gateway and history several
+times the CPU of a message on an open stream (docs/benchmarks/findings.md: call
+streams). Each call is a message with its own call id and
 timeout, answered once with its response or the status it failed with. The
 stream is opened on first use and again after it ends; calls the stream ended
 before answering fail UNAVAILABLE and say they may have taken effect (the

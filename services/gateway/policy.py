@@ -5,7 +5,7 @@ The resolved policy is what history stores, so a task keeps the policy it was
 enqueued with even if a later deploy changes its handler's. Unset timeouts in
 a resolved Timeouts mean unlimited.
 
-Per error class (issue 4): `non_retryable` (class names) and `rules` (class
+Per error class: `non_retryable` (class names) and `rules` (class
 name -> ErrorRule) are resolved as wholes, not field by field: an enqueue that
 gives either replaces the handler's. The handler's non_retryable is the union
 of Handler.non_retryable (where older SDKs put it) and Handler.retry's. A class
