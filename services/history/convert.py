@@ -18,7 +18,7 @@ from ratchet.libs.shardmap import all_canonical, parse_task_id
 from ratchet.libs.taskstate import TaskState
 from ratchet.services.history import policy
 from ratchet.services.history.enqueue import Batch, Policy, Request
-from ratchet.services.history.errors import InvalidArgument, PayloadTooLarge
+from ratchet.services.history.errors import InvalidArgument, TooLarge
 from ratchet.services.history.model import CompletionIn, ErrorInfo, TaskFilter
 
 MAX_PAYLOAD_BYTES = 256 * 1024
@@ -61,7 +61,7 @@ def _json_ok(raw: bytes) -> bool:
 
 def _payload(raw: bytes, where: str) -> bytes:
     if len(raw) > MAX_PAYLOAD_BYTES:
-        raise PayloadTooLarge(f"{where} is {len(raw)} bytes; the inline limit is {MAX_PAYLOAD_BYTES} bytes")
+        raise TooLarge(f"{where} is {len(raw)} bytes; the inline limit is {MAX_PAYLOAD_BYTES} bytes")
     if not raw:
         raise InvalidArgument(f"{where} is required (canonical JSON; use null for no payload)")
     if _json_ok(raw):

@@ -11,10 +11,11 @@ from collections.abc import Callable
 from ratchet.internal.history.v1 import history_pb2, history_pb2_grpc
 from ratchet.internal.worker.v1 import worker_pb2
 from ratchet.libs import gates, taskstate
+from ratchet.libs.rpc.errors import rpc, rpc_stream
 from ratchet.services.history import bulk, callstream, convert, leasing, lifecycle, policy, search
 from ratchet.services.history.commit import Committer
 from ratchet.services.history.config import HistoryConfig
-from ratchet.services.history.errors import InvalidArgument, rpc, rpc_stream
+from ratchet.services.history.errors import InvalidArgument
 from ratchet.services.history.ready import ReadyHub
 from ratchet.services.history.shards import ShardSet
 from ratchet.services.history.store import Store

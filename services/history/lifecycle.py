@@ -16,7 +16,7 @@ import asyncpg
 from ratchet.libs import gates
 from ratchet.libs.taskstate import CancelReason, TaskState
 from ratchet.services.history.decide import Rand, cancel_now, on_completion
-from ratchet.services.history.errors import NotFound
+from ratchet.services.history.errors import TaskNotFound
 from ratchet.services.history.model import CompletionIn, TaskView, Transition
 from ratchet.services.history.store import Store
 
@@ -152,7 +152,7 @@ async def cancel_task(conn: asyncpg.Connection, store: Store, task_id: str, tena
     async with conn.transaction():
         row = await store.task_lock(conn, task_id)
         if row is None or row["tenant_id"] != tenant_id:
-            raise NotFound(task_id)
+            raise TaskNotFound(task_id)
         state = TaskState(row["state"])
         t = cancel_now(task_id, state, row["lease_epoch"])
         if t is not None:
@@ -168,10 +168,10 @@ async def cancel_task(conn: asyncpg.Connection, store: Store, task_id: str, tena
 
 
 async def get_task(conn: asyncpg.Connection, store: Store, task_id: str, tenant_id: str):
-    """(task row, attempt rows) read from one snapshot; NotFound for unknown and foreign ids alike."""
+    """(task row, attempt rows) read from one snapshot; TaskNotFound for unknown and foreign ids alike."""
     async with conn.transaction(isolation="repeatable_read", readonly=True):
         row = await store.task_get(conn, task_id)
         if row is None or row["tenant_id"] != tenant_id:
-            raise NotFound(task_id)
+            raise TaskNotFound(task_id)
         attempts = await store.attempt_list(conn, task_id)
     return row, attempts
