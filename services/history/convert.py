@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import functools
 import json
 
 from google.protobuf import duration_pb2, json_format, struct_pb2, timestamp_pb2
@@ -235,20 +236,29 @@ def plain(req: history_pb2.CreateTasksRequest) -> Batch:
 _NONE: list = [None]  # a column nobody sets (shared by every plain batch: never mutated)
 
 
-# Policies validated so far, by their wire form: a batch (or a stream of enqueues) of one task
-# type carries one policy, and converting it per task was ~1/4 of history's CPU per batched task.
-_POLICIES: dict[tuple[bytes, bytes, tuple[str, ...]], Policy] = {}
-_POLICIES_MAX = 4096
-
-
 def _policy(retry_p: tasks_pb2.RetryPolicy, timeouts_p: tasks_pb2.Timeouts, non_retryable: tuple[str, ...],
             w: str) -> Policy:
+    """The validated policy, converted once per distinct wire form (_policy_of); a refused one
+    is converted again here, so the error names this task's field."""
     # (a cache key only: equal bytes are equal policies; the same policy serialized in another
     # map order would only miss the cache)
-    key = (retry_p.SerializeToString(), timeouts_p.SerializeToString(), non_retryable)
-    hit = _POLICIES.get(key)
-    if hit is not None:
-        return hit
+    try:
+        return _policy_of(retry_p.SerializeToString(), timeouts_p.SerializeToString(), non_retryable)
+    except InvalidArgument:
+        return _converted_policy(retry_p, timeouts_p, non_retryable, w)  # (raises, naming w)
+
+
+# A batch (or a stream of enqueues) of one task type carries one policy, and converting it per
+# task was a large share of history's CPU per batched task: a pure memo of the conversion by its
+# wire form (a refused policy raises and is not remembered).
+@functools.lru_cache(maxsize=4096)
+def _policy_of(retry_b: bytes, timeouts_b: bytes, non_retryable: tuple[str, ...]) -> Policy:
+    return _converted_policy(tasks_pb2.RetryPolicy.FromString(retry_b), tasks_pb2.Timeouts.FromString(timeouts_b),
+                             non_retryable, "policy")
+
+
+def _converted_policy(retry_p: tasks_pb2.RetryPolicy, timeouts_p: tasks_pb2.Timeouts,
+                      non_retryable: tuple[str, ...], w: str) -> Policy:
     retry = policy.retry_from_proto(retry_p, f"{w}.retry")
     timeouts = policy.timeouts_from_proto(timeouts_p, f"{w}.timeouts")
     for j, name in enumerate(non_retryable):
@@ -256,15 +266,11 @@ def _policy(retry_p: tasks_pb2.RetryPolicy, timeouts_p: tasks_pb2.Timeouts, non_
     for j, name in enumerate(retry_p.non_retryable):
         _name(name, f"{w}.retry.non_retryable[{j}]")
     rules = _rules(retry_p, f"{w}.retry.rules")
-    out = Policy(max_attempts=retry.max_attempts, retry_json=retry.to_json(), timeouts_json=timeouts.to_json(),
+    return Policy(max_attempts=retry.max_attempts, retry_json=retry.to_json(), timeouts_json=timeouts.to_json(),
                   non_retryable=sorted(set(non_retryable) | set(retry_p.non_retryable)),
                   rules_json={k: r.to_json() for k, r in rules.items()} or None,
                   schedule_to_start_s=timeouts.schedule_to_start_s,
                   schedule_to_close_s=timeouts.schedule_to_close_s)
-    if len(_POLICIES) >= _POLICIES_MAX:
-        _POLICIES.clear()  # a bound, not an LRU: policies are few in practice
-    _POLICIES[key] = out
-    return out
 
 
 def _rules(p: tasks_pb2.RetryPolicy, where: str) -> dict[str, policy.Rule]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import functools
 import json
 
 from ratchet.libs import taskstate
@@ -47,28 +48,23 @@ class Transition:
             raise ValueError("a RETRY_WAIT transition needs a delay, and only it")
 
 
-# Retry policies by their stored text: the tasks of one type share one, and parsing it was half
-# of building a TaskView, once per completion (Retry is frozen: safe to share).
-_RETRIES: dict[str, Retry] = {}
-_RETRIES_MAX = 4096
-
-
-_BASE_RETRY: list[Retry] = []  # Retry.from_json({}), made on first use
+# NULL: the stored base (migration 0013), what most tasks hold (Retry is frozen: safe to share).
+_BASE_RETRY = Retry.from_json({})
 
 
 def _retry(stored) -> Retry:
-    if stored is None:  # NULL: the stored base (migration 0013), what most tasks hold
-        if not _BASE_RETRY:
-            _BASE_RETRY.append(Retry.from_json({}))
-        return _BASE_RETRY[0]
+    if stored is None:
+        return _BASE_RETRY
     if not isinstance(stored, str):
         return Retry.from_json(stored)
-    hit = _RETRIES.get(stored)
-    if hit is None:
-        if len(_RETRIES) >= _RETRIES_MAX:
-            _RETRIES.clear()
-        hit = _RETRIES[stored] = Retry.from_json(json.loads(stored))
-    return hit
+    return _stored_retry(stored)
+
+
+# The tasks of one type share one retry policy, and parsing its stored text was half of
+# building a TaskView, once per completion: a pure memo by that text (Retry is frozen).
+@functools.lru_cache(maxsize=4096)
+def _stored_retry(stored: str) -> Retry:
+    return Retry.from_json(json.loads(stored))
 
 
 @dataclasses.dataclass

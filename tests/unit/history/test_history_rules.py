@@ -159,16 +159,16 @@ def _new(**retry) -> convert.history_pb2.NewTask:
 
 
 def test_a_policy_is_converted_once_and_only_for_requests_that_carry_it():
-    convert._POLICIES.clear()
+    convert._policy_of.cache_clear()
     a1, a2, b = convert.tasks([_new(max_attempts=3), _new(max_attempts=3), _new(max_attempts=7)]).policy
     assert a1 is a2, "one conversion for tasks sharing a policy"
     assert a1.max_attempts == a2.max_attempts == 3 and b.max_attempts == 7 and b.retry_json != a1.retry_json
-    assert len(convert._POLICIES) == 2
+    assert convert._policy_of.cache_info().currsize == 2
 
 
 def test_an_invalid_policy_is_refused_with_its_own_index_after_valid_ones_were_cached():
-    convert._POLICIES.clear()
+    convert._policy_of.cache_clear()
     convert.new_task(_new(max_attempts=3), 0)
     with pytest.raises(InvalidArgument, match=r"tasks\[5\]\.retry"):
         convert.new_task(_new(max_attempts=-1), 5)
-    assert len(convert._POLICIES) == 1, "a refused policy is not remembered"
+    assert convert._policy_of.cache_info().currsize == 1, "a refused policy is not remembered"
