@@ -2,15 +2,15 @@
 
 A request goes to its shard at once when nothing of its lane is in flight there (no added
 latency when idle); requests arriving meanwhile go out together, as one statement, when it
-returns (libs/batching). A lane is a shard and, for plain requests, the values they share
-(enqueue.lane): the plain statement and the COPY take those once; everything else shares the
+returns (libs/batching). A lane is a shard and, for uniform requests, the values they share
+(enqueue.lane): the uniform statement and the COPY take those once; everything else shares the
 general statement, which keeps each request whole or not at all. One statement is one
 transaction: no BEGIN or COMMIT round trips, one commit (one WAL flush) for the group.
 
 Every answer is decided from what the statement says (enqueue.outcome): a task created, or
 the task id's owner, or the key's owner and whether it is expired. A request that meets a
 race (another writer inserted an id or key after the statement's snapshot), an expired key
-(deleted here, then taken over), a plain write that met an existing id (the general
+(deleted here, then taken over), a uniform write that met an existing id (the general
 statement answers it per task) or a task held back by another of its own request goes again
 in the next round, with what is already answered kept. A shard that is down or out of time
 fails the group as it would have failed each request; any other failure, which may be one
@@ -141,7 +141,7 @@ class Committer:
                 r.settle_rows(mine)
                 out.append(mine)
             return out
-        write = self._store.task_copy_plain if plan.writer is Writer.COPY else self._store.task_create_plain
+        write = self._store.task_copy_uniform if plan.writer is Writer.COPY else self._store.task_create_uniform
         if not await write(conn, b):  # an id exists: the general statement answers each task
             for r in members:
                 r.probe = True

@@ -196,14 +196,14 @@ def create_request(req: history_pb2.CreateTasksRequest) -> Request:
     """A CreateTasksRequest validated (INVALID_ARGUMENT naming the field; nothing written), as
     the one form the committer takes. An empty request is one of no tasks (nothing to do)."""
     if req.HasField("columns"):
-        return Request(plain(req), columns=True)
+        return Request(columns_batch(req), columns=True)
     if not req.tasks:
         return Request(Batch([], [], [], [], [], [], [], [], [], [], [], [], []))
     return Request(tasks(req.tasks, shared(req)))
 
 
-def plain(req: history_pb2.CreateTasksRequest) -> Batch:
-    """The request's plain tasks (CreateTasksRequest.columns), checked (INVALID_ARGUMENT naming
+def columns_batch(req: history_pb2.CreateTasksRequest) -> Batch:
+    """The request's uniform tasks (CreateTasksRequest.columns), checked (INVALID_ARGUMENT naming
     `columns.<field>[i]`): per request, not per task, except the JSON scan of each payload."""
     if req.tasks:
         raise InvalidArgument("columns and tasks are exclusive: send the request's tasks in one of them")
@@ -233,7 +233,7 @@ def plain(req: history_pb2.CreateTasksRequest) -> Batch:
                  [sh.policy], _NONE, _NONE, _NONE, _NONE, _NONE, _NONE)
 
 
-_NONE: list = [None]  # a column nobody sets (shared by every plain batch: never mutated)
+_NONE: list = [None]  # a column nobody sets (shared by every uniform batch: never mutated)
 
 
 def _policy(retry_p: tasks_pb2.RetryPolicy, timeouts_p: tasks_pb2.Timeouts, non_retryable: tuple[str, ...],

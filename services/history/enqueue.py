@@ -20,7 +20,7 @@ from typing import Any
 
 from ratchet.services.history.errors import Contention, HistoryError, InvalidArgument
 
-# The fewest plain rows written by COPY (a batch call's part for a shard: 100 rows a slot run);
+# The fewest uniform rows written by COPY (a batch call's part for a shard: 100 rows a slot run);
 # fewer go by the statement, where COPY's fixed cost (asyncpg's copy-in, a second round trip)
 # outweighs what Postgres saves (single enqueues, 32 producers: history 226 -> 263 us per task).
 COPY_MIN_ROWS = 50
@@ -50,9 +50,6 @@ class Policy:
 # The columns of a Batch besides the ids and payloads, in the statement's order of arguments.
 COLUMNS = ("tenant_id", "app_id", "task_type", "queue", "policy", "delay_s", "run_at", "key", "fingerprint",
            "schedule_id", "scheduled_time")
-# Those a plain batch (COPY, task_create_plain) must share and those it must leave unset.
-_PLAIN_SHARED = ("tenant_id", "app_id", "task_type", "queue", "policy")
-_PLAIN_UNSET = ("delay_s", "run_at", "key", "schedule_id", "scheduled_time")
 
 
 @dataclasses.dataclass(slots=True)
@@ -73,7 +70,7 @@ class Batch:
     fingerprint: list[str | None]
     schedule_id: list[str | None]
     scheduled_time: list[datetime | None]
-    is_plain: bool | None = dataclasses.field(default=None, repr=False, compare=False)  # plain(), once known
+    is_uniform: bool | None = dataclasses.field(default=None, repr=False, compare=False)  # uniform(), once known
 
     def __len__(self) -> int:
         return len(self.task_ids)
@@ -98,7 +95,7 @@ def _unset(column: list) -> bool:
 
 def merge(batches: Sequence[Batch]) -> Batch:
     """Several batches as one, in order: a column every one of them shares with one value stays
-    shared, any other is spelled per task. (Plain loops: this runs per group commit.)"""
+    shared, any other is spelled per task. (Loops, not comprehensions: this runs per group commit.)"""
     if len(batches) == 1:
         return batches[0]
     first, rest = batches[0], batches[1:]
@@ -130,8 +127,8 @@ def merge(batches: Sequence[Batch]) -> Batch:
 class Writer(enum.Enum):
     """How a batch is written (one statement, one transaction, whichever)."""
 
-    COPY = "copy"  # plain, no timer rows, COPY_MIN_ROWS or more: a binary COPY (Store.task_create_plain)
-    PLAIN = "plain"  # plain: task_create_plain, every value but id and payload once
+    COPY = "copy"  # uniform, no timer rows, COPY_MIN_ROWS or more: a binary COPY (Store.task_copy_uniform)
+    UNIFORM = "uniform"  # uniform: task_create_uniform, every value but id and payload once
     GENERAL = "general"  # anything else: task_create (keys, per-task values, due times), per row answers
 
 
@@ -142,40 +139,40 @@ class Plan:
     timers: bool  # some task writes a timer row (a delay or run_at, a schedule-to-start or -close)
 
 
-def plain(b: Batch) -> bool:
+def uniform(b: Batch) -> bool:
     """Whether every task shares every value but its id and payload, and sets no key, due time
-    or schedule: what the plain statement and the COPY write."""
-    if b.is_plain is None:
-        b.is_plain = _plain(b)
-    return b.is_plain
+    or schedule: what the uniform statement and the COPY write."""
+    if b.is_uniform is None:
+        b.is_uniform = _uniform(b)
+    return b.is_uniform
 
 
-def _plain(b: Batch) -> bool:
+def _uniform(b: Batch) -> bool:
     return (len(b.tenant_id) == 1 and len(b.app_id) == 1 and len(b.task_type) == 1 and len(b.queue) == 1
             and len(b.policy) == 1 and _unset(b.delay_s) and _unset(b.run_at) and _unset(b.key)
             and _unset(b.schedule_id) and _unset(b.scheduled_time))
 
 
 def plan(b: Batch, probe: bool = False) -> Plan:
-    """The plan for a batch. probe: an id may exist (a plain write was refused: an id was
+    """The plan for a batch. probe: an id may exist (a uniform write was refused: an id was
     taken), so the general statement, which looks before it writes, answers it per row."""
     keyed = not _unset(b.key) and any(k is not None for k in b.key)
     timers = ((not _unset(b.delay_s) and any(d is not None for d in b.delay_s))
               or (not _unset(b.run_at) and any(r is not None for r in b.run_at))
               or any(p.schedule_to_start_s is not None or p.schedule_to_close_s is not None for p in b.policy))
-    if probe or not plain(b):
+    if probe or not uniform(b):
         return Plan(Writer.GENERAL, keyed, timers)
     if timers or len(b.task_ids) < COPY_MIN_ROWS:
-        return Plan(Writer.PLAIN, keyed, timers)
+        return Plan(Writer.UNIFORM, keyed, timers)
     return Plan(Writer.COPY, keyed, timers)
 
 
 def lane(b: Batch) -> tuple:
-    """Which requests may share a statement: plain ones sharing every value (the plain statement
+    """Which requests may share a statement: uniform ones sharing every value (the uniform statement
     takes them once), any others together (the general statement takes them per row). The
     policy by identity: equal policies are one object (convert.py's cache)."""
-    if plain(b):
-        return ("plain", b.tenant_id[0], b.app_id[0], b.task_type[0], b.queue[0], id(b.policy[0]))
+    if uniform(b):
+        return ("uniform", b.tenant_id[0], b.app_id[0], b.task_type[0], b.queue[0], id(b.policy[0]))
     return ("general",)
 
 
@@ -293,10 +290,10 @@ class Request:
         n = len(batch.task_ids)
         self.todo: Sequence[int] = range(n) if self.lead is None else [i for i, j in enumerate(self.lead) if i == j]
         self.expired: list[tuple[str, str, str]] = []  # keys to expire before the next round
-        self.probe = False  # a plain write found an id taken: the general statement answers per row
+        self.probe = False  # a uniform write found an id taken: the general statement answers per row
         self.created: Batch | None = None  # the tasks created now, once written
         self.due = False  # some of them are due now (the ready event)
-        self.new: Sequence[int] = ()  # tasks a plain write created (answered as new, when asked)
+        self.new: Sequence[int] = ()  # tasks a uniform write created (answered as new, when asked)
         self._size: int | None = None
 
     @property
@@ -315,7 +312,7 @@ class Request:
         return self.batch if len(self.todo) == len(self.batch.task_ids) else self.batch.take(self.todo)
 
     def written(self) -> None:
-        """Every pending task was created now, due now (a plain write answers for all at once:
+        """Every pending task was created now, due now (a uniform write answers for all at once:
         their answers are made only if asked for, `results`)."""
         self.created = self.pending()
         self.due = True
@@ -369,7 +366,7 @@ class Request:
         if self.error is not None:
             raise self.error
         if self.new and len(self.new) == len(self.batch) and self.columns:
-            return None  # (a plain write of the whole request: no answer per task to make)
+            return None  # (a uniform write of the whole request: no answer per task to make)
         ids = self.batch.task_ids
         for i in self.new:
             self.answers[i] = CreateOut(ids[i])
@@ -415,8 +412,8 @@ def compose(requests: Sequence[Request]) -> Round:
     for the next round. The ids are compared as sets (C), keys one by one."""
     live = [r for r in requests if not r.done]
     out = Round([], [], [])
-    if len(live) == 1 or all(plain(r.batch) and not r.probe for r in live):
-        # (plain tasks have no keys, and an id sent twice makes the plain write refuse, nothing
+    if len(live) == 1 or all(uniform(r.batch) and not r.probe for r in live):
+        # (uniform tasks have no keys, and an id sent twice makes the uniform write refuse, nothing
         # written: the requests go again probed, and then their ids are compared here)
         out.members.extend(live)
         return out

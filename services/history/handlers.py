@@ -129,7 +129,7 @@ class HistoryServicer(history_pb2_grpc.HistoryServiceServicer):
         lease_s = convert.lease_seconds(request.lease_duration if request.HasField("lease_duration") else None,
                                         self.cfg.lease_duration_s)
         limits = convert.type_limits(request.type_limits)
-        async with shard.lessor, shard.conn() as conn:
+        async with shard.lease_lock, shard.conn() as conn:
             out = await leasing.lease_tasks(conn, self.store, worker_id=request.worker_id,
                                              max_tasks=request.max_tasks, app_ids=list(request.app_ids),
                                              cursor=request.tenant_cursor, lease_s=lease_s, type_limits=limits)

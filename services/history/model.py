@@ -1,4 +1,4 @@
-"""Plain values the history service decides with and writes."""
+"""The values the history service decides with and writes."""
 
 from __future__ import annotations
 

@@ -45,7 +45,7 @@ class Shard:
         # LeaseTasks on this shard run one at a time: the claim takes no row locks
         # (store/tasks.sql, task_claim_ready), so two at once would pick the same rows
         # and the second would wait for the first, then lease fewer.
-        self.lessor = asyncio.Lock()
+        self.lease_lock = asyncio.Lock()
 
     @property
     def available(self) -> bool:

@@ -18,8 +18,8 @@
 -- snapshot): a task with its id, a key row with its key's digest (one probe
 -- each; the LIMIT keeps them probes, never a join with the table). A request
 -- is written only if every row of it found neither; then its keys and tasks
--- are plain inserts, keys in key order so concurrent statements take them in
--- one order (no ON CONFLICT: no speculative-insert record per row). A key or
+-- are inserted, keys in key order so concurrent statements take them in one
+-- order (no ON CONFLICT: no speculative-insert record per row). A key or
 -- id another writer inserted after the snapshot makes the insert fail with a
 -- unique violation and the statement writes nothing (Store.task_create
 -- returns None: the committer runs it again, and the next snapshot sees the
@@ -112,7 +112,7 @@ ins AS (
 ),
 tm AS (
     -- One SELECT per timer kind (a UNION ALL), not a LATERAL VALUES list per row, which
-    -- Postgres initialises again for every outer row (task_create_plain says more).
+    -- Postgres initialises again for every outer row (task_create_uniform says more).
     INSERT INTO timer_queue (task_id, kind, fire_at, lease_epoch)
     SELECT g.task_id, 'delay', g.due_at, 0 FROM g WHERE g.go AND g.due_at > g.now_t
     UNION ALL
@@ -126,21 +126,21 @@ SELECT g.ord, g.go AS created, g.go AND g.due_at <= g.now_t AS due, g.id_tenant,
        g.key_task, g.key_fingerprint, g.key_expired, g.key_other
   FROM g
 
--- name: task_create_plain
+-- name: task_create_uniform
 -- transitions: (create)->ENQUEUED
--- enqueue.plan's plain statement: fewer than COPY_MIN_ROWS plain tasks, or
--- plain tasks whose policy sets a schedule-to-start or schedule-to-close
+-- enqueue.plan's uniform statement: fewer than COPY_MIN_ROWS uniform tasks, or
+-- uniform tasks whose policy sets a schedule-to-start or schedule-to-close
 -- timeout (timer rows); more without timer rows go by a binary COPY of the
--- same rows, ENQUEUED (Store.task_copy_plain; the times from migration 0015's
--- defaults). Plain tasks of one or more requests: ids $1 and payloads
+-- same rows, ENQUEUED (Store.task_copy_uniform; the times from migration 0015's
+-- defaults). Uniform tasks of one or more requests: ids $1 and payloads
 -- $2 as the only columns, every other value given once ($3..$13: tenant,
 -- app, type, queue, then the policy as stored: max attempts, retry policy,
 -- timeouts, non-retryable classes, rules, schedule-to-start and
 -- schedule-to-close seconds). All due now, so a timer row only for the
--- timeouts the policy sets. A plain insert, without task_create's probe per
--- id: an id that exists (a resent request whose answer was lost, or one
+-- timeouts the policy sets. An insert without task_create's probe per id
+-- (and without ON CONFLICT): an id that exists (a resent request whose answer was lost, or one
 -- taken by another) raises a unique violation, which writes nothing
--- (Store.task_create_plain returns False), and the committer runs the
+-- (Store.task_create_uniform returns False), and the committer runs the
 -- requests through task_create, which answers them per task. Returns how
 -- many rows it inserted. The two columns come as one value each, not as
 -- arrays: $1 the ids joined by commas, $2 the
@@ -237,8 +237,8 @@ SELECT tenants.tenant_id FROM tenants
 -- a lock is a WAL record per task, 61 B of a task's ~1,600): the lease
 -- UPDATE that follows takes only rows still ENQUEUED when it gets them (a
 -- row changed meanwhile is re-checked and skipped, never leased twice).
--- History leases one shard one call at a time (Shard.lessor), so lessors of
--- one process never pick the same rows; two processes can, and the second
+-- History leases one shard one call at a time (Shard.lease_lock), so the
+-- leases of one process never pick the same rows; two processes can, and the second
 -- then waits for the first and leases fewer.
 SELECT c.task_id, q.tenant_id
   FROM unnest($1::text[], $2::int[]) AS q(tenant_id, quota)

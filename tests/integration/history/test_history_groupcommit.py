@@ -40,8 +40,8 @@ async def test_a_conflict_in_a_group_answers_only_its_caller(hist):
     same = [hist.task(tenant, idempotency_key="k", fingerprint="one") for _ in range(5)]
     clash = [hist.task(tenant, idempotency_key="k", fingerprint="two") for _ in range(5)]
     fresh = [hist.task(tenant, idempotency_key=f"new{i}", fingerprint="x") for i in range(5)]
-    plain = [hist.task(tenant) for _ in range(5)]
-    mixed = [x for group in zip(same, clash, fresh, plain, strict=True) for x in group]
+    bare = [hist.task(tenant) for _ in range(5)]
+    mixed = [x for group in zip(same, clash, fresh, bare, strict=True) for x in group]
     results = [r.results[0] for r in await asyncio.gather(*(hist.create(t) for t in mixed))]
     for t, r in zip(mixed, results, strict=True):
         if t in same:
@@ -120,13 +120,13 @@ async def test_a_shard_down_fails_the_group_unavailable(make_hist, pg_cluster, k
 async def test_a_request_of_several_new_tasks_is_one_statement_and_a_held_key_one_more(make_hist):
     """All new: one task_create and nothing else; a key held by another task: that statement
     writes nothing of the request and answers that task (dedup here), and the rest of the
-    request, planned again, is created by the next (plain here: the plain statement)."""
+    request, planned again, is created by the next (uniform here: the uniform statement)."""
     hist = await make_hist()
     ran: list[str] = []
 
     async def seen(name: str) -> None:
         ran.append(name)
-    for name in ("task_create", "task_create_plain", "idempotency_key_expire_batch"):
+    for name in ("task_create", "task_create_uniform", "idempotency_key_expire_batch"):
         hist.server.store.before[name] = seen
     tenant = unique("t")
     tasks = [hist.task(tenant, idempotency_key=f"k{i}" if i % 2 else "", fingerprint="f") for i in range(10)]
@@ -137,7 +137,7 @@ async def test_a_request_of_several_new_tasks_is_one_statement_and_a_held_key_on
     fresh = hist.task(tenant)
     r = await hist.create(fresh, again)
     assert (r.results[1].task_id, r.results[1].deduplicated) == (tasks[1].task_id, True)
-    assert ran == ["task_create", "task_create_plain"]
+    assert ran == ["task_create", "task_create_uniform"]
     assert await _count(hist, tenant) == 11
 
 
@@ -153,24 +153,24 @@ def _count_calls(monkeypatch, store, *names: str) -> dict[str, int]:
     return counts
 
 
-async def test_alike_plain_singles_take_the_plain_statement_and_write_the_same_rows(make_hist, monkeypatch):
-    # A group of unkeyed tasks sharing every value but id and payload is task_create_plain's
+async def test_uniform_singles_take_the_uniform_statement_and_write_the_same_rows(make_hist, monkeypatch):
+    # A group of unkeyed tasks sharing every value but id and payload is task_create_uniform's
     # (a fraction of task_create's cost); its rows are those the general statement writes.
     from .test_history_shared import _rows
     hist = await make_hist()
-    counts = _count_calls(monkeypatch, hist.server.servicer.store, "task_create_plain", "task_create")
-    via_plain, via_batch = unique("t"), unique("t")
+    counts = _count_calls(monkeypatch, hist.server.servicer.store, "task_create_uniform", "task_create")
+    via_uniform, via_batch = unique("t"), unique("t")
 
     def shaped(tenant: str, i: int) -> h.NewTask:
         t = hist.task(tenant, payload=b'{"i":%d}' % i, max_attempts=4, base_s=2, queue="q1")
         t.timeouts.schedule_to_start.seconds = 600
         t.non_retryable.append("ValueError")
         return t
-    alike = [shaped(via_plain, i) for i in range(40)]
+    alike = [shaped(via_uniform, i) for i in range(40)]
     results = await asyncio.gather(*(hist.create(t) for t in alike))
     assert all(r.results[0].task_id == t.task_id and not r.results[0].deduplicated
                for r, t in zip(results, alike, strict=True))
-    assert counts["task_create_plain"] >= 1 and counts["task_create"] == 0
+    assert counts["task_create_uniform"] >= 1 and counts["task_create"] == 0
     # The same tasks one request each with a key (never alike): the general statement.
     keyed = [shaped(via_batch, i) for i in range(40)]
     for i, t in enumerate(keyed):
@@ -179,14 +179,14 @@ async def test_alike_plain_singles_take_the_plain_statement_and_write_the_same_r
     assert counts["task_create"] >= 1
     strip = ("idempotency_key",)
     got = [{k: v for k, v in r.items() if k not in strip}
-           for r in await _rows(hist, via_plain, [t.task_id for t in alike])]
+           for r in await _rows(hist, via_uniform, [t.task_id for t in alike])]
     want = [{k: v for k, v in r.items() if k not in strip}
             for r in await _rows(hist, via_batch, [t.task_id for t in keyed])]
     assert got == want
     assert set(await hist.timers(alike[0].task_id)) == {"schedule_to_start"}
 
 
-async def test_a_retried_id_in_an_alike_group_is_deduplicated_and_the_others_created(make_hist):
+async def test_a_retried_id_in_a_uniform_group_is_deduplicated_and_the_others_created(make_hist):
     hist = await make_hist()
     tenant = unique("t")
     first = hist.task(tenant)
@@ -205,16 +205,16 @@ def h_copy(task):
     return out
 
 
-async def test_a_request_of_several_alike_tasks_is_one_plain_statement_and_a_resent_one_is_answered_per_task(
+async def test_a_request_of_several_uniform_tasks_is_one_uniform_statement_and_a_resent_one_is_answered_per_task(
         make_hist, monkeypatch):
-    # What the gateway's coalesced single enqueues are: one CreateTasks of several plain tasks alike.
+    # What the gateway's coalesced single enqueues are: one CreateTasks of several uniform tasks.
     hist = await make_hist()
-    counts = _count_calls(monkeypatch, hist.server.servicer.store, "task_create_plain", "task_create")
+    counts = _count_calls(monkeypatch, hist.server.servicer.store, "task_create_uniform", "task_create")
     tenant = unique("t")
     tasks = [hist.task(tenant, payload=b'{"i":%d}' % i) for i in range(6)]
     r = await hist.create(*tasks)
     assert [(x.task_id, x.deduplicated) for x in r.results] == [(t.task_id, False) for t in tasks]
-    assert counts == {"task_create_plain": 1, "task_create": 0}
+    assert counts == {"task_create_uniform": 1, "task_create": 0}
     # The same request again (its answer lost) plus one new task: nothing written twice.
     new = hist.task(tenant)
     r = await hist.create(*tasks[:3], new)

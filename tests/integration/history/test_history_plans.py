@@ -43,8 +43,8 @@ async def test_a_completion_batch_reads_each_lease_by_its_key(make_hist):
 
 async def test_a_group_of_creates_probes_each_id_and_key_by_its_index(make_hist):
     """The general create looks before it writes: a primary-key probe per id and a digest-index
-    probe per key (plain inserts after: no 48-byte speculative-insert record per row). The
-    probes must never become a join with the whole table (the session-3 NOT EXISTS on keys ran
+    probe per key (inserts without ON CONFLICT after: no 48-byte speculative-insert record per
+    row). The probes must never become a join with the whole table (the session-3 NOT EXISTS on keys ran
     ~15x slower), on tasks or on idempotency_keys."""
     hist = await make_hist(check_logs=False)
     await _load(hist, "ENQUEUED", version=1, attempt=0)

@@ -400,7 +400,7 @@ async def test_analyze_samples_tasks_coarsely(fresh_db):
 
 async def test_a_new_rows_times_default_to_the_transactions_start(fresh_db):
     """Migration 0015: created_at, run_at and updated_at default to now() (what the COPY of
-    plain tasks leaves to the table), a stable default, so COPY keeps its multi-row insert."""
+    uniform tasks leaves to the table), a stable default, so COPY keeps its multi-row insert."""
     dsn = fresh_db("hist_times")
     await migrate.apply(dsn, "history", HISTORY / "migrations")
     conn = await asyncpg.connect(dsn, timeout=10)

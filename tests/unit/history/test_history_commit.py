@@ -1,5 +1,5 @@
 """The committer (commit.py) over a fake store: requests share statements, rounds go again on
-what the rows say (a race, an expired key, an id a plain write met), and no request fails
+what the rows say (a race, an expired key, an id a uniform write met), and no request fails
 another's."""
 
 from __future__ import annotations
@@ -70,7 +70,7 @@ class FakeStore:
                 rows[i] = Row(True, due=True)
         return rows
 
-    async def _plain(self, name, conn, b):
+    async def _uniform(self, name, conn, b):
         await self._enter(name, b)
         if any(t in self.tasks for t in b.task_ids):
             return False
@@ -78,11 +78,11 @@ class FakeStore:
             self.tasks[tid] = (b.tenant_id[0], b.app_id[0], b.task_type[0])
         return True
 
-    async def task_create_plain(self, conn, b):
-        return await self._plain("task_create_plain", conn, b)
+    async def task_create_uniform(self, conn, b):
+        return await self._uniform("task_create_uniform", conn, b)
 
-    async def task_copy_plain(self, conn, b):
-        return await self._plain("task_copy_plain", conn, b)
+    async def task_copy_uniform(self, conn, b):
+        return await self._uniform("task_copy_uniform", conn, b)
 
     async def idempotency_key_expire_batch(self, conn, keys):
         self.ran.append(("expire", len(keys)))
@@ -115,10 +115,10 @@ async def test_alone_when_idle_and_queued_requests_share_one_statement():
     out = await _behind_one(c, store, keyed[0], keyed[1:])
     assert [o[0].task_id for o in out] == [r.batch.task_ids[0] for r in keyed]
     assert store.ran == [("task_create", 1), ("task_create", 4)] and due == [1, 1]
-    plain = [Request(batch(2), columns=True) for _ in range(30)]
+    uniform = [Request(batch(2), columns=True) for _ in range(30)]
     store.ran.clear()
-    assert await _behind_one(c, store, plain[0], plain[1:]) == [None] * 30  # all_created
-    assert store.ran == [("task_create_plain", 2), ("task_copy_plain", 58)]  # 58 rows: the COPY
+    assert await _behind_one(c, store, uniform[0], uniform[1:]) == [None] * 30  # all_created
+    assert store.ran == [("task_create_uniform", 2), ("task_copy_uniform", 58)]  # 58 rows: the COPY
 
 
 async def test_a_race_goes_again_and_the_next_statement_decides():
@@ -130,7 +130,7 @@ async def test_a_race_goes_again_and_the_next_statement_decides():
     assert [n for n, _ in store.ran] == ["task_create"] * 3
 
 
-async def test_a_plain_write_that_meets_an_id_is_answered_per_task_by_the_general_statement():
+async def test_a_uniform_write_that_meets_an_id_is_answered_per_task_by_the_general_statement():
     store = FakeStore()
     c, _, _ = committer(store)
     old = Request(batch(2), columns=True)
@@ -139,7 +139,7 @@ async def test_a_plain_write_that_meets_an_id_is_answered_per_task_by_the_genera
     out = await c.create(FakeShard(), again)
     assert [a.deduplicated for a in out] == [True, True, False]
     # (the new task goes with the next general statement: a request that met a taken id stays probed)
-    assert [n for n, _ in store.ran] == ["task_create_plain", "task_create_plain", "task_create", "task_create"]
+    assert [n for n, _ in store.ran] == ["task_create_uniform", "task_create_uniform", "task_create", "task_create"]
 
 
 async def test_an_expired_key_is_expired_then_taken_over():

@@ -54,8 +54,8 @@ def test_checkpoint_and_cancel_seen_ride_on_every_kind_of_end():
     assert (bad.to_state, bad.checkpoint, bad.cancel_seen) == (S.RETRY_WAIT, b"2", "")
     gone = on_completion(v, done("CANCELED"), cancel_seen=v.cancel_seen)
     assert (gone.to_state, gone.checkpoint, gone.cancel_seen) == (S.CANCELED, None, "requested:user")
-    plain = on_completion(view(), done("SUCCEEDED"))
-    assert (plain.checkpoint, plain.cancel_seen) == (None, None)
+    bare = on_completion(view(), done("SUCCEEDED"))
+    assert (bare.checkpoint, bare.cancel_seen) == (None, None)
 
 
 def test_failure_with_attempts_left_waits_a_jittered_backoff():

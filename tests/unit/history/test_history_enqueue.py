@@ -44,7 +44,7 @@ def batch(n: int = 1, **cols) -> Batch:
 
 # -- the planner ---------------------------------------------------------------------------
 KINDS = {
-    "plain": {},
+    "uniform": {},
     "keyed": {"key": "k", "fingerprint": "f"},
     "delay": {"delay_s": 5.0},
     "run_at": {"run_at": dt.datetime(2030, 1, 1, tzinfo=dt.UTC)},
@@ -67,15 +67,15 @@ def test_the_plan_of_every_kind_of_batch(kind, per_task, n, probe):
     if probe or differs or kind in ("keyed", "delay", "run_at", "schedule"):
         want = Writer.GENERAL
     elif timers or n < COPY_MIN_ROWS:
-        want = Writer.PLAIN
+        want = Writer.UNIFORM
     else:
         want = Writer.COPY
     assert p == Plan(want, keyed, timers)
 
 
-def test_lanes_keep_plain_requests_of_one_kind_together_and_every_other_request_in_one():
+def test_lanes_keep_uniform_requests_of_one_kind_together_and_every_other_request_in_one():
     a, b = batch(2), batch(3)
-    assert enqueue.lane(a) == enqueue.lane(b) and enqueue.lane(a)[0] == "plain"
+    assert enqueue.lane(a) == enqueue.lane(b) and enqueue.lane(a)[0] == "uniform"
     assert enqueue.lane(batch(2, task_type="y")) != enqueue.lane(a)
     assert enqueue.lane(batch(2, policy=OTHER)) != enqueue.lane(a)
     assert enqueue.lane(batch(1, key="k", fingerprint="f")) == enqueue.lane(batch(1, delay_s=1.0)) == ("general",)

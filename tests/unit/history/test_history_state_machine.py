@@ -144,7 +144,7 @@ def _state_changing_queries():
 
 def test_every_state_changing_query_is_annotated_with_allowed_transitions():
     found = _state_changing_queries()
-    assert {"task_create", "task_create_plain", "task_lease_batch", "task_transition_apply"} <= set(found)
+    assert {"task_create", "task_create_uniform", "task_lease_batch", "task_transition_apply"} <= set(found)
     for name, (sql, _, _) in found.items():
         edges = _annotated_edges(sql)
         assert edges, f"query {name} changes task state but has no '-- transitions:' comment"

@@ -1,4 +1,4 @@
-"""CreateTasksRequest.columns: a batch call's plain tasks as two columns, inserted by
+"""CreateTasksRequest.columns: a batch call's uniform tasks as two columns, inserted by
 one statement (or a COPY) and answered all_created; an id that exists sends it through
 the general statement, which answers per task."""
 
@@ -28,7 +28,7 @@ def _shared(tenant: str) -> h.NewTask:
     return shared
 
 
-async def _plain(hist, shared: h.NewTask, ids: list[str], payloads: list[bytes], **kw) -> h.CreateTasksResponse:
+async def _columns(hist, shared: h.NewTask, ids: list[str], payloads: list[bytes], **kw) -> h.CreateTasksResponse:
     req = h.CreateTasksRequest(shard_id=1, shared=shared, columns=h.TaskColumns(task_ids=ids, payloads_json=payloads),
                                **kw)
     return await hist.stub.CreateTasks(req, timeout=RPC_TIMEOUT)
@@ -38,8 +38,8 @@ async def _written(hist, ids: list[str]) -> int:
     return len(await hist.sql(1, "SELECT 1 FROM tasks WHERE task_id = ANY($1::uuid[])", ids))
 
 
-async def test_plain_columns_make_the_rows_tasks_with_the_same_fields_make(hist):
-    alone, plain = unique("t"), unique("t")
+async def test_columns_make_the_rows_tasks_with_the_same_fields_make(hist):
+    alone, uniform = unique("t"), unique("t")
     payloads = [b'{"i":%d}' % i for i in range(3)] + [b"null", '"\u00e9t\u00e9"'.encode(),
                                                       b'{ "b" : [1, 2.50] , "a":"\\u00e9\\n" }']
     spelled = [h.NewTask(task_id=new_task_id(), payload_json=p) for p in payloads]
@@ -47,25 +47,25 @@ async def test_plain_columns_make_the_rows_tasks_with_the_same_fields_make(hist)
                                     timeout=RPC_TIMEOUT)
     assert len(r.results) == 6 and not r.all_created
     ids = [new_task_id() for _ in payloads]
-    r = await _plain(hist, _shared(plain), ids, payloads)
+    r = await _columns(hist, _shared(uniform), ids, payloads)
     assert r.all_created and list(r.results) == []
     want = await _rows(hist, alone, [t.task_id for t in spelled])
-    got = await _rows(hist, plain, ids)
+    got = await _rows(hist, uniform, ids)
     assert got == want
     assert [g["payload"] for g in got] == payloads
     assert {(g["queue"], g["max_attempts"], tuple(g["non_retryable"])) for g in got} == {("q1", 4, ("ValueError",))}
     for i in (0, 4):  # the policy's two timeouts become the same timers
         assert set(await hist.timers(ids[i])) == set(await hist.timers(spelled[i].task_id)) == {
             "schedule_to_start", "schedule_to_close"}
-    assert await hist.state(ids[0], plain) == "ENQUEUED"
+    assert await hist.state(ids[0], uniform) == "ENQUEUED"
 
 
 @pytest.mark.parametrize("queue,non_retryable", [("q1", ["ValueError"]), ("", [])])
-async def test_plain_tasks_without_timeouts_are_copied_in_as_the_tasks_path_writes_them(hist, monkeypatch, queue,
+async def test_uniform_tasks_without_timeouts_are_copied_in_as_the_tasks_path_writes_them(hist, monkeypatch, queue,
                                                                                         non_retryable):
     # No schedule-to-start or schedule-to-close timeout: no timer rows, so the rows go in by
-    # COPY (Store.task_copy_plain), their times from the column defaults (migration 0015).
-    alone, plain = unique("t"), unique("t")
+    # COPY (Store.task_copy_uniform), their times from the column defaults (migration 0015).
+    alone, uniform = unique("t"), unique("t")
     payloads = [b'{"i":%d}' % i for i in range(COPY_MIN_ROWS)] + [b"null", '"\u00e9t\u00e9"'.encode(),
                                                                   b'[1, {"a" : 2.50}]']
 
@@ -78,7 +78,7 @@ async def test_plain_tasks_without_timeouts_are_copied_in_as_the_tasks_path_writ
                                     timeout=RPC_TIMEOUT)
     assert len(r.results) == len(payloads)
     copies = []
-    real_copy = hist.server.servicer.store.__class__.task_copy_plain
+    real_copy = hist.server.servicer.store.__class__.task_copy_uniform
 
     class Spy:  # the connection, with its COPY counted
         def __init__(self, conn):
@@ -93,11 +93,11 @@ async def test_plain_tasks_without_timeouts_are_copied_in_as_the_tasks_path_writ
 
     async def counted(self, conn, *args):
         return await real_copy(self, Spy(conn), *args)
-    monkeypatch.setattr(hist.server.servicer.store.__class__, "task_copy_plain", counted)
+    monkeypatch.setattr(hist.server.servicer.store.__class__, "task_copy_uniform", counted)
     ids = [new_task_id() for _ in payloads]
-    assert (await _plain(hist, shared(plain), ids, payloads)).all_created
+    assert (await _columns(hist, shared(uniform), ids, payloads)).all_created
     assert copies == ["binary"]
-    assert await _rows(hist, plain, ids) == await _rows(hist, alone, [t.task_id for t in spelled])
+    assert await _rows(hist, uniform, ids) == await _rows(hist, alone, [t.task_id for t in spelled])
     times = await hist.sql(1, "SELECT created_at, run_at, updated_at, version, attempt, lease_epoch, "
                               "cancel_requested, state FROM tasks WHERE task_id = ANY($1::uuid[])", ids)
     assert len({tuple(t.values()) for t in times}) == 1  # one instant for all three, every row
@@ -107,20 +107,20 @@ async def test_plain_tasks_without_timeouts_are_copied_in_as_the_tasks_path_writ
         1, 0, 0, False, "ENQUEUED")
     assert await hist.timers(ids[0]) == {}
     # a resent call: the COPY's unique violation writes nothing and the general statement answers it
-    r = await _plain(hist, shared(plain), ids, payloads)
+    r = await _columns(hist, shared(uniform), ids, payloads)
     assert not r.all_created and [x.deduplicated for x in r.results] == [True] * len(ids)
     assert await _written(hist, ids) == len(ids)
     # fewer rows than COPY_MIN_ROWS: the statement, the same rows
     few = [new_task_id() for _ in range(COPY_MIN_ROWS - 1)]
-    assert (await _plain(hist, shared(plain), few, payloads[:len(few)])).all_created
+    assert (await _columns(hist, shared(uniform), few, payloads[:len(few)])).all_created
     assert copies == ["binary", "binary"]  # (the resent call's COPY, which wrote nothing; none since)
-    assert await _rows(hist, plain, few) == (await _rows(hist, alone, [t.task_id for t in spelled]))[:len(few)]
+    assert await _rows(hist, uniform, few) == (await _rows(hist, alone, [t.task_id for t in spelled]))[:len(few)]
 
 
 async def test_the_default_policy_and_queue_are_stored_as_null_and_set_no_timers(hist):
     tenant = unique("t")
     ids = [new_task_id(), new_task_id()]
-    r = await _plain(hist, h.NewTask(tenant_id=tenant, app_id="app", task_type="work"), ids, [b"1", b"2"])
+    r = await _columns(hist, h.NewTask(tenant_id=tenant, app_id="app", task_type="work"), ids, [b"1", b"2"])
     assert r.all_created
     rows = await _rows(hist, tenant, ids)
     assert {(x["queue"], x["retry_policy"], x["timeouts"], x["non_retryable"], x["retry_rules"]) for x in rows} == {
@@ -128,18 +128,18 @@ async def test_the_default_policy_and_queue_are_stored_as_null_and_set_no_timers
     assert await hist.timers(ids[0]) == {}
 
 
-async def test_a_resent_plain_request_is_answered_per_task_and_writes_nothing_twice(hist):
-    """The lost-answer retry: every id exists, so the plain statement's unique violation sends
+async def test_a_resent_columns_request_is_answered_per_task_and_writes_nothing_twice(hist):
+    """The lost-answer retry: every id exists, so the uniform statement's unique violation sends
     the request through the general statement, which answers each task deduplicated."""
     tenant = unique("t")
     ids = [new_task_id() for _ in range(4)]
-    assert (await _plain(hist, _shared(tenant), ids, [b"1"] * 4)).all_created
-    again = await _plain(hist, _shared(tenant), ids, [b"1"] * 4)
+    assert (await _columns(hist, _shared(tenant), ids, [b"1"] * 4)).all_created
+    again = await _columns(hist, _shared(tenant), ids, [b"1"] * 4)
     assert not again.all_created
     assert [(x.task_id, x.deduplicated) for x in again.results] == [(i, True) for i in ids]
     # Half old, half new: the new ones are created, the old ones deduplicated, in request order.
     mixed = [ids[0], new_task_id(), ids[1], new_task_id()]
-    r = await _plain(hist, _shared(tenant), mixed, [b"2"] * 4)
+    r = await _columns(hist, _shared(tenant), mixed, [b"2"] * 4)
     assert [(x.task_id, x.deduplicated) for x in r.results] == [(mixed[0], True), (mixed[1], False),
                                                                (mixed[2], True), (mixed[3], False)]
     assert await _written(hist, ids + mixed) == 6
@@ -147,10 +147,10 @@ async def test_a_resent_plain_request_is_answered_per_task_and_writes_nothing_tw
 
 async def test_an_id_another_tenant_holds_is_refused_and_nothing_is_written(hist):
     taken = new_task_id()
-    assert (await _plain(hist, _shared(unique("t")), [taken], [b"1"])).all_created
+    assert (await _columns(hist, _shared(unique("t")), [taken], [b"1"])).all_created
     fresh = new_task_id()
     with pytest.raises(grpc.aio.AioRpcError) as e:
-        await _plain(hist, _shared(unique("t")), [fresh, taken], [b"1", b"2"])
+        await _columns(hist, _shared(unique("t")), [fresh, taken], [b"1", b"2"])
     assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert f"columns.task_ids[1] {taken} is already taken" in e.value.details()
     assert await _written(hist, [fresh]) == 0
@@ -168,7 +168,7 @@ async def test_an_id_another_tenant_holds_is_refused_and_nothing_is_written(hist
     ("too_big", "columns.payloads_json[1] is 262145 bytes"),
     ("empty", "columns.task_ids holds 0 ids; send 1..1000"),
 ])
-async def test_bad_plain_requests_name_what_to_fix_and_write_nothing(hist, case, message):
+async def test_bad_columns_requests_name_what_to_fix_and_write_nothing(hist, case, message):
     shared = h.NewTask(tenant_id=unique("t"), app_id="app", task_type="work")
     ids, payloads, kw = [new_task_id(), new_task_id()], [b"1", b"2"], {}
     if case == "both":
@@ -192,7 +192,7 @@ async def test_bad_plain_requests_name_what_to_fix_and_write_nothing(hist, case,
     elif case == "empty":
         ids, payloads = [], []
     with pytest.raises(grpc.aio.AioRpcError) as e:
-        await _plain(hist, shared, ids, payloads, **kw)
+        await _columns(hist, shared, ids, payloads, **kw)
     assert e.value.code() in (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.RESOURCE_EXHAUSTED)
     assert message in e.value.details(), e.value.details()
     assert await _written(hist, [i for i in ids if i != "not-an-id"]) == 0
@@ -201,22 +201,22 @@ async def test_bad_plain_requests_name_what_to_fix_and_write_nothing(hist, case,
 async def test_upper_case_ids_are_stored_canonical(hist):
     tenant = unique("t")
     ids = [new_task_id(), new_task_id()]
-    r = await _plain(hist, h.NewTask(tenant_id=tenant, app_id="app", task_type="work"), [ids[0].upper(), ids[1]],
+    r = await _columns(hist, h.NewTask(tenant_id=tenant, app_id="app", task_type="work"), [ids[0].upper(), ids[1]],
                      [b"1", b"2"])
     assert r.all_created
     assert await _written(hist, ids) == 2
 
 
-# Group commit of concurrent plain calls (commit.py): calls for one shard that arrive while one
+# Group commit of concurrent uniform calls (commit.py): calls for one shard that arrive while one
 # is in flight share one statement; every caller still gets exactly its own answer.
 
-async def test_concurrent_plain_calls_share_statements(make_hist):
+async def test_concurrent_columns_calls_share_statements(make_hist):
     hist = await make_hist()
     creates = hist.server.servicer.creates
     before = creates.statements
     tenant = unique("t")
     calls = [[new_task_id() for _ in range(50)] for _ in range(20)]
-    answers = await asyncio.gather(*(_plain(hist, _shared(tenant), ids, [b'{"c":%d}' % c] * 50)
+    answers = await asyncio.gather(*(_columns(hist, _shared(tenant), ids, [b'{"c":%d}' % c] * 50)
                                      for c, ids in enumerate(calls)))
     assert all(a.all_created and not a.results for a in answers)
     assert await _written(hist, [t for ids in calls for t in ids]) == 1000
@@ -231,10 +231,10 @@ async def test_a_resent_call_in_a_group_is_answered_per_task_and_the_others_all_
     creates = hist.server.servicer.creates
     tenant = unique("t")
     old = [new_task_id() for _ in range(5)]
-    assert (await _plain(hist, _shared(tenant), old, [b"1"] * 5)).all_created
+    assert (await _columns(hist, _shared(tenant), old, [b"1"] * 5)).all_created
     fresh = [[new_task_id() for _ in range(5)] for _ in range(8)]
     before = creates.statements
-    answers = await asyncio.gather(*(_plain(hist, _shared(tenant), ids, [b"2"] * 5) for ids in [*fresh[:4], old,
+    answers = await asyncio.gather(*(_columns(hist, _shared(tenant), ids, [b"2"] * 5) for ids in [*fresh[:4], old,
                                                                                                  *fresh[4:]]))
     resent = answers[4]
     assert not resent.all_created and [(x.task_id, x.deduplicated) for x in resent.results] == [(i, True) for i in old]
@@ -248,11 +248,11 @@ async def test_a_resent_call_in_a_group_is_answered_per_task_and_the_others_all_
 async def test_a_foreign_id_in_a_group_fails_only_its_own_caller(make_hist):
     hist = await make_hist()
     taken = new_task_id()
-    assert (await _plain(hist, _shared(unique("t")), [taken], [b"1"])).all_created
+    assert (await _columns(hist, _shared(unique("t")), [taken], [b"1"])).all_created
     tenant = unique("t")
     fresh = [[new_task_id() for _ in range(3)] for _ in range(6)]
     bad = [new_task_id(), taken]
-    outcomes = await asyncio.gather(*(_plain(hist, _shared(tenant), ids, [b"1"] * len(ids))
+    outcomes = await asyncio.gather(*(_columns(hist, _shared(tenant), ids, [b"1"] * len(ids))
                                       for ids in [*fresh[:3], bad, *fresh[3:]]), return_exceptions=True)
     err = outcomes[3]
     assert isinstance(err, grpc.aio.AioRpcError) and err.code() == grpc.StatusCode.INVALID_ARGUMENT
@@ -273,7 +273,7 @@ async def test_calls_that_differ_in_shared_values_never_share_a_statement(make_h
             shared.retry.max_attempts = 7  # another policy
         kinds.append(shared)
     calls = [[new_task_id() for _ in range(4)] for _ in kinds]
-    answers = await asyncio.gather(*(_plain(hist, sh, ids, [b"0"] * 4) for sh, ids in zip(kinds, calls, strict=True)))
+    answers = await asyncio.gather(*(_columns(hist, sh, ids, [b"0"] * 4) for sh, ids in zip(kinds, calls, strict=True)))
     assert all(a.all_created for a in answers)
     rows = await hist.sql(1, "SELECT task_id::text AS id, task_type, max_attempts FROM tasks WHERE tenant_id = $1",
                           tenant)
