@@ -26,15 +26,15 @@ class Retry:
     jitter: bool = True
 
     def to_json(self) -> dict:
-        """The stored jsonb form: only the fields that differ from STORED_RETRY_BASE (issue 5: the
-        default policy is stored as {}, ~110 bytes less in every task row, its WAL and the
+        """The stored jsonb form: only the fields that differ from STORED_RETRY_BASE (the default
+        policy is stored as {}, ~110 bytes less in every task row, its WAL and the
         full-page images of its page)."""
         return {k: v for k, v in dataclasses.asdict(self).items() if v != STORED_RETRY_BASE[k]}
 
     @classmethod
     def from_json(cls, data: dict) -> Retry:
-        """From the stored jsonb form: an absent field is STORED_RETRY_BASE's (rows written before
-        issue 5 store every field)."""
+        """From the stored jsonb form: an absent field is STORED_RETRY_BASE's (rows written in
+        the older form store every field, and read the same)."""
         return cls(**{k: data.get(k, v) for k, v in STORED_RETRY_BASE.items()})
 
 
@@ -55,7 +55,7 @@ class Timeouts:
     def to_json(self) -> dict:
         """The stored jsonb form. An unset schedule_to_start or schedule_to_close is left out
         rather than stored as null, and so is a start_to_close equal to STORED_START_TO_CLOSE_S
-        (issue 5: the default timeouts are stored as {}, ~80 bytes less in every task row and
+        (the default timeouts are stored as {}, ~80 bytes less in every task row and
         its WAL); an unlimited start_to_close is stored as null."""
         out = {k: v for k, v in dataclasses.asdict(self).items() if v is not None}
         if self.start_to_close_s is None:
@@ -67,7 +67,7 @@ class Timeouts:
     @classmethod
     def from_json(cls, data: dict) -> Timeouts:
         """From the stored jsonb form: an absent schedule_to_* key is unset (None), an absent
-        start_to_close is STORED_START_TO_CLOSE_S; rows written before issue 5 store every key."""
+        start_to_close is STORED_START_TO_CLOSE_S; rows written in the older form store every key."""
         return cls(schedule_to_start_s=data.get("schedule_to_start_s"),
                    start_to_close_s=data.get("start_to_close_s", STORED_START_TO_CLOSE_S),
                    schedule_to_close_s=data.get("schedule_to_close_s"))

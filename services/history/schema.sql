@@ -1,10 +1,10 @@
 -- The history shard schema as it stands after every migration in
--- services/history/migrations/ (currently 0001 to 0011). Read this to know the
--- schema; change it only together with a new migration.
--- tests/integration/history/test_schema.py migrates one database, loads this
+-- services/history/migrations/. Read this to know the schema; change it only
+-- together with a new migration.
+-- tests/integration/history/test_history_schema.py migrates one database, loads this
 -- file into another, and requires their catalogs to match.
 CREATE TABLE tasks (
-    -- Written once, by the create (issue 5, migrations 0003 and 0012: the columns
+    -- Written once, by the create (migrations 0003 and 0012: the columns
     -- a task keeps for life first, so an update that stays on its page logs
     -- only the middle that changed).
     task_id          uuid        PRIMARY KEY,

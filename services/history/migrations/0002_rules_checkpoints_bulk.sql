@@ -1,4 +1,4 @@
--- Issue 4: retry rules per error class, schedule fields, checkpoints, bulk
+-- Retry rules per error class, schedule fields, checkpoints, bulk
 -- retry links, the dead-letter search index, and bulk operations.
 --
 -- Every new tasks column is nullable without a default, so ADD COLUMN is a

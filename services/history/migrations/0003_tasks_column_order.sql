@@ -1,4 +1,4 @@
--- Issue 5 (WAL per task): rebuild `tasks` with the columns a task keeps for
+-- Less WAL per task: rebuild `tasks` with the columns a task keeps for
 -- life first and the ones its state changes rewrite last, on half-full pages.
 --
 -- Postgres logs an UPDATE whose new version lands on the old version's page

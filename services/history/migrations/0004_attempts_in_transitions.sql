@@ -1,4 +1,4 @@
--- Issue 5 (WAL per task): an attempt is no longer a row of its own. It was
+-- Less WAL per task: an attempt is no longer a row of its own. It was
 -- inserted at the lease and rewritten at its end (with a key entry for each,
 -- ~0.5 KB of WAL per task), although the transition log already holds both
 -- moments: the lease row (to LEASED) starts attempt n and the first row

@@ -1,4 +1,4 @@
--- Issue 5 (WAL per task): a lease's next check lives on the task row.
+-- Less WAL per task: a lease's next check lives on the task row.
 --
 -- Every lease inserted a `lease` timer row (with its two index entries and a
 -- speculative-insert confirmation) and every end of a lease deleted it: ~0.35

@@ -1,4 +1,4 @@
--- Issue 5 (WAL per task): idempotency keys are unique by a 16-byte digest.
+-- Less WAL per task: idempotency keys are unique by a 16-byte digest.
 --
 -- Every SDK enqueue carries a key, and its primary key entry (tenant_id,
 -- app_id, key: ~120 bytes of text, at a random place in the index, so pages

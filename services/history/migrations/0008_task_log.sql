@@ -1,4 +1,4 @@
--- Issue 5 (WAL per task): the transition log keeps only what no other row
+-- Less WAL per task: the transition log keeps only what no other row
 -- already records.
 --
 -- Every task wrote three log rows, each with a primary-key entry (~0.7 KB of

@@ -1,4 +1,4 @@
--- Issue 5 (WAL per task): the search index of finished tasks is keyed by app.
+-- Less WAL per task: the search index of finished tasks is keyed by app.
 --
 -- An app id is unique platform-wide (the control plane's apps primary key) and
 -- names one tenant, so the tenant_id in front of every tasks_finished entry (a

@@ -1,4 +1,4 @@
--- Issue 5 (WAL per task): a task that succeeded at its first lease logs nothing.
+-- Less WAL per task: a task that succeeded at its first lease logs nothing.
 --
 -- After migration 0008 such a task still wrote one task_log row (version 3,
 -- LEASED -> SUCCEEDED, with its lease) and its key entry: ~260 bytes of WAL,

@@ -1,4 +1,4 @@
--- Issue 5 (WAL per task): `tasks` rebuilt with the columns a lease writes and
+-- Less WAL per task: `tasks` rebuilt with the columns a lease writes and
 -- its end keeps in front of the state.
 --
 -- An update whose new version stays on its page logs only the bytes between

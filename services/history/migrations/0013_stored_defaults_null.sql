@@ -1,4 +1,4 @@
--- Issue 5 (WAL per task): a task in the default queue with the default retry
+-- Less WAL per task: a task in the default queue with the default retry
 -- policy and timeouts stores NULL for all three instead of 'default', '{}'
 -- and '{}' (~18 bytes of every row: its insert's WAL and the full-page
 -- image of its page after each checkpoint, ~36 B of a task's life).

@@ -233,8 +233,8 @@ SELECT tenants.tenant_id FROM tenants
 -- name: task_claim_ready
 -- Pick up to quota[i] ready tasks of each tenant[i], oldest due first,
 -- skipping ids in $4 (already picked by this transaction) and tasks of the
--- (tenant, app, task_type) triples in ($5, $6, $7). No row lock (issue 5:
--- a lock is a WAL record per task, 61 B of a task's ~1,600): the lease
+-- (tenant, app, task_type) triples in ($5, $6, $7). No row lock (a lock
+-- is a WAL record per task, 61 B of a task's ~1,600): the lease
 -- UPDATE that follows takes only rows still ENQUEUED when it gets them (a
 -- row changed meanwhile is re-checked and skipped, never leased twice).
 -- History leases one shard one call at a time (Shard.lease_lock), so the

@@ -147,7 +147,7 @@ async def test_ready_tenants_probe_reads_the_dispatch_index_not_the_table(make_h
 
 
 async def test_default_policy_and_timeouts_are_stored_empty_and_lease_as_the_defaults(hist):
-    """Issue 5: a task in the default queue with the default retry policy and timeouts stores NULL
+    """A task in the default queue with the default retry policy and timeouts stores NULL
     for all three (migration 0013; {} before it, still read the same); the lease still reads a 600 s
     start_to_close from it and hands out queue 'default', and an explicit null start_to_close
     (unlimited) sets no deadline."""

@@ -94,21 +94,21 @@ def test_unset_schedule_timeouts_are_left_out_of_the_stored_form():
 
 
 def test_the_stored_policy_keeps_only_what_differs_from_the_stored_base():
-    """Issue 5: a default policy is stored as {}; absent fields mean STORED_RETRY_BASE, which is
+    """A default policy is stored as {}; absent fields mean STORED_RETRY_BASE, which is
     part of the stored format (pinned here: changing it would change every stored row's meaning)."""
     from ratchet.services.history.policy import STORED_RETRY_BASE
     assert STORED_RETRY_BASE == {"max_attempts": 5, "base_s": 1.0, "factor": 2.0, "cap_s": 3600.0, "jitter": True}
     assert Retry().to_json() == {}
     assert Retry.from_json({}) == Retry(max_attempts=5, base_s=1.0, factor=2.0, cap_s=3600.0, jitter=True)
     assert Retry(max_attempts=3, jitter=False).to_json() == {"max_attempts": 3, "jitter": False}
-    full = {"cap_s": 3600.0, "base_s": 1.0, "factor": 2.0, "jitter": True, "max_attempts": 5}  # before issue 5
+    full = {"cap_s": 3600.0, "base_s": 1.0, "factor": 2.0, "jitter": True, "max_attempts": 5}  # the older, full form
     assert Retry.from_json(full) == Retry.from_json({})
     for r in (Retry(base_s=0.0), Retry(factor=1.0, cap_s=0.0), Retry(max_attempts=1, jitter=False)):
         assert Retry.from_json(r.to_json()) == r
 
 
 def test_the_stored_timeouts_leave_out_the_default_start_to_close():
-    """Issue 5: default timeouts are stored as {}; an unlimited start_to_close stays an explicit
+    """Default timeouts are stored as {}; an unlimited start_to_close stays an explicit
     null, so absent (600 s, pinned: the lease statement reads the same value) and unlimited differ."""
     from ratchet.services.history.policy import STORED_START_TO_CLOSE_S
     assert STORED_START_TO_CLOSE_S == 600.0
@@ -116,7 +116,7 @@ def test_the_stored_timeouts_leave_out_the_default_start_to_close():
     assert Timeouts.from_json({}) == Timeouts(start_to_close_s=600.0)
     assert Timeouts(start_to_close_s=None).to_json() == {"start_to_close_s": None}
     assert Timeouts.from_json({"start_to_close_s": None}).start_to_close_s is None
-    old = {"schedule_to_start_s": None, "start_to_close_s": 600.0, "schedule_to_close_s": None}  # before issue 5
+    old = {"schedule_to_start_s": None, "start_to_close_s": 600.0, "schedule_to_close_s": None}  # the older, full form
     assert Timeouts.from_json(old) == Timeouts()
     for t in (Timeouts(start_to_close_s=None, schedule_to_close_s=5.0), Timeouts(start_to_close_s=30.0)):
         assert Timeouts.from_json(t.to_json()) == t
