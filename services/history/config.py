@@ -37,8 +37,8 @@ class HistoryConfig:
     statement_timeout_ms: int = field(10_000, doc="Server-side bound on every statement, in milliseconds.")
     wal_compression: str = field(
         "lz4", doc="wal_compression of history's sessions on the shards: the full-page images their "
-                   "writes log after each checkpoint, compressed (lz4: ~190 B less WAL per drained task "
-                   "right after a checkpoint, docs/benchmarks/findings.md, session 12). A superuser-only "
+                   "writes log after each checkpoint, compressed (lz4: less WAL per task right after a "
+                   "checkpoint, docs/benchmarks/findings.md). A superuser-only "
                    "setting: the shard role needs superuser or `GRANT SET ON PARAMETER wal_compression` "
                    "(Postgres 15); without it history warns once per shard and keeps the server's "
                    "setting. One of lz4, zstd, pglz, off; '' leaves the server's.")

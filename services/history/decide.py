@@ -79,7 +79,7 @@ def on_completion(task: TaskView, c: CompletionIn, *, rand: Rand = random.random
     cancel request an unlocked read saw (Transition.cancel_seen), for the optimistic path."""
     if c.outcome == "SUCCEEDED":
         # The common end, built whole: dataclasses.replace per completion (for the checkpoint
-        # or cancel_seen) was ~5 % of history's CPU in a drain (session 15).
+        # or cancel_seen) was a measurable share of history's CPU in a drain.
         return _succeeded(task, c, c.checkpoint, cancel_seen)
     t = _ended_otherwise(task, c, rand)
     if c.checkpoint is None and cancel_seen is None:

@@ -22,7 +22,7 @@ from ratchet.services.history.errors import Contention, HistoryError, InvalidArg
 
 # The fewest uniform rows written by COPY (a batch call's part for a shard: 100 rows a slot run);
 # fewer go by the statement, where COPY's fixed cost (asyncpg's copy-in, a second round trip)
-# outweighs what Postgres saves (single enqueues, 32 producers: history 226 -> 263 us per task).
+# outweighs what Postgres saves (docs/benchmarks/findings.md: COPY).
 COPY_MIN_ROWS = 50
 # What a task weighs in a group commit at least, against its bound on payload bytes (commit.py):
 # 8 MiB of payload or 5,000 tasks, whichever comes first.

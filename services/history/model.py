@@ -60,7 +60,7 @@ def _retry(stored) -> Retry:
     return _stored_retry(stored)
 
 
-# The tasks of one type share one retry policy, and parsing its stored text was half of
+# The tasks of one type share one retry policy, and parsing its stored text was most of
 # building a TaskView, once per completion: a pure memo by that text (Retry is frozen).
 @functools.lru_cache(maxsize=4096)
 def _stored_retry(stored: str) -> Retry:

@@ -27,8 +27,8 @@ class Retry:
 
     def to_json(self) -> dict:
         """The stored jsonb form: only the fields that differ from STORED_RETRY_BASE (the default
-        policy is stored as {}, ~110 bytes less in every task row, its WAL and the
-        full-page images of its page)."""
+        policy is stored as {}: less in every task row, its WAL and the full-page images of
+        its page)."""
         return {k: v for k, v in dataclasses.asdict(self).items() if v != STORED_RETRY_BASE[k]}
 
     @classmethod
@@ -55,8 +55,8 @@ class Timeouts:
     def to_json(self) -> dict:
         """The stored jsonb form. An unset schedule_to_start or schedule_to_close is left out
         rather than stored as null, and so is a start_to_close equal to STORED_START_TO_CLOSE_S
-        (the default timeouts are stored as {}, ~80 bytes less in every task row and
-        its WAL); an unlimited start_to_close is stored as null."""
+        (the default timeouts are stored as {}: less in every task row and its WAL); an
+        unlimited start_to_close is stored as null."""
         out = {k: v for k, v in dataclasses.asdict(self).items() if v is not None}
         if self.start_to_close_s is None:
             out["start_to_close_s"] = None

@@ -90,10 +90,10 @@ class Shard:
 
         A connection whose use ended cleanly (a result or a domain error, no transaction left
         open) is kept here and handed to the next caller without going through the pool:
-        asyncpg's acquire and release with a timeout cost ~26 us of CPU per call between them
-        (a task for the timeout, a shield for the release), as much as a third of a small
-        statement. Any other ending, and every PARK_ROUNDS-th use, releases it to the pool
-        (which rolls back, resets and recycles); close() returns the kept ones first. So does
+        asyncpg's acquire and release with a timeout cost CPU per call between them (a task
+        for the timeout, a shield for the release) of the order of a small statement's. Any
+        other ending, and every PARK_ROUNDS-th use, releases it to the pool (which rolls back,
+        resets and recycles); close() returns the kept ones first. So does
         every return while a caller waits in the pool: that caller came when none was kept and
         looks only at the pool, where every connection may be out (kept or in use), so keeping
         this one would leave it waiting out ACQUIRE_TIMEOUT_S beside an idle connection."""

@@ -4,7 +4,7 @@
 -- Postgres logs an UPDATE whose new version lands on the old version's page
 -- as only the bytes between the longest common prefix and suffix of the two
 -- versions. With the payload, policies and names first, a lease or a
--- completion logs the ~100-byte tail instead of the whole ~480-byte row, and a
+-- completion logs the row's short tail instead of the whole row, and a
 -- heartbeat (lease_expires_at is the last column) logs a few bytes. That needs
 -- the new version to fit on the old one's page: a lease takes every ready row
 -- of a page in one transaction, so each page keeps room for a second version

@@ -1,6 +1,6 @@
 -- Less WAL per task: an attempt is no longer a row of its own. It was
 -- inserted at the lease and rewritten at its end (with a key entry for each,
--- ~0.5 KB of WAL per task), although the transition log already holds both
+-- a large part of a task's WAL), although the transition log already holds both
 -- moments: the lease row (to LEASED) starts attempt n and the first row
 -- leaving LEASED with the same lease_epoch ends it. Those two rows now carry
 -- what the attempt row did (the lease: attempt number and worker; the end:

@@ -1,15 +1,15 @@
 -- Less WAL per task: a lease's next check lives on the task row.
 --
 -- Every lease inserted a `lease` timer row (with its two index entries and a
--- speculative-insert confirmation) and every end of a lease deleted it: ~0.35
--- KB of WAL per task. The lease statement rewrites the task row anyway, so the
--- time of the lease's next check (lease expiry or attempt deadline, later the
+-- speculative-insert confirmation) and every end of a lease deleted it: a
+-- large part of a task's WAL. The lease statement rewrites the task row
+-- anyway, so the time of the lease's next check (lease expiry or attempt deadline, later the
 -- kill time) is now a column of it, `lease_check_at`, set by the lease, moved
 -- by the timer firer when the lease was extended or a cancel started, and
 -- cleared by the transition that ends the lease. Heartbeats still never touch
 -- it (the check stays lazy, so a heartbeat stays one HOT update). The firer
 -- finds due checks through a partial index of leased tasks, which costs the
--- lease one ~60-byte entry.
+-- lease one small index entry.
 --
 -- The other kinds keep their rows, in the table now called timer_queue; the
 -- view `timers` lists both as before: every timer_queue row, and a `lease`

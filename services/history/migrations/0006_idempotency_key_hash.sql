@@ -1,10 +1,10 @@
 -- Less WAL per task: idempotency keys are unique by a 16-byte digest.
 --
 -- Every SDK enqueue carries a key, and its primary key entry (tenant_id,
--- app_id, key: ~120 bytes of text, at a random place in the index, so pages
--- split often) cost ~260 bytes of WAL per enqueue. The unique index is now on
+-- app_id, key: long text, at a random place in the index, so pages split
+-- often) was a large part of an enqueue's WAL. The unique index is now on
 -- the first 128 bits of sha256 over the three (length-prefixed, so no two
--- triples share an input): 16-byte entries, ~75 bytes of WAL. The columns
+-- triples share an input): 16-byte entries, far less WAL. The columns
 -- stay in the row, and every read compares them too, so a digest collision
 -- (2^-128) can only refuse a key, never hand one tenant's task to another.
 

@@ -1,9 +1,8 @@
 -- Less WAL per task: the transition log keeps only what no other row
 -- already records.
 --
--- Every task wrote three log rows, each with a primary-key entry (~0.7 KB of
--- WAL per task, over a third of a task's life), although two of them repeat
--- the task row:
+-- Every task wrote three log rows, each with a primary-key entry (a large
+-- part of a task's WAL), although two of them repeat the task row:
 --
 -- * the create row (version 1, none -> ENQUEUED, epoch 0, at created_at,
 --   reason 'created') is the task row's own created_at. It is now implied by

@@ -2,8 +2,8 @@
 --
 -- An app id is unique platform-wide (the control plane's apps primary key) and
 -- names one tenant, so the tenant_id in front of every tasks_finished entry (a
--- 36-character text) repeated what app_id already says: ~40 bytes of every
--- entry, written once per finished task. The search queries still compare
+-- text) repeated what app_id already says, in every entry, written once per
+-- finished task. The search queries still compare
 -- tenant_id (a filter on the rows the index returns, all of the app's tenant).
 DROP INDEX tasks_finished;
 CREATE INDEX tasks_finished ON tasks (app_id, state, finished_at, task_id)

@@ -1,8 +1,8 @@
 -- Less WAL per task: a task that succeeded at its first lease logs nothing.
 --
 -- After migration 0008 such a task still wrote one task_log row (version 3,
--- LEASED -> SUCCEEDED, with its lease) and its key entry: ~260 bytes of WAL,
--- though its row already says all of it. Version 3 and SUCCEEDED can only be
+-- LEASED -> SUCCEEDED, with its lease) and its key entry, WAL for what its
+-- row already says. Version 3 and SUCCEEDED can only be
 -- create (1, ENQUEUED) -> lease (2, LEASED) -> success (3): the lease is the
 -- row's first start (started_at), attempt, worker_id and lease_epoch, the
 -- success is its finished_at. The statement that ends such a lease now logs no

@@ -7,10 +7,10 @@
 -- attempt, lease_epoch, run_at, updated_at, started_at, finished_at,
 -- worker_id, ... So a completion, which changes state, version, updated_at
 -- and finished_at and clears the lease's deadlines, also logged the attempt,
--- epoch, run_at, start and worker id lying between them (~50 bytes of its
--- ~180), and a lease logged the unchanged run_at and cancel flag. Now what a
--- lease writes and its end keeps (run_at, cancel_requested, attempt,
--- lease_epoch, started_at, worker_id) comes before state, and after it what
+-- epoch, run_at, start and worker id lying between them, and a lease logged
+-- the unchanged run_at and cancel flag. Now what a lease writes and its end
+-- keeps (run_at, cancel_requested, attempt, lease_epoch, started_at,
+-- worker_id) comes before state, and after it what
 -- every state change rewrites, then the lease's deadlines, then what only an
 -- attempt's end, a cancel or a checkpoint writes. A heartbeat still changes
 -- only lease_expires_at (a few bytes).

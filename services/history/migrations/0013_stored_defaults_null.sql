@@ -1,10 +1,10 @@
 -- Less WAL per task: a task in the default queue with the default retry
 -- policy and timeouts stores NULL for all three instead of 'default', '{}'
--- and '{}' (~18 bytes of every row: its insert's WAL and the full-page
--- image of its page after each checkpoint, ~36 B of a task's life).
+-- and '{}' (bytes of every row: its insert's WAL and the full-page image of
+-- its page after each checkpoint).
 --
 -- NULL means the stored base, as an absent field of a stored policy does
--- since session 6 (policy.STORED_RETRY_BASE, STORED_START_TO_CLOSE_S) and an
+-- (policy.STORED_RETRY_BASE, STORED_START_TO_CLOSE_S) and an
 -- empty non_retryable since migration 0011: readers take a NULL queue as
 -- 'default' and a NULL policy or timeouts as {}. Rows written before keep
 -- their values; both forms read the same.

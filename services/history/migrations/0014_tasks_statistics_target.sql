@@ -1,16 +1,16 @@
--- Coarser statistics for tasks: ANALYZE samples 300 x the largest target rows.
+-- Coarser statistics for tasks: ANALYZE samples rows in proportion to the
+-- largest statistics target.
 --
--- Autovacuum analyzes tasks after 2 % of change (its table options), which on
--- a queue under sustained enqueues is every few seconds per shard; with the
--- default target (100) each run samples 30,000 rows: 76-90 ms of CPU on a
--- 150k-row shard (2-core bench machine), on the cores that answer enqueues.
--- The seconds with the worst enqueue acks coincided with those runs
--- (docs/benchmarks/findings.md, session 15). At target 10 a run samples 3,000
--- rows, 8-10 ms; an open loop of single enqueues at 2,400/s: ack p99 85-124 ms
--- -> 38-57 ms (interleaved pairs). Ten most-common values and a 10-bucket
--- histogram still describe what the queries filter on (state's eight values,
--- the tenants and apps of a shard, run_at and finished_at ranges); every plan
--- test passes unchanged. Columns no query filters on keep target 0 (0007).
+-- Autovacuum analyzes tasks after a small share of change (its table
+-- options), which on a queue under sustained enqueues is every few seconds
+-- per shard; with the default target each run samples many rows, CPU on the
+-- cores that answer enqueues, and the seconds with the worst enqueue acks
+-- coincided with those runs. At target 10 a run samples a tenth of them, and
+-- the enqueue ack tail shrank (docs/benchmarks/findings.md). Ten most-common
+-- values and a 10-bucket histogram still describe what the queries filter on
+-- (state's eight values, the tenants and apps of a shard, run_at and
+-- finished_at ranges); every plan test passes unchanged. Columns no query
+-- filters on keep target 0 (0007).
 
 ALTER TABLE tasks
     ALTER COLUMN task_id SET STATISTICS 10,

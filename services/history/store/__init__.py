@@ -82,8 +82,8 @@ def _shared(values: list) -> list:
 
 def _checked(ids: Sequence) -> list:
     """Ids already checked (canonical strings from convert.task_id, or uuid values read from
-    a shard): asyncpg encodes either as uuid, without _uuids' parse per id (~1.5-2.5 us) on
-    the lease and completion paths."""
+    a shard): asyncpg encodes either as uuid, without _uuids' parse per id on the lease and
+    completion paths."""
     return list(ids)
 
 
@@ -195,9 +195,9 @@ class Store:
 
     async def task_copy_uniform(self, conn, b: Batch) -> bool:
         """task_create_uniform's rows by a binary COPY (uniform tasks without timer rows): Postgres'
-        multi-row heap insert, one WAL record per page, no executor projection per row: ~25 %
-        less backend CPU and ~11 % less WAL per row than the statement (250-row calls). Its data
-        is built in one C call (copy_rows; asyncpg's records cost ~2 us per row to encode here).
+        multi-row heap insert, one WAL record per page, no executor projection per row: less
+        backend CPU and less WAL per row than the statement. Its data is built in one C call
+        (copy_rows; asyncpg's records cost more per row to encode here).
         False when an id exists (a unique violation), nothing written. Runs the
         task_create_uniform hooks (fault injection names the write, not its form)."""
         max_attempts, rp, to, nr, rr = self._uniform_policy(b)
@@ -310,8 +310,8 @@ class Store:
             cancel_seen.append(t.cancel_seen)
         # Every column but the ids as one element when the batch shares it (the statement reads
         # a one-element column as every row's). asyncpg encodes an array element by element, an
-        # isinstance check against collections.abc each: 16 full columns cost history ~2.9 us
-        # per completion, shared ones ~0.85 (a batch of 100 successes, session 15).
+        # isinstance check against collections.abc each: full columns cost history far more
+        # CPU per completion than shared ones.
         recs = await self._run(conn, "task_transition_apply", ids, *map(_shared, cols[1:]))
         return {str(r["task_id"]): (r["state"], r["version"]) for r in recs}
 

@@ -59,9 +59,9 @@ i AS (
              retry_rules, schedule_id, scheduled_time, fingerprint, req, ord)
      -- A no-op (every row) that keeps the prepared statement on its generic plan: a LIMIT that
      -- is a parameter is estimated at a tenth of its input, so the generic plan's two probes
-     -- per row cost what a custom plan's do. Without it the generic plan was estimated at 2.5x
-     -- the custom one and Postgres planned the statement again on every call (+0.6 ms of
-     -- backend CPU per call of 4 rows; test_history_plans checks the generic plan is used).
+     -- per row cost what a custom plan's do. Without it the generic plan was estimated well
+     -- above the custom one and Postgres planned the statement again on every call (backend
+     -- CPU on every call; test_history_plans checks the generic plan is used).
      LIMIT cardinality($1::uuid[])
 ),
 p AS (
@@ -145,7 +145,7 @@ SELECT g.ord, g.go AS created, g.go AND g.due_at <= g.now_t AS due, g.id_tenant,
 -- many rows it inserted. The two columns come as one value each, not as
 -- arrays: $1 the ids joined by commas, $2 the
 -- payloads as one JSON array (UTF-8); asyncpg encodes an array element by
--- element in Python (~3 us per task of a 100-task call, session 9), and
+-- element in Python (CPU per task), and
 -- json_array_elements returns each element's text exactly as sent (the
 -- caller checked each payload alone, so the array's elements are they).
 WITH now AS (SELECT clock_timestamp() AS t),
@@ -166,7 +166,7 @@ ins AS (
 tm AS (
     -- One SELECT per timer kind, each skipped whole when the policy sets no such timeout (a
     -- one-time filter), not a LATERAL VALUES list per row: Postgres initialises a lateral
-    -- VALUES list's expressions again for every outer row (~13 % of the statement's CPU).
+    -- VALUES list's expressions again for every outer row (a share of the statement's CPU).
     INSERT INTO timer_queue (task_id, kind, fire_at, lease_epoch)
     SELECT ins.task_id, 'schedule_to_start', ins.run_at + make_interval(secs => $12::float8), 0
       FROM ins WHERE $12::float8 IS NOT NULL
@@ -212,8 +212,8 @@ SELECT tenants.tenant_id FROM tenants
  CROSS JOIN LATERAL (
        -- The tenant's oldest due row, read in the dispatch index's order (as the claim
        -- does). As an EXISTS the generic plan scanned the table from its start, every
-       -- task leased or finished in front of the first ready one (2,408 rows, 1.6 ms per
-       -- call in a 20k drain, growing with the drain; docs/benchmarks/findings.md).
+       -- task leased or finished in front of the first ready one (a cost that grew with
+       -- the drain; docs/benchmarks/findings.md).
        SELECT 1 FROM tasks r
         WHERE r.state = 'ENQUEUED' AND r.tenant_id = tenants.tenant_id
           AND r.run_at <= clock_timestamp()
@@ -234,7 +234,7 @@ SELECT tenants.tenant_id FROM tenants
 -- Pick up to quota[i] ready tasks of each tenant[i], oldest due first,
 -- skipping ids in $4 (already picked by this transaction) and tasks of the
 -- (tenant, app, task_type) triples in ($5, $6, $7). No row lock (a lock
--- is a WAL record per task, 61 B of a task's ~1,600): the lease
+-- is a WAL record per task): the lease
 -- UPDATE that follows takes only rows still ENQUEUED when it gets them (a
 -- row changed meanwhile is re-checked and skipped, never leased twice).
 -- History leases one shard one call at a time (Shard.lease_lock), so the
@@ -250,8 +250,8 @@ SELECT c.task_id, q.tenant_id
           AND t.task_id <> ALL($4::uuid[])
           -- The cardinality test lets the planner fold the exclusion away when no breaker is
           -- open (the usual case): with the anti-join left in, the custom plan estimated one
-          -- row, sorted a sequential scan of the table and took 6.7 ms instead of 0.06 ms
-          -- (docs/benchmarks/findings.md, finding 1).
+          -- row and sorted a sequential scan of the table, far slower than the
+          -- index (docs/benchmarks/findings.md).
           AND (cardinality($5::text[]) = 0
                OR NOT EXISTS (SELECT 1 FROM unnest($5::text[], $6::text[], $7::text[])
                                             AS x(tenant_id, app_id, task_type)
@@ -382,12 +382,12 @@ RETURNING t.task_id
 -- task_transition_apply, whose compare-and-set on (state, lease_epoch, the
 -- cancel request seen) refuses any row that changed in between; those rows
 -- are decided again under task_complete_lock. A row lock per completed task
--- cost a LOCK WAL record and ~38 % of the drain's statement time.
+-- cost a LOCK WAL record and much of the drain's statement time.
 -- One primary-key probe per id (the LIMIT keeps the subquery from being
 -- flattened into a join, and the filters stay outside it, else the planner
--- probes the partial index by state): as a plain join it hash-joined the
+-- probes the partial index by state): as an ordinary join it hash-joined the
 -- partial index of leased tasks, whose dead entries pile up during a drain
--- (2.2 ms per 100 ids with 5k completed since the last vacuum, 0.4 ms so).
+-- (slower and slower until the next vacuum).
 SELECT t.task_id, t.state, t.lease_epoch, t.attempt, t.max_attempts, t.retry_policy, t.retry_rules,
        t.non_retryable, t.cancel_requested, t.cancel_reason
   FROM unnest($1::uuid[], $2::bigint[]) AS i(task_id, lease_epoch)
