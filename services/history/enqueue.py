@@ -18,7 +18,8 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from ratchet.services.history.errors import Contention, HistoryError, InvalidArgument
+from ratchet.libs.rpc.errors import ServiceError
+from ratchet.services.history.errors import Contention, InvalidArgument
 
 # The fewest uniform rows written by COPY (a batch call's part for a shard: 100 rows a slot run);
 # fewer go by the statement, where COPY's fixed cost (asyncpg's copy-in, a second round trip)
@@ -223,7 +224,7 @@ class Wait(enum.Enum):
     EXPIRED = "expired"  # its key's row is past its window: delete it (taken over), then again
 
 
-Outcome = CreateOut | HistoryError | Wait
+Outcome = CreateOut | ServiceError | Wait
 
 
 def outcome(b: Batch, i: int, row: Row, where: str = "tasks[0].task_id") -> Outcome:
@@ -286,7 +287,7 @@ class Request:
         # None: no task repeats another's key (columns: convert checked the ids, and have no keys)
         self.lead = None if columns else own_leaders(batch)
         self.answers: dict[int, CreateOut] = {}  # task index -> its answer, once decided
-        self.error: BaseException | None = None  # a HistoryError, or what the shard raised
+        self.error: BaseException | None = None  # a ServiceError, or what the shard raised
         n = len(batch.task_ids)
         self.todo: Sequence[int] = range(n) if self.lead is None else [i for i, j in enumerate(self.lead) if i == j]
         self.expired: list[tuple[str, str, str]] = []  # keys to expire before the next round
@@ -331,7 +332,7 @@ class Request:
 
     def settle(self, outs: Sequence[Outcome]) -> None:
         """The pending tasks' outcomes from one round, in order."""
-        errors = [o for o in outs if isinstance(o, HistoryError)]
+        errors = [o for o in outs if isinstance(o, ServiceError)]
         contention = [e for e in errors if isinstance(e, Contention)]
         if contention:
             self.error = contention[0]

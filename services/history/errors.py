@@ -25,13 +25,9 @@ from ratchet.libs.rpc.errors import (
     Unavailable,
 )
 
-__all__ = ["CONNECTION_ERRORS", "Contention", "HistoryError", "InvalidArgument", "OperationConflict",
+__all__ = ["CONNECTION_ERRORS", "Contention", "InvalidArgument", "OperationConflict",
            "OperationNotFound", "ShardTimeout", "ShardUnavailable", "TaskNotFound", "TooLarge", "UnknownShard",
            "translate_db_error"]
-
-# The shared vocabulary: history's refusals are these.
-HistoryError = ServiceError
-
 
 class UnknownShard(InvalidArgument):
     """The request names a shard this history service does not serve."""

@@ -15,8 +15,9 @@ import asyncpg
 
 from ratchet.libs.pg import migrate
 from ratchet.libs.pg.pool import create_pool, settable
+from ratchet.libs.rpc.errors import ServiceError
 from ratchet.services.history.config import HistoryConfig
-from ratchet.services.history.errors import HistoryError, ShardUnavailable, UnknownShard, translate_db_error
+from ratchet.services.history.errors import ShardUnavailable, UnknownShard, translate_db_error
 
 log = logging.getLogger(__name__)
 
@@ -107,7 +108,7 @@ class Shard:
             self._waiting += 1
             try:
                 conn = await pool.acquire(timeout=ACQUIRE_TIMEOUT_S)
-            except HistoryError:
+            except ServiceError:
                 raise
             except Exception as e:  # nothing was sent: always safe to report as unavailable
                 raise ShardUnavailable(self.id, type(e).__name__) from e
@@ -117,7 +118,7 @@ class Shard:
         try:
             yield conn
             clean = True
-        except HistoryError:
+        except ServiceError:
             clean = True  # a domain answer: the connection is as good as after a result
             raise
         except Exception as e:

@@ -8,9 +8,9 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from ratchet.libs.rpc.errors import ServiceError
 from ratchet.services.history import bulk
 from ratchet.services.history.config import HistoryConfig
-from ratchet.services.history.errors import HistoryError
 from ratchet.services.history.ready import ReadyHub
 from ratchet.services.history.shards import Shard, ShardSet
 from ratchet.services.history.store import Store
@@ -60,7 +60,7 @@ class BulkLoop:
                     continue
                 try:
                     busy = await self.round(shard) or busy
-                except (HistoryError, OSError) as e:
+                except (ServiceError, OSError) as e:
                     log.warning("bulk operations on shard %s: %s", shard.id, e)
                     await asyncio.sleep(ERROR_BACKOFF_S)
                     busy = True  # try again after the backoff, not after the idle interval

@@ -23,9 +23,9 @@ import logging
 import math
 import random
 
+from ratchet.libs.rpc.errors import ServiceError
 from ratchet.services.history import timerfire
 from ratchet.services.history.decide import Rand
-from ratchet.services.history.errors import HistoryError
 from ratchet.services.history.ready import ReadyHub
 from ratchet.services.history.shards import Shard, ShardSet
 from ratchet.services.history.store import Store
@@ -125,7 +125,7 @@ class TimerLoop:
             try:
                 async with asyncio.timeout(self._round_timeout_s):
                     out = await self.fire(shard)
-            except (HistoryError, OSError, TimeoutError) as e:
+            except (ServiceError, OSError, TimeoutError) as e:
                 failures += 1
                 self._log_failure(sid, failures, e)
                 await asyncio.sleep(self._backoff(failures))

@@ -21,9 +21,10 @@ from ratchet.internal.cron.v1 import cron_pb2 as cpb
 from ratchet.internal.cron.v1 import cron_pb2_grpc
 from ratchet.internal.dispatcher.v1 import dispatcher_pb2, dispatcher_pb2_grpc
 from ratchet.internal.history.v1 import history_pb2, history_pb2_grpc
+from ratchet.libs.rpc.errors import ServiceError
 from ratchet.libs.shardmap import ShardMap, new_task_id
 from ratchet.services.history import callstream
-from ratchet.services.history.errors import HistoryError, InvalidArgument
+from ratchet.services.history.errors import InvalidArgument
 from ratchet.services.history.handlers import _create_answer, _create_frame
 
 S = tasks_pb2
@@ -84,7 +85,7 @@ class FakeHistory(history_pb2_grpc.HistoryServiceServicer):
     async def CreateTasks(self, request, context):
         try:
             return await self._create(request)
-        except HistoryError as e:
+        except ServiceError as e:
             await context.abort(e.code, str(e))
 
     async def CreateTasksStream(self, request_iterator, context):
