@@ -31,7 +31,7 @@ class HistoryConfig:
     idempotency_window_s: float = field(86400.0, doc="Seconds an idempotency key keeps naming its task (24 h).")
     pool_max_size: int = field(8, doc="Connections per shard pool.")
     enqueue_groups_in_flight: int = field(
-        1, doc="Group-committed enqueue statements per shard and lane at once (commit.py; a lane is the "
+        1, doc="Group-committed enqueue statements per shard and lane at once (enqueue/commit.py; a lane is the "
                "uniform requests of one kind, or all the others): 1 makes the largest groups, more "
                "trade commits for less waiting; 1..8.")
     statement_timeout_ms: int = field(10_000, doc="Server-side bound on every statement, in milliseconds.")

@@ -1,24 +1,22 @@
 """Protos <-> history's values: request validation (INVALID_ARGUMENT with
-what to fix) and the public Task / LeasedTask shapes."""
+what to fix) and the public Task / LeasedTask shapes. A create request's own conversion is
+enqueue/convert.py, which checks its fields with the ones here."""
 
 from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-import functools
 import json
 
 from google.protobuf import duration_pb2, json_format, struct_pb2, timestamp_pb2
 
 from ratchet.api.tasks.v1 import tasks_pb2
-from ratchet.internal.history.v1 import history_pb2
 from ratchet.internal.worker.v1 import worker_pb2
 from ratchet.libs import taskstate
 from ratchet.libs.fastcheck import first_bad_json
-from ratchet.libs.shardmap import all_canonical, parse_task_id
+from ratchet.libs.shardmap import parse_task_id
 from ratchet.libs.taskstate import TaskState
 from ratchet.services.history import policy
-from ratchet.services.history.enqueue import Batch, Policy, Request
 from ratchet.services.history.errors import InvalidArgument, TooLarge
 from ratchet.services.history.model import CompletionIn, ErrorInfo, TaskFilter
 
@@ -27,7 +25,6 @@ MAX_BATCH = 1000
 MAX_NAME = 200
 MAX_ERROR_TEXT = 64 * 1024
 MAX_CHECKPOINT_BYTES = 64 * 1024
-MAX_RULES = 100
 
 _OUTCOMES = {
     worker_pb2.COMPLETION_OUTCOME_SUCCEEDED: "SUCCEEDED",
@@ -45,7 +42,9 @@ def task_id(value: str, where: str) -> str:
     return canonical
 
 
-def _name(value: str, where: str, *, required: bool = True) -> str:
+def name(value: str, where: str, *, required: bool = True) -> str:
+    """A name field (tenant, app, type, queue...): at most MAX_NAME characters, else
+    INVALID_ARGUMENT naming the field."""
     if required and not value:
         raise InvalidArgument(f"{where} is required")
     if len(value) > MAX_NAME:
@@ -55,12 +54,14 @@ def _name(value: str, where: str, *, required: bool = True) -> str:
 
 def _json_ok(raw: bytes) -> bool:
     """Whether raw is one UTF-8 JSON value and nothing around it (what the gateway sends):
-    libs/fastcheck's C check, far cheaper than json.loads; _payload's json.loads decides
+    libs/fastcheck's C check, far cheaper than json.loads; payload's json.loads decides
     what it leaves undecided."""
     return first_bad_json((raw,)) == -1
 
 
-def _payload(raw: bytes, where: str) -> bytes:
+def payload(raw: bytes, where: str) -> bytes:
+    """A JSON value as sent (a task's payload, a result): at most MAX_PAYLOAD_BYTES, else
+    TooLarge; not JSON, INVALID_ARGUMENT naming the field."""
     if len(raw) > MAX_PAYLOAD_BYTES:
         raise TooLarge(f"{where} is {len(raw)} bytes; the inline limit is {MAX_PAYLOAD_BYTES} bytes")
     if not raw:
@@ -72,215 +73,6 @@ def _payload(raw: bytes, where: str) -> bytes:
     except (UnicodeDecodeError, json.JSONDecodeError):
         raise InvalidArgument(f"{where} must be JSON") from None
     return raw
-
-
-def _idempotency_key(key: str, where: str) -> str | None:
-    if not key:
-        return None
-    if len(key) > MAX_NAME or not all(32 <= ord(c) < 127 for c in key):
-        raise InvalidArgument(f"{where} must be 1..{MAX_NAME} printable ASCII characters")
-    return key
-
-
-# The NewTask fields a CreateTasksRequest may send once, in `shared`, for all of its tasks.
-SHARED_FIELDS = ("tenant_id", "app_id", "task_type", "queue", "retry", "timeouts", "non_retryable")
-
-
-@dataclasses.dataclass(frozen=True)
-class Shared:
-    """A CreateTasksRequest's `shared` fields, validated once: what a task that leaves the
-    field unset takes ("" and None: not shared)."""
-
-    tenant_id: str = ""
-    app_id: str = ""
-    task_type: str = ""
-    queue: str = ""
-    retry: tasks_pb2.RetryPolicy | None = None
-    timeouts: tasks_pb2.Timeouts | None = None
-    non_retryable: tuple[str, ...] = ()
-    policy: Policy | None = None  # the policy of a task that sets none of retry/timeouts/non_retryable
-
-
-NO_SHARED = Shared()
-
-
-def shared(req: history_pb2.CreateTasksRequest) -> Shared:
-    """The request's shared fields, checked (INVALID_ARGUMENT naming `shared.<field>`)."""
-    if not req.HasField("shared"):
-        return NO_SHARED
-    sh = req.shared
-    extra = sorted(f.name for f, _ in sh.ListFields() if f.name not in SHARED_FIELDS)
-    if extra:
-        raise InvalidArgument(f"shared may hold only {', '.join(SHARED_FIELDS)}; it sets {', '.join(extra)}: "
-                              "send those on each task")
-    retry = sh.retry if sh.HasField("retry") else None
-    timeouts = sh.timeouts if sh.HasField("timeouts") else None
-    non_retryable = tuple(sh.non_retryable)
-    return Shared(tenant_id=_name(sh.tenant_id, "shared.tenant_id", required=False),
-                  app_id=_name(sh.app_id, "shared.app_id", required=False),
-                  task_type=_name(sh.task_type, "shared.task_type", required=False),
-                  queue=_name(sh.queue, "shared.queue", required=False),
-                  retry=retry, timeouts=timeouts, non_retryable=non_retryable,
-                  policy=_policy(retry or _NO_RETRY, timeouts or _NO_TIMEOUTS, non_retryable, "shared"))
-
-
-_NO_RETRY = tasks_pb2.RetryPolicy()
-_NO_TIMEOUTS = tasks_pb2.Timeouts()
-
-
-def _own_or_shared(own: str, common: str, where: str, *, required: bool = True) -> str:
-    """A task's name field: its own (checked), else the request's shared one (checked once)."""
-    if own:
-        if common:
-            raise InvalidArgument(f"{where} is set on the task and in shared: send it in one place")
-        return _name(own, where)
-    if required and not common:
-        raise InvalidArgument(f"{where} is required")
-    return common
-
-
-def _task_policy(p: history_pb2.NewTask, sh: Shared, w: str) -> Policy:
-    own_retry, own_timeouts = p.HasField("retry"), p.HasField("timeouts")
-    if not own_retry and not own_timeouts and not p.non_retryable and sh.policy is not None:
-        return sh.policy  # (the common case of a batch: the policy validated once per request)
-    for name, own, common in (("retry", own_retry, sh.retry), ("timeouts", own_timeouts, sh.timeouts),
-                              ("non_retryable", bool(p.non_retryable), sh.non_retryable)):
-        if own and common:
-            raise InvalidArgument(f"{w}.{name} is set on the task and in shared: send it in one place")
-    return _policy(p.retry if own_retry else sh.retry or _NO_RETRY,
-                   p.timeouts if own_timeouts else sh.timeouts or _NO_TIMEOUTS,
-                   tuple(p.non_retryable) or sh.non_retryable, w)
-
-
-def new_task(p: history_pb2.NewTask, i: int, sh: Shared = NO_SHARED) -> tuple:
-    """Validate one NewTask (with its request's shared fields): its values in the order
-    task_id, payload, then enqueue.COLUMNS."""
-    w = f"tasks[{i}]"
-    delay_s, run_at = None, None
-    if p.HasField("delay"):
-        if p.HasField("run_at"):
-            raise InvalidArgument(f"{w}: set delay or run_at, not both")
-        delay_s = policy.seconds(p.delay)
-        if delay_s < 0:
-            raise InvalidArgument(f"{w}.delay must not be negative")
-    elif p.HasField("run_at"):
-        run_at = p.run_at.ToDatetime(tzinfo=dt.UTC)
-    key = _idempotency_key(p.idempotency_key, f"{w}.idempotency_key") if p.idempotency_key else None
-    if key is not None and not p.fingerprint:
-        raise InvalidArgument(f"{w}.fingerprint is required with an idempotency_key")
-    pol = _task_policy(p, sh, w)
-    schedule_id = _name(p.schedule_id, f"{w}.schedule_id") if p.schedule_id else None
-    scheduled_time = p.scheduled_time.ToDatetime(tzinfo=dt.UTC) if p.HasField("scheduled_time") else None
-    return (task_id(p.task_id, f"{w}.task_id"), _payload(p.payload_json, f"{w}.payload_json"),
-            _own_or_shared(p.tenant_id, sh.tenant_id, f"{w}.tenant_id"),
-            _own_or_shared(p.app_id, sh.app_id, f"{w}.app_id"),
-            _own_or_shared(p.task_type, sh.task_type, f"{w}.task_type"),
-            _own_or_shared(p.queue, sh.queue, f"{w}.queue", required=False) or "default",
-            pol, delay_s, run_at, key, p.fingerprint if key is not None else None, schedule_id, scheduled_time)
-
-
-def _column(values: tuple) -> list:
-    """A column as one value when every task holds it (list.count compares in C, identity first)."""
-    if len(values) > 1 and values.count(values[0]) == len(values):
-        return [values[0]]
-    return list(values)
-
-
-def tasks(msgs, sh: Shared = NO_SHARED) -> Batch:
-    """A request's NewTasks (with its shared fields), validated, as columns."""
-    ids, payloads, *cols = zip(*(new_task(p, i, sh) for i, p in enumerate(msgs)), strict=True)
-    return Batch(list(ids), list(payloads), *map(_column, cols))
-
-
-def create_request(req: history_pb2.CreateTasksRequest) -> Request:
-    """A CreateTasksRequest validated (INVALID_ARGUMENT naming the field; nothing written), as
-    the one form the committer takes. An empty request is one of no tasks (nothing to do)."""
-    if req.HasField("columns"):
-        return Request(columns_batch(req), columns=True)
-    if not req.tasks:
-        return Request(Batch([], [], [], [], [], [], [], [], [], [], [], [], []))
-    return Request(tasks(req.tasks, shared(req)))
-
-
-def columns_batch(req: history_pb2.CreateTasksRequest) -> Batch:
-    """The request's uniform tasks (CreateTasksRequest.columns), checked (INVALID_ARGUMENT naming
-    `columns.<field>[i]`): per request, not per task, except the JSON scan of each payload."""
-    if req.tasks:
-        raise InvalidArgument("columns and tasks are exclusive: send the request's tasks in one of them")
-    sh = shared(req)
-    for name in ("tenant_id", "app_id", "task_type"):
-        if not getattr(sh, name):
-            raise InvalidArgument(f"shared.{name} is required with columns")
-    ids, payloads = list(req.columns.task_ids), list(req.columns.payloads_json)
-    n = len(ids)
-    if not 1 <= n <= MAX_BATCH:
-        raise InvalidArgument(f"columns.task_ids holds {n} ids; send 1..{MAX_BATCH}")
-    if len(payloads) != n:
-        raise InvalidArgument(f"columns holds {n} task_ids and {len(payloads)} payloads_json: "
-                              "send one of each per task")
-    if not all_canonical(ids):
-        ids = [task_id(v, f"columns.task_ids[{i}]") for i, v in enumerate(ids)]
-    if len(set(ids)) != n:
-        seen: dict[str, int] = {}
-        for i, v in enumerate(ids):
-            if v in seen:
-                raise InvalidArgument(f"columns.task_ids[{seen[v]}] and columns.task_ids[{i}] are the same task id")
-            seen[v] = i
-    if first_bad_json(payloads) != -1 or max(map(len, payloads)) > MAX_PAYLOAD_BYTES:
-        for i, raw in enumerate(payloads):
-            _payload(raw, f"columns.payloads_json[{i}]")  # (raises for the first bad one)
-    return Batch(ids, payloads, [sh.tenant_id], [sh.app_id], [sh.task_type], [sh.queue or "default"],
-                 [sh.policy], _NONE, _NONE, _NONE, _NONE, _NONE, _NONE)
-
-
-_NONE: list = [None]  # a column nobody sets (shared by every uniform batch: never mutated)
-
-
-def _policy(retry_p: tasks_pb2.RetryPolicy, timeouts_p: tasks_pb2.Timeouts, non_retryable: tuple[str, ...],
-            w: str) -> Policy:
-    """The validated policy, converted once per distinct wire form (_policy_of); a refused one
-    is converted again here, so the error names this task's field."""
-    # (a cache key only: equal bytes are equal policies; the same policy serialized in another
-    # map order would only miss the cache)
-    try:
-        return _policy_of(retry_p.SerializeToString(), timeouts_p.SerializeToString(), non_retryable)
-    except InvalidArgument:
-        return _converted_policy(retry_p, timeouts_p, non_retryable, w)  # (raises, naming w)
-
-
-# A batch (or a stream of enqueues) of one task type carries one policy, and converting it per
-# task was a large share of history's CPU per batched task: a pure memo of the conversion by its
-# wire form (a refused policy raises and is not remembered).
-@functools.lru_cache(maxsize=4096)
-def _policy_of(retry_b: bytes, timeouts_b: bytes, non_retryable: tuple[str, ...]) -> Policy:
-    return _converted_policy(tasks_pb2.RetryPolicy.FromString(retry_b), tasks_pb2.Timeouts.FromString(timeouts_b),
-                             non_retryable, "policy")
-
-
-def _converted_policy(retry_p: tasks_pb2.RetryPolicy, timeouts_p: tasks_pb2.Timeouts,
-                      non_retryable: tuple[str, ...], w: str) -> Policy:
-    retry = policy.retry_from_proto(retry_p, f"{w}.retry")
-    timeouts = policy.timeouts_from_proto(timeouts_p, f"{w}.timeouts")
-    for j, name in enumerate(non_retryable):
-        _name(name, f"{w}.non_retryable[{j}]")
-    for j, name in enumerate(retry_p.non_retryable):
-        _name(name, f"{w}.retry.non_retryable[{j}]")
-    rules = _rules(retry_p, f"{w}.retry.rules")
-    return Policy(max_attempts=retry.max_attempts, retry_json=retry.to_json(), timeouts_json=timeouts.to_json(),
-                  non_retryable=sorted(set(non_retryable) | set(retry_p.non_retryable)),
-                  rules_json={k: r.to_json() for k, r in rules.items()} or None,
-                  schedule_to_start_s=timeouts.schedule_to_start_s,
-                  schedule_to_close_s=timeouts.schedule_to_close_s)
-
-
-def _rules(p: tasks_pb2.RetryPolicy, where: str) -> dict[str, policy.Rule]:
-    if len(p.rules) > MAX_RULES:
-        raise InvalidArgument(f"{where} holds {len(p.rules)} rules; at most {MAX_RULES} are allowed")
-    out = {}
-    for name in sorted(p.rules):
-        _name(name, f"{where} key")
-        out[name] = policy.rule_from_proto(p.rules[name], f"{where}[{name!r}]")
-    return out
 
 
 def checkpoint(raw: bytes, where: str) -> bytes:
@@ -311,7 +103,7 @@ def completion(p: worker_pb2.Completion, i: int, shard_id: int) -> CompletionIn:
         raise InvalidArgument(f"{w}.outcome must be SUCCEEDED, FAILED, CANCELED or CRASHED")
     result = None
     if outcome == "SUCCEEDED":
-        result = _payload(p.result_json or b"null", f"{w}.result_json")
+        result = payload(p.result_json or b"null", f"{w}.result_json")
     retry_after = policy.seconds(p.retry_after) if p.HasField("retry_after") else None
     if retry_after is not None and retry_after < 0:
         raise InvalidArgument(f"{w}.retry_after must not be negative")
@@ -336,8 +128,8 @@ def type_limits(limits) -> list[tuple[tuple[str, str, str], int]]:
     out = []
     for i, p in enumerate(limits):
         w = f"type_limits[{i}]"
-        key = (_name(p.tenant_id, f"{w}.tenant_id"), _name(p.app_id, f"{w}.app_id"),
-               _name(p.task_type, f"{w}.task_type"))
+        key = (name(p.tenant_id, f"{w}.tenant_id"), name(p.app_id, f"{w}.app_id"),
+               name(p.task_type, f"{w}.task_type"))
         if p.max_tasks < 0:
             raise InvalidArgument(f"{w}.max_tasks must be 0 (paused) or more, got {p.max_tasks}")
         out.append((key, p.max_tasks))
@@ -453,7 +245,7 @@ _BULK_STATES = {"RUNNING": tasks_pb2.BULK_OPERATION_STATE_RUNNING,
 
 def scope(tenant_id: str, app_id: str) -> tuple[str, str]:
     """(tenant_id, app_id), both required."""
-    return _name(tenant_id, "tenant_id"), _name(app_id, "app_id")
+    return name(tenant_id, "tenant_id"), name(app_id, "app_id")
 
 
 def task_filter(p: tasks_pb2.TaskFilter, where: str = "filter") -> TaskFilter:
@@ -469,9 +261,9 @@ def task_filter(p: tasks_pb2.TaskFilter, where: str = "filter") -> TaskFilter:
     if since is not None and until is not None and since >= until:
         raise InvalidArgument(f"{where}.since must be before {where}.until")
     return TaskFilter(states=tuple(dict.fromkeys(states)),
-                      task_type=_name(p.task_type, f"{where}.task_type", required=False) or None,
-                      queue=_name(p.queue, f"{where}.queue", required=False) or None,
-                      error_class=_name(p.error_class, f"{where}.error_class", required=False) or None,
+                      task_type=name(p.task_type, f"{where}.task_type", required=False) or None,
+                      queue=name(p.queue, f"{where}.queue", required=False) or None,
+                      error_class=name(p.error_class, f"{where}.error_class", required=False) or None,
                       since=since, until=until)
 
 
@@ -535,7 +327,7 @@ def bulk_filter(p: tasks_pb2.TaskFilter, kind: str) -> TaskFilter:
 
 def task_type_name(value: str, where: str) -> str:
     """A required task type name."""
-    return _name(value, where)
+    return name(value, where)
 
 
 def operation_id(value: str) -> str:

@@ -12,10 +12,14 @@ from ratchet.internal.history.v1 import history_pb2, history_pb2_grpc
 from ratchet.internal.worker.v1 import worker_pb2
 from ratchet.libs import gates, taskstate
 from ratchet.libs.rpc.errors import rpc, rpc_stream
-from ratchet.services.history import bulk, callstream, convert, leasing, lifecycle, policy, search
-from ratchet.services.history.commit import Committer
+from ratchet.services.history import callstream, convert, policy
+from ratchet.services.history.bulk import operations
 from ratchet.services.history.config import HistoryConfig
+from ratchet.services.history.enqueue.commit import Committer
+from ratchet.services.history.enqueue.convert import create_request
 from ratchet.services.history.errors import InvalidArgument
+from ratchet.services.history.leases import leasing, lifecycle
+from ratchet.services.history.reads import tasks
 from ratchet.services.history.ready import ReadyHub
 from ratchet.services.history.shards import ShardSet
 from ratchet.services.history.store import Store
@@ -85,7 +89,7 @@ class HistoryServicer(history_pb2_grpc.HistoryServiceServicer):
     async def _create_tasks(self, request) -> history_pb2.CreateTasksResponse:
         shard = self.shards.get(request.shard_id)
         _batch(request.tasks, "tasks")
-        results = await self.creates.create(shard, convert.create_request(request))
+        results = await self.creates.create(shard, create_request(request))
         await gates.reach("history.enqueue.after_commit")  # fault tests: committed, not yet answered
         if results is None:
             return history_pb2.CreateTasksResponse(all_created=True)
@@ -101,7 +105,7 @@ class HistoryServicer(history_pb2_grpc.HistoryServiceServicer):
         if not request.tenant_id:
             raise InvalidArgument("tenant_id is required")
         async with shard.conn() as conn:
-            row, attempts = await lifecycle.get_task(conn, self.store, task_id, request.tenant_id)
+            row, attempts = await tasks.get_task(conn, self.store, task_id, request.tenant_id)
         return history_pb2.GetTaskResponse(task=convert.task_to_proto(row, attempts))
 
     @rpc
@@ -233,7 +237,7 @@ class HistoryServicer(history_pb2_grpc.HistoryServiceServicer):
         size = convert.page_size(request.page_size)
         cursor = convert.list_cursor(request.cursor)
         async with shard.conn() as conn:
-            page = await search.list_tasks(conn, self.store, tenant_id, app_id, f, cursor, size)
+            page = await tasks.list_tasks(conn, self.store, tenant_id, app_id, f, cursor, size)
         return history_pb2.ListTasksResponse(
             tasks=[convert.task_to_proto(r) for r in page.rows],
             next_cursor=convert.format_cursor(*page.next_cursor) if page.next_cursor else "")
@@ -245,7 +249,7 @@ class HistoryServicer(history_pb2_grpc.HistoryServiceServicer):
         tenant_id, app_id = convert.scope(request.tenant_id, request.app_id)
         f = convert.task_filter(request.filter)
         async with shard.conn() as conn:
-            n = await search.count_tasks(conn, self.store, tenant_id, app_id, f)
+            n = await tasks.count_tasks(conn, self.store, tenant_id, app_id, f)
         return history_pb2.CountTasksResponse(count=n)
 
     @rpc
@@ -255,14 +259,14 @@ class HistoryServicer(history_pb2_grpc.HistoryServiceServicer):
         tenant_id, app_id = convert.scope(request.tenant_id, request.app_id)
         kind = convert.bulk_kind(request.kind)
         _batch(request.registered_task_types, "registered_task_types", 10_000)
-        req = bulk.BulkStart(
+        req = operations.BulkStart(
             operation_id=convert.operation_id(request.operation_id), tenant_id=tenant_id, app_id=app_id, kind=kind,
             filter=convert.bulk_filter(request.filter, kind),
             registered_task_types=tuple(convert.task_type_name(t, f"registered_task_types[{i}]")
                                         for i, t in enumerate(request.registered_task_types)))
         async with shard.conn() as conn:
-            await bulk.start(conn, self.store, req)
-            row, failures = await bulk.get(conn, self.store, req.operation_id, tenant_id)
+            await operations.start(conn, self.store, req)
+            row, failures = await operations.get(conn, self.store, req.operation_id, tenant_id)
         self.on_bulk_start()
         return history_pb2.StartBulkOperationResponse(operation=convert.bulk_to_proto(row, failures))
 
@@ -273,7 +277,7 @@ class HistoryServicer(history_pb2_grpc.HistoryServiceServicer):
         operation_id = convert.operation_id(request.operation_id)
         tenant_id = convert.scope(request.tenant_id, "-")[0]
         async with shard.conn() as conn:
-            row, failures = await bulk.get(conn, self.store, operation_id, tenant_id)
+            row, failures = await operations.get(conn, self.store, operation_id, tenant_id)
         return history_pb2.GetBulkOperationResponse(operation=convert.bulk_to_proto(row, failures))
 
     @rpc
@@ -283,5 +287,5 @@ class HistoryServicer(history_pb2_grpc.HistoryServiceServicer):
         operation_id = convert.operation_id(request.operation_id)
         tenant_id = convert.scope(request.tenant_id, "-")[0]
         async with shard.conn() as conn:
-            row, failures = await bulk.cancel(conn, self.store, operation_id, tenant_id)
+            row, failures = await operations.cancel(conn, self.store, operation_id, tenant_id)
         return history_pb2.CancelBulkOperationResponse(operation=convert.bulk_to_proto(row, failures))

@@ -9,7 +9,7 @@ import asyncio
 import logging
 
 from ratchet.libs.rpc.errors import ServiceError
-from ratchet.services.history import bulk
+from ratchet.services.history.bulk import operations
 from ratchet.services.history.config import HistoryConfig
 from ratchet.services.history.ready import ReadyHub
 from ratchet.services.history.shards import Shard, ShardSet
@@ -81,7 +81,7 @@ class BulkLoop:
         ran = False
         for operation_id in ids:
             async with shard.conn() as conn:
-                out = await bulk.run_batch(conn, self._store, operation_id, batch_size=self._cfg.bulk_batch_size,
+                out = await operations.run_batch(conn, self._store, operation_id, batch_size=self._cfg.bulk_batch_size,
                                            grace_s=self._cfg.cancel_grace_s)
             if out.created:
                 self._hub.publish(shard.id)  # after commit, like an enqueue

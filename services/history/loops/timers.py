@@ -1,6 +1,6 @@
 """Timer loop: fire each shard's due timers (delays, retry backoff, lease checks, timeouts)
 where the rows and the clock are, and announce the ready work a firing makes on WatchReady
-like any enqueue commit. timerfire.py claims them (FOR UPDATE SKIP LOCKED, the shard
+like any enqueue commit. timers/firing.py claims them (FOR UPDATE SKIP LOCKED, the shard
 clock) and applies them; this loop decides when to ask.
 
 When: at once after a full batch; else when the earliest pending timer is due by the
@@ -24,11 +24,11 @@ import math
 import random
 
 from ratchet.libs.rpc.errors import ServiceError
-from ratchet.services.history import timerfire
 from ratchet.services.history.decide import Rand
 from ratchet.services.history.ready import ReadyHub
 from ratchet.services.history.shards import Shard, ShardSet
 from ratchet.services.history.store import Store
+from ratchet.services.history.timers import firing
 
 log = logging.getLogger(__name__)
 
@@ -99,12 +99,12 @@ class TimerLoop:
         for sid in self._hinted:
             self.due(sid, 0.0)
 
-    async def fire(self, shard: Shard) -> timerfire.FireOut:
+    async def fire(self, shard: Shard) -> firing.FireOut:
         """One firing on the shard: claim and apply up to max_timers due timers, then tell the
         WatchReady streams if work became ready."""
         async with shard.conn() as conn:
             # Looked up on the module at each call: a mutant history (tests/fault/mutants) wraps it.
-            out = await timerfire.fire_timers(conn, self._store, max_timers=self._max_timers,
+            out = await firing.fire_timers(conn, self._store, max_timers=self._max_timers,
                                               grace_s=self._grace_s, rand=self._rand)
         if out.ready:
             self._hub.publish(shard.id)  # after commit, like an enqueue

@@ -75,7 +75,7 @@ class Mutation:
 
 _TRANSITION_CAS = ("\n       AND t.state = i.from_state AND t.lease_epoch = i.lease_epoch"
                    " AND t.version = COALESCE(lease.version, t.version)")
-_FIRE_TIMERS = "ratchet.services.history.timerfire:fire_timers"
+_FIRE_TIMERS = "ratchet.services.history.timers.firing:fire_timers"
 
 MUTATIONS: dict[str, Mutation] = {m.name: m for m in (
     Mutation(
@@ -115,7 +115,7 @@ MUTATIONS: dict[str, Mutation] = {m.name: m for m in (
                   "        if r[\"retried_as\"] is not None:  # a task is retried once: a re-run skips it\n"
                   "            plan.skipped += 1\n"
                   "            continue\n",
-                  caller="ratchet.services.history.bulk:_retry_batch"),)),
+                  caller="ratchet.services.history.bulk.operations:_retry_batch"),)),
 )}
 
 

@@ -19,10 +19,12 @@ from ratchet.libs.shardmap import new_task_id
 from ratchet.libs.taskstate import AttemptOutcome as O
 from ratchet.libs.taskstate import CancelReason as R
 from ratchet.libs.taskstate import TaskState as S
-from ratchet.services.history import bulk, decide, server, timerfire
+from ratchet.services.history import decide, server
+from ratchet.services.history.bulk import operations
 from ratchet.services.history.model import CompletionIn, TaskView, TimerDue
 from ratchet.services.history.policy import Retry
 from ratchet.services.history.store import QUERIES, Store
+from ratchet.services.history.timers import firing
 from tests.fault.mutants import mutations as mut
 from tests.fault.mutants.mutations import MUTATIONS, MutationError, PyCut, SqlCut, installed
 
@@ -113,14 +115,14 @@ def test_a_cut_that_no_longer_matches_fails_loudly():
 
 
 def test_installing_touches_nothing_shipped_and_is_undone():
-    before = (server.Store, decide._fire_lease, bulk._retry_batch, timerfire.fire_timers, dict(QUERIES))
+    before = (server.Store, decide._fire_lease, operations._retry_batch, firing.fire_timers, dict(QUERIES))
     for name in MUTATIONS:
         with installed(name) as m:
             assert issubclass(server.Store, Store) and server.Store is not Store
             assert server.Store.mutation == m.name
             assert Store.queries is QUERIES and dict(QUERIES) == before[4]
             assert (dict(server.Store().queries) != dict(QUERIES)) == bool(m.sql)  # the mutant's registry
-        assert (server.Store, decide._fire_lease, bulk._retry_batch, timerfire.fire_timers, dict(QUERIES)) == before
+        assert (server.Store, decide._fire_lease, operations._retry_batch, firing.fire_timers, dict(QUERIES)) == before
 
 
 def test_a_statement_cut_within_fire_timers_is_the_shipped_one_elsewhere():
@@ -137,10 +139,10 @@ def test_a_statement_cut_within_fire_timers_is_the_shipped_one_elsewhere():
     assert inside == mut.mutated_statements(MUTATIONS["timer_skip_locked"])["task_transition_apply", mut._FIRE_TIMERS]
     assert asyncio.run(seen()) == QUERIES["task_transition_apply"]
     with installed("timer_skip_locked"):
-        assert timerfire.fire_timers.__wrapped__ is fire_timers_shipped
+        assert firing.fire_timers.__wrapped__ is fire_timers_shipped
 
 
-fire_timers_shipped = timerfire.fire_timers
+fire_timers_shipped = firing.fire_timers
 
 
 # -- what the Python mutations do --------------------------------------------------
@@ -195,7 +197,7 @@ def test_a_rerun_retries_originals_again_without_the_link_guard():
           "operation_id": "op"}
 
     def batch():
-        return asyncio.run(bulk._retry_batch(None, _BulkStore(rows), op, None, 10))[0]
+        return asyncio.run(operations._retry_batch(None, _BulkStore(rows), op, None, 10))[0]
     plan = batch()
     assert (plan.skipped, [o for o, _ in plan.retries]) == (1, [rows[1]["task_id"]])
     with installed("retry_link_once"):

@@ -20,7 +20,7 @@ from ratchet.libs import taskstate
 from ratchet.libs.shardmap import new_task_id
 from ratchet.services.history.policy import duration
 from ratchet.services.history.server import HistoryServer
-from ratchet.services.history.timerfire import FireOut
+from ratchet.services.history.timers.firing import FireOut
 
 RPC_TIMEOUT = 10.0
 _names = itertools.count()

@@ -11,8 +11,7 @@ import dataclasses
 import pytest
 
 from ratchet.libs.shardmap import new_task_id
-from ratchet.services.history import commit
-from ratchet.services.history.enqueue import CreateOut, Request, Row
+from ratchet.services.history.enqueue import CreateOut, Request, Row, commit
 from ratchet.services.history.errors import Contention, ShardUnavailable
 
 from .test_history_enqueue import batch

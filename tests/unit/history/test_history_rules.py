@@ -11,6 +11,7 @@ from ratchet.libs.shardmap import new_task_id, slot_of
 from ratchet.libs.taskstate import TaskState as S
 from ratchet.services.history import convert
 from ratchet.services.history.decide import on_completion, plan_bulk_cancel, plan_bulk_retry
+from ratchet.services.history.enqueue import convert as enqueue_convert
 from ratchet.services.history.errors import InvalidArgument
 from ratchet.services.history.model import CompletionIn, ErrorInfo, TaskFilter, TaskView
 from ratchet.services.history.policy import Retry, Rule, duration, rule_from_proto, rule_to_proto
@@ -81,12 +82,12 @@ def test_rules_round_trip_through_proto_and_json():
 
 
 def test_new_task_merges_non_retryable_lists_and_keeps_schedule_fields():
-    p = convert.history_pb2.NewTask(task_id=new_task_id(), tenant_id="t", app_id="a", task_type="x",
+    p = enqueue_convert.history_pb2.NewTask(task_id=new_task_id(), tenant_id="t", app_id="a", task_type="x",
                                     payload_json=b"1", non_retryable=["A"], schedule_id="sch-1")
     p.retry.non_retryable.extend(["B", "A"])
     p.retry.rules["C"].non_retryable = True
     p.scheduled_time.FromDatetime(dt.datetime(2024, 3, 10, 2, 30))
-    b = convert.tasks([p])
+    b = enqueue_convert.tasks([p])
     assert b.policy[0].non_retryable == ["A", "B"] and b.policy[0].rules_json == {"C": {"non_retryable": True}}
     assert b.schedule_id == ["sch-1"] and b.scheduled_time == [dt.datetime(2024, 3, 10, 2, 30, tzinfo=dt.UTC)]
 
@@ -144,14 +145,14 @@ def test_filters_and_cursors():
 
 
 def test_type_limits_split_into_paused_and_capped():
-    from ratchet.services.history.leasing import split_limits
+    from ratchet.services.history.leases.leasing import split_limits
     a, b, c = ("t", "app", "a"), ("t", "app", "b"), ("t", "app", "c")
     paused, caps = split_limits([(a, 0), (b, 3), (b, 1), (c, 2), (c, 0)])
     assert sorted(paused) == [a, c] and caps == {b: 1}
 
 
-def _new(**retry) -> convert.history_pb2.NewTask:
-    p = convert.history_pb2.NewTask(task_id=new_task_id(), tenant_id="t", app_id="a", task_type="x",
+def _new(**retry) -> enqueue_convert.history_pb2.NewTask:
+    p = enqueue_convert.history_pb2.NewTask(task_id=new_task_id(), tenant_id="t", app_id="a", task_type="x",
                                     payload_json=b"1")
     for k, v in retry.items():
         setattr(p.retry, k, v)
@@ -159,16 +160,16 @@ def _new(**retry) -> convert.history_pb2.NewTask:
 
 
 def test_a_policy_is_converted_once_and_only_for_requests_that_carry_it():
-    convert._policy_of.cache_clear()
-    a1, a2, b = convert.tasks([_new(max_attempts=3), _new(max_attempts=3), _new(max_attempts=7)]).policy
+    enqueue_convert._policy_of.cache_clear()
+    a1, a2, b = enqueue_convert.tasks([_new(max_attempts=3), _new(max_attempts=3), _new(max_attempts=7)]).policy
     assert a1 is a2, "one conversion for tasks sharing a policy"
     assert a1.max_attempts == a2.max_attempts == 3 and b.max_attempts == 7 and b.retry_json != a1.retry_json
-    assert convert._policy_of.cache_info().currsize == 2
+    assert enqueue_convert._policy_of.cache_info().currsize == 2
 
 
 def test_an_invalid_policy_is_refused_with_its_own_index_after_valid_ones_were_cached():
-    convert._policy_of.cache_clear()
-    convert.new_task(_new(max_attempts=3), 0)
+    enqueue_convert._policy_of.cache_clear()
+    enqueue_convert.new_task(_new(max_attempts=3), 0)
     with pytest.raises(InvalidArgument, match=r"tasks\[5\]\.retry"):
-        convert.new_task(_new(max_attempts=-1), 5)
-    assert convert._policy_of.cache_info().currsize == 1, "a refused policy is not remembered"
+        enqueue_convert.new_task(_new(max_attempts=-1), 5)
+    assert enqueue_convert._policy_of.cache_info().currsize == 1, "a refused policy is not remembered"

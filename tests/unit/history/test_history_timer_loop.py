@@ -7,11 +7,11 @@ import asyncio
 import contextlib
 import itertools
 
-from ratchet.services.history import timerfire
 from ratchet.services.history.errors import ShardUnavailable
 from ratchet.services.history.loops.timers import MIN_SLEEP_S, TimerLoop
 from ratchet.services.history.ready import ReadyHub
-from ratchet.services.history.timerfire import FireOut
+from ratchet.services.history.timers import firing
+from ratchet.services.history.timers.firing import FireOut
 
 
 class _Shard:
@@ -39,7 +39,7 @@ IDLE = FireOut(0, False, None)  # nothing fired, no timer pending
 
 
 class _Firings:
-    """timerfire.fire_timers answering from a script per shard (then `idle`), recording when."""
+    """firing.fire_timers answering from a script per shard (then `idle`), recording when."""
 
     def __init__(self, script: dict[int, list] | None = None, idle: FireOut = IDLE):
         self.script = {k: list(v) for k, v in (script or {}).items()}
@@ -57,7 +57,7 @@ class _Firings:
 
 @contextlib.asynccontextmanager
 async def _running(monkeypatch, shards: _Shards, firings: _Firings, hub: ReadyHub | None = None, **kw):
-    monkeypatch.setattr(timerfire, "fire_timers", firings)  # the loop looks it up at each call
+    monkeypatch.setattr(firing, "fire_timers", firings)  # the loop looks it up at each call
     loop = TimerLoop(shards, None, hub or ReadyHub(), grace_s=1.0, **kw)
     loop.start()
     try:

@@ -1,5 +1,5 @@
-"""Heartbeats, completions, cancels and reads: everything that happens to a
-task between its lease and its terminal state (timers are in timerfire.py).
+"""Heartbeats, completions and cancels: everything that happens to a task between its
+lease and its terminal state (timers are in timers/firing.py).
 
 Every change is a compare-and-set on (task_id, state, lease_epoch); a
 request that lost the race gets an answer saying so and changes nothing.
@@ -166,12 +166,3 @@ async def cancel_task(conn: asyncpg.Connection, store: Store, task_id: str, tena
             return TaskState.LEASED, True
         return state, row["cancel_requested"]
 
-
-async def get_task(conn: asyncpg.Connection, store: Store, task_id: str, tenant_id: str):
-    """(task row, attempt rows) read from one snapshot; TaskNotFound for unknown and foreign ids alike."""
-    async with conn.transaction(isolation="repeatable_read", readonly=True):
-        row = await store.task_get(conn, task_id)
-        if row is None or row["tenant_id"] != tenant_id:
-            raise TaskNotFound(task_id)
-        attempts = await store.attempt_list(conn, task_id)
-    return row, attempts

@@ -1,6 +1,7 @@
-"""ListTasks and CountTasks: a tenant's tasks on one shard, newest first by
-sort time (finished_at for terminal tasks, created_at otherwise), paged with
-a keyset cursor "<sort time RFC 3339>|<task_id>" (see history.proto)."""
+"""GetTask, ListTasks and CountTasks: a tenant's tasks on one shard. GetTask reads a task and
+its attempts; ListTasks lists them newest first by sort time (finished_at for terminal tasks,
+created_at otherwise), paged with a keyset cursor "<sort time RFC 3339>|<task_id>" (see
+history.proto)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import datetime as dt
 
 import asyncpg
 
+from ratchet.services.history.errors import TaskNotFound
 from ratchet.services.history.model import TaskFilter
 from ratchet.services.history.store import Store
 
@@ -35,3 +37,13 @@ async def list_tasks(conn: asyncpg.Connection, store: Store, tenant_id: str, app
 async def count_tasks(conn: asyncpg.Connection, store: Store, tenant_id: str, app_id: str, f: TaskFilter) -> int:
     """How many of the tenant's tasks match."""
     return await store.task_count(conn, tenant_id, app_id, f)
+
+
+async def get_task(conn: asyncpg.Connection, store: Store, task_id: str, tenant_id: str):
+    """(task row, attempt rows) read from one snapshot; TaskNotFound for unknown and foreign ids alike."""
+    async with conn.transaction(isolation="repeatable_read", readonly=True):
+        row = await store.task_get(conn, task_id)
+        if row is None or row["tenant_id"] != tenant_id:
+            raise TaskNotFound(task_id)
+        attempts = await store.attempt_list(conn, task_id)
+    return row, attempts

@@ -1,4 +1,4 @@
-"""The committer of CreateTasks: group commit per shard, and the plans of enqueue.py run.
+"""The committer of CreateTasks: group commit per shard, and the plans of enqueue/__init__.py run.
 
 A request goes to its shard at once when nothing of its lane is in flight there (no added
 latency when idle); requests arriving meanwhile go out together, as one statement, when it
