@@ -20,7 +20,7 @@ from ratchet.services.history.enqueue.convert import create_request
 from ratchet.services.history.errors import InvalidArgument
 from ratchet.services.history.leases import leasing, lifecycle
 from ratchet.services.history.reads import tasks
-from ratchet.services.history.ready import ReadyHub
+from ratchet.services.history.ready import ReadyHub, Watcher
 from ratchet.services.history.shards import ShardSet
 from ratchet.services.history.store import Store
 
@@ -52,6 +52,27 @@ def _create_frame(answers: list[history_pb2.CreateTasksAnswer]) -> history_pb2.C
 def _batch(items, what: str, limit: int = convert.MAX_BATCH) -> None:
     if len(items) > limit:
         raise InvalidArgument(f"{what} holds {len(items)} items; send at most {limit} per request")
+
+
+async def _first_watch_request(request_iterator) -> history_pb2.WatchReadyRequest | None:
+    """A WatchReady stream's first request (the shards to watch), None if the stream ends
+    before one; INVALID_ARGUMENT if none comes within WATCH_FIRST_REQUEST_S."""
+    try:
+        async with asyncio.timeout(WATCH_FIRST_REQUEST_S):
+            async for request in request_iterator:  # the first request only
+                return request
+    except TimeoutError:
+        raise InvalidArgument(f"WatchReady: send the first request (the shards to watch) within "
+                              f"{WATCH_FIRST_REQUEST_S:g}s of opening the stream") from None
+    return None
+
+
+async def _read_wants(request_iterator, watcher: Watcher) -> None:
+    """A WatchReady stream's later requests, each saying whether its caller wants events now."""
+    async for req in request_iterator:
+        if req.shard_ids and set(req.shard_ids) != watcher.shard_ids:
+            raise InvalidArgument("WatchReady: the shards are named by the first request only")
+        watcher.want(req.wanted)
 
 
 class HistoryServicer(history_pb2_grpc.HistoryServiceServicer):
@@ -186,15 +207,7 @@ class HistoryServicer(history_pb2_grpc.HistoryServiceServicer):
     async def WatchReady(self, request_iterator, context):
         """See history.proto: coalesced ready events for the watched shards, while the caller
         says it wants them."""
-        first = None
-        try:
-            async with asyncio.timeout(WATCH_FIRST_REQUEST_S):
-                async for request in request_iterator:  # the first request only
-                    first = request
-                    break
-        except TimeoutError:
-            raise InvalidArgument(f"WatchReady: send the first request (the shards to watch) within "
-                                  f"{WATCH_FIRST_REQUEST_S:g}s of opening the stream") from None
+        first = await _first_watch_request(request_iterator)
         if first is None:
             return
         shard_ids = list(first.shard_ids) or self.shards.ids
@@ -205,14 +218,7 @@ class HistoryServicer(history_pb2_grpc.HistoryServiceServicer):
         watcher.want(first.wanted)  # wanted from the start: every shard once, as after any flip
         # Bounded like every call: a caller without a shorter deadline reopens after this.
         ends = asyncio.get_running_loop().call_later(MAX_WATCH_S, watcher.close)
-
-        async def read() -> None:
-            async for req in request_iterator:
-                if req.shard_ids and set(req.shard_ids) != watcher.shard_ids:
-                    raise InvalidArgument("WatchReady: the shards are named by the first request only")
-                watcher.want(req.wanted)
-
-        reader = asyncio.ensure_future(read())
+        reader = asyncio.ensure_future(_read_wants(request_iterator, watcher))
         reader.add_done_callback(lambda _t: watcher.close())  # the caller's side ended (or broke)
         try:
             while True:

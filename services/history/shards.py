@@ -101,19 +101,7 @@ class Shard:
         pool = self.pool
         if pool is None:
             raise ShardUnavailable(self.id, self.last_error)
-        kept = self._kept
-        if kept:
-            conn = kept.pop()
-        else:
-            self._waiting += 1
-            try:
-                conn = await pool.acquire(timeout=ACQUIRE_TIMEOUT_S)
-            except ServiceError:
-                raise
-            except Exception as e:  # nothing was sent: always safe to report as unavailable
-                raise ShardUnavailable(self.id, type(e).__name__) from e
-            finally:
-                self._waiting -= 1
+        conn = self._kept.pop() if self._kept else await self._acquire(pool)
         clean = False
         try:
             yield conn
@@ -129,12 +117,31 @@ class Shard:
                 raise
             raise mapped from e
         finally:
-            self._uses += 1
-            if (clean and not self._waiting and pool is self.pool and self._uses % PARK_ROUNDS
-                    and not conn.is_closed() and not conn.is_in_transaction()):
-                kept.append(conn)
-            else:
+            if not self._keep(pool, conn, clean):
                 await pool.release(conn)
+
+    async def _acquire(self, pool: asyncpg.Pool) -> asyncpg.Connection:
+        """A connection from the pool, counted as waiting there while it comes (see conn)."""
+        self._waiting += 1
+        try:
+            return await pool.acquire(timeout=ACQUIRE_TIMEOUT_S)
+        except ServiceError:
+            raise
+        except Exception as e:  # nothing was sent: always safe to report as unavailable
+            raise ShardUnavailable(self.id, type(e).__name__) from e
+        finally:
+            self._waiting -= 1
+
+    def _keep(self, pool: asyncpg.Pool, conn: asyncpg.Connection, clean: bool) -> bool:
+        """Keep a connection whose use ended for the next caller when conn's rules allow (True),
+        else leave it to be released to the pool (False). A plain function, not a coroutine: the
+        common ending, kept, awaits nothing."""
+        self._uses += 1
+        if (clean and not self._waiting and pool is self.pool and self._uses % PARK_ROUNDS
+                and not conn.is_closed() and not conn.is_in_transaction()):
+            self._kept.append(conn)
+            return True
+        return False
 
     async def close(self) -> None:
         """Close the pool(s), terminating connections that do not close in time."""
