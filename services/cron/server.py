@@ -3,13 +3,12 @@ CronService with health and reflection, run the loops, stop gracefully."""
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 import pathlib
 
 from ratchet.internal.cron.v1 import cron_pb2, cron_pb2_grpc
 from ratchet.libs.clock import Clock, SystemClock
+from ratchet.libs.loops import Loops
 from ratchet.libs.pg import migrate
 from ratchet.libs.pg.pool import create_pool
 from ratchet.libs.rpc.client import aio_channel
@@ -28,7 +27,6 @@ log = logging.getLogger(__name__)
 
 MIGRATIONS = pathlib.Path(__file__).with_name("migrations")
 SERVICE_NAME = cron_pb2.DESCRIPTOR.services_by_name["CronService"].full_name
-LOOP_RESTART_S = 1.0
 
 
 class CronServer:
@@ -48,7 +46,8 @@ class CronServer:
         self._pool = None
         self._channels: list = []
         self._rpc: Server | None = None
-        self._tasks: list[asyncio.Task] = []
+        # A loop that dies of a bug comes back: without the fire loop no schedule fires.
+        self._loops = Loops("cron", self.clock)
 
     @property
     def port(self) -> int:
@@ -84,31 +83,16 @@ class CronServer:
         prune = PruneLoop(self.store, c.slot_retention_s, self.clock)
         await self._rpc.start()
         for name, run in (("fire", fire.run), ("deliver", deliver.run), ("prune", prune.run)):
-            self._tasks.append(asyncio.create_task(self._supervise(name, run), name=f"cron-{name}"))
+            self._loops.start(name, run)
         await self._rpc.set_serving(True)
         log.info("cron serving on %s (gateway %s, history %s, shards %s)", self.target, c.gateway_target,
                  c.history_target, c.shard_ids)
-
-    async def _supervise(self, name: str, run) -> None:
-        # A loop that dies of a bug must come back: without the fire loop no schedule fires.
-        while True:
-            try:
-                await run()
-                return
-            except Exception:
-                log.exception("cron %s loop crashed; restarting in %.1fs", name, LOOP_RESTART_S)
-                await self.clock.sleep(LOOP_RESTART_S)
 
     async def stop(self, grace: float = 5.0) -> None:
         """NOT_SERVING, stop the loops, let in-flight calls finish within grace, release everything."""
         if self._rpc is not None:
             await self._rpc.set_serving(False)
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-        self._tasks.clear()
+        await self._loops.stop()
         if self._rpc is not None:
             await self._rpc.server.stop(grace)
         for channel in self._channels:

@@ -5,8 +5,6 @@ stop gracefully."""
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 import os
 import pathlib
@@ -18,6 +16,7 @@ from ratchet.internal.dispatcher.v1 import dispatcher_pb2_grpc as dgrpc
 from ratchet.internal.worker.v1 import worker_pb2 as wpb
 from ratchet.internal.worker.v1 import worker_pb2_grpc as wgrpc
 from ratchet.libs.clock import Clock, SystemClock
+from ratchet.libs.loops import Loops
 from ratchet.libs.pg import migrate
 from ratchet.libs.pg.pool import create_pool
 from ratchet.libs.rpc.client import aio_channel
@@ -45,7 +44,6 @@ log = logging.getLogger(__name__)
 SERVICE_NAME = wpb.DESCRIPTOR.services_by_name["DispatchService"].full_name
 ADMIN_SERVICE_NAME = dpb.DESCRIPTOR.services_by_name["BreakerAdminService"].full_name
 MIGRATIONS = pathlib.Path(__file__).with_name("migrations")
-LOOP_RESTART_S = 1.0
 
 
 def breaker_settings(config: DispatcherConfig) -> Settings:
@@ -87,7 +85,9 @@ class DispatcherServer:
         self.breaker_loop = BreakerLoop(self.breakers, self.clock)
         self._pool = None
         self._stopped = False
-        self._tasks: list[asyncio.Task] = []
+        # A loop that dies of a bug comes back: without the watch loop and the tick no
+        # parked poll would wake.
+        self._loops = Loops("dispatcher", self.clock)
 
     @property
     def port(self) -> int:
@@ -120,22 +120,10 @@ class DispatcherServer:
         await self.rpc.set_serving(False)
         await self.rpc.start()
         for name, run in (("watch", self.watch.run), ("tick", self.tick.run),
-                          ("breakers", self.breaker_loop.run)):
-            self._tasks.append(asyncio.create_task(self._supervise(name, run), name=f"dispatcher-{name}"))
-        self._tasks.append(asyncio.create_task(self._serve_when_reachable(), name="dispatcher-health"))
+                          ("breakers", self.breaker_loop.run), ("health", self._serve_when_reachable)):
+            self._loops.start(name, run)
         log.info("dispatcher listening on %s for shards %s (history at %s); %d breaker(s) not closed",
                  self.target, c.shard_ids, c.history_target, len(self.gate.breakers))
-
-    async def _supervise(self, name: str, run) -> None:
-        # A loop that dies of a bug must come back: without the watch loop and the
-        # tick no parked poll would wake.
-        while True:
-            try:
-                await run()
-                return
-            except Exception:
-                log.exception("dispatcher %s loop crashed; restarting in %.1fs", name, LOOP_RESTART_S)
-                await self.clock.sleep(LOOP_RESTART_S)
 
     async def _serve_when_reachable(self) -> None:
         await self.history.reachable.wait()
@@ -149,12 +137,7 @@ class DispatcherServer:
         self._stopped = True
         await self.rpc.set_serving(False)
         self.lot.close()
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-        self._tasks.clear()
+        await self._loops.stop()
         await self.rpc.server.stop(grace)
         await self.batcher.close()
         await self._channel.close()

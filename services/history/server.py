@@ -8,6 +8,7 @@ import logging
 import random
 
 from ratchet.internal.history.v1 import history_pb2, history_pb2_grpc
+from ratchet.libs.loops import Loops
 from ratchet.libs.rpc.server import Server
 from ratchet.services.history.config import HistoryConfig
 from ratchet.services.history.handlers import HistoryServicer
@@ -43,6 +44,7 @@ class HistoryServer:
         self.rpc = Server([(history_pb2_grpc.add_HistoryServiceServicer_to_server, self.servicer)],
                           [SERVICE_NAME], host=cfg.host, port=cfg.grpc_port)
         self.reconnect = ShardConnectLoop(self.shards, reconnect_interval_s, on_connected=self._connected)
+        self._loops = Loops("history")
 
     @property
     def port(self) -> int:
@@ -62,10 +64,10 @@ class HistoryServer:
     async def start(self) -> None:
         """Migrate and connect every reachable shard, then serve; unreachable shards keep retrying."""
         await self.shards.connect_all()
-        self.reconnect.start()
+        self._loops.start("shard-connect", self.reconnect.run)
         if self._timer_loop:
-            self.timers.start()
-        self.bulk.start()
+            self._loops.start("timers", self.timers.run)
+        self._loops.start("bulk", self.bulk.run)
         await self.rpc.start()
         await self.rpc.set_serving(True)
         log.info("history serving on %s for shards %s", self.address, self.shards.ids)
@@ -76,7 +78,5 @@ class HistoryServer:
         self.servicer.stopping.set()
         await self.rpc.stop(grace)
         await self.servicer.creates.close()
-        await self.bulk.stop()
-        await self.timers.stop()
-        await self.reconnect.stop()
+        await self._loops.stop()
         await self.shards.close()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
 import pathlib
@@ -10,6 +9,7 @@ import pathlib
 from ratchet.internal.gateway.v1 import control_pb2_grpc
 from ratchet.internal.hostagent.v1 import hostagent_pb2_grpc
 from ratchet.internal.worker.v1 import worker_pb2_grpc
+from ratchet.libs.loops import Loops
 from ratchet.libs.rpc.client import aio_channel
 from ratchet.libs.rpc.server import Server
 from ratchet.services.hostagent.agent import Agent
@@ -62,7 +62,7 @@ class HostAgent:
         self.server = Server([(hostagent_pb2_grpc.add_HostAgentServiceServicer_to_server,
                                HostAgentHandlers(config.worker_id, self.pool))],
                              [SERVICE_NAME], host=config.host, port=config.grpc_port)
-        self._loops: dict[str, asyncio.Task] = {}
+        self._loops = Loops("hostagent")
 
     @property
     def port(self) -> int:
@@ -71,9 +71,9 @@ class HostAgent:
     async def start(self) -> None:
         """Serve RPCs and start the loops; SERVING once the dispatcher is reachable."""
         await self.server.start()
-        self._loops = {name: asyncio.ensure_future(coro) for name, coro in (
-            ("completions", self.completions.run()), ("heartbeat", self.heartbeat.run()),
-            ("poll", self.poll.run()), ("serving", self._become_serving()))}
+        for name, run in (("completions", self.completions.run), ("heartbeat", self.heartbeat.run),
+                          ("poll", self.poll.run), ("serving", self._become_serving)):
+            self._loops.start(name, run)
         log.info("host agent %s serving on %s:%d (capacity %d)", self.config.worker_id, self.config.host,
                  self.port, self.config.capacity)
 
@@ -87,13 +87,12 @@ class HostAgent:
         completions, then kill what is left (its leases expire on the server)."""
         grace_s = self.config.shutdown_grace_s if grace_s is None else grace_s
         await self.server.set_serving(False)
-        if "poll" in self._loops:
-            self._loops["poll"].cancel()
+        # Polling stops first: no new lease arrives while the running ones drain, and the
+        # heartbeats and completions keep going until those are settled.
+        await self._loops.stop("poll")
         await self.agent.drain(grace_s)
         await self.completions.flush(max(1.0, min(grace_s, self.config.completion_retry_s)))
-        for loop in self._loops.values():
-            loop.cancel()
-        await asyncio.gather(*self._loops.values(), return_exceptions=True)
+        await self._loops.stop()
         await self.agent.close()
         await self.pool.close()
         await self.server.stop(1.0)

@@ -30,28 +30,13 @@ class BulkLoop:
         self._store = store
         self._hub = hub
         self._wake = asyncio.Event()
-        self._task: asyncio.Task | None = None
-
-    def start(self) -> None:
-        """Start the loop (idempotent)."""
-        if self._task is None:
-            self._task = asyncio.create_task(self._run(), name="history-bulk")
 
     def wake(self) -> None:
         """Run a round now (an operation was started)."""
         self._wake.set()
 
-    async def stop(self) -> None:
-        """Stop the loop and wait for it (a batch in flight rolls back and is redone later)."""
-        if self._task is not None:
-            self._task.cancel()
-            try:
-                await self._task
-            except asyncio.CancelledError:
-                pass
-            self._task = None
-
-    async def _run(self) -> None:
+    async def run(self) -> None:
+        """Run rounds until cancelled (a batch in flight then rolls back and is redone later)."""
         while True:
             self._wake.clear()
             busy = False

@@ -20,24 +20,9 @@ class ShardConnectLoop:
         self._shards = shards
         self._interval_s = interval_s
         self._on_connected = on_connected  # (a shard back: the bulk loop resumes its operations now)
-        self._task: asyncio.Task | None = None
 
-    def start(self) -> None:
-        """Start the loop (idempotent)."""
-        if self._task is None:
-            self._task = asyncio.create_task(self._run(), name="history-shard-connect")
-
-    async def stop(self) -> None:
-        """Stop the loop and wait for it."""
-        if self._task is not None:
-            self._task.cancel()
-            try:
-                await self._task
-            except asyncio.CancelledError:
-                pass
-            self._task = None
-
-    async def _run(self) -> None:
+    async def run(self) -> None:
+        """Retry until cancelled."""
         while True:
             await asyncio.sleep(self._interval_s)
             for shard in self._shards.unavailable():

@@ -66,22 +66,6 @@ class TimerLoop:
         self._hinted = dict.fromkeys(ids, math.inf)
         self._wakes_at = dict.fromkeys(ids, -math.inf)
         self._wake = {sid: asyncio.Event() for sid in ids}
-        self._task: asyncio.Task | None = None
-
-    def start(self) -> None:
-        """Start a loop per shard (idempotent)."""
-        if self._task is None:
-            self._task = asyncio.create_task(self._run(), name="history-timers")
-
-    async def stop(self) -> None:
-        """Stop every loop and wait for them (a firing in flight rolls back, its timers stay due)."""
-        if self._task is not None:
-            self._task.cancel()
-            try:
-                await self._task
-            except asyncio.CancelledError:
-                pass
-            self._task = None
 
     def due(self, shard_id: int, seconds: float) -> None:
         """A commit wrote a timer on shard_id due in `seconds`: fire by then."""
@@ -110,8 +94,13 @@ class TimerLoop:
             self._hub.publish(shard.id)  # after commit, like an enqueue
         return out
 
-    async def _run(self) -> None:
-        await asyncio.gather(*(self._run_shard(shard) for shard in self._shards))
+    async def run(self) -> None:
+        """Run a loop per shard until cancelled (a firing in flight then rolls back, its timers
+        stay due). One shard's loop that crashes ends the others too, so a restart of run()
+        never leaves two loops on a shard nor one running past a stop."""
+        async with asyncio.TaskGroup() as group:
+            for shard in self._shards:
+                group.create_task(self._run_shard(shard))
 
     async def _run_shard(self, shard: Shard) -> None:
         sid, failures = shard.id, 0

@@ -121,9 +121,9 @@ async def test_a_shard_connecting_late_wakes_whoever_waits_on_it():
             return [] if self.shard.available else [self.shard]
 
     woken = asyncio.Event()
-    loop = ShardConnectLoop(_Set(), interval_s=0.01, on_connected=woken.set)
-    loop.start()
+    task = asyncio.create_task(ShardConnectLoop(_Set(), interval_s=0.01, on_connected=woken.set).run())
     try:
         await asyncio.wait_for(woken.wait(), 2)
     finally:
-        await loop.stop()
+        task.cancel()
+        await asyncio.wait([task])

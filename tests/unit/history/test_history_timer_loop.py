@@ -7,6 +7,9 @@ import asyncio
 import contextlib
 import itertools
 
+import pytest
+
+from ratchet.libs.loops import Loops
 from ratchet.services.history.errors import ShardUnavailable
 from ratchet.services.history.loops.timers import MIN_SLEEP_S, TimerLoop
 from ratchet.services.history.ready import ReadyHub
@@ -59,11 +62,12 @@ class _Firings:
 async def _running(monkeypatch, shards: _Shards, firings: _Firings, hub: ReadyHub | None = None, **kw):
     monkeypatch.setattr(firing, "fire_timers", firings)  # the loop looks it up at each call
     loop = TimerLoop(shards, None, hub or ReadyHub(), grace_s=1.0, **kw)
-    loop.start()
+    loops = Loops("history")
+    loops.start("timers", loop.run)
     try:
         yield loop
     finally:
-        await loop.stop()
+        await loops.stop()
 
 
 async def _calls(firings: _Firings, sid: int, n: int, within_s: float) -> list[float]:
@@ -142,10 +146,37 @@ async def test_a_shard_not_connected_is_not_fired_until_it_connects(monkeypatch)
         await _calls(firings, 5, 1, 1.0)
 
 
-async def test_stop_ends_every_loop():
-    loop = TimerLoop(_Shards(_Shard(0, available=False)), None, ReadyHub(), grace_s=1.0)
-    loop.start()
-    task = loop._task
-    await asyncio.sleep(0)
-    await asyncio.wait_for(loop.stop(), 1)
-    assert task is not None and task.done() and loop._task is None
+def _other_tasks() -> set[asyncio.Task]:
+    return asyncio.all_tasks() - {asyncio.current_task()}
+
+
+async def test_cancelling_run_ends_every_shard_s_loop():
+    loop = TimerLoop(_Shards(_Shard(0, available=False), _Shard(1, available=False)), None, ReadyHub(),
+                     grace_s=1.0)
+    before = _other_tasks()
+    task = asyncio.create_task(loop.run())
+    await asyncio.sleep(0.01)
+    assert len(_other_tasks() - before) >= 3  # run(), a loop per shard (and the waits they started)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.wait_for(task, 1)
+    assert _other_tasks() == before
+
+
+class _Crashing(_Shard):
+    @property
+    def available(self):
+        raise RuntimeError("a bug in the shard's loop")
+
+    @available.setter
+    def available(self, value):
+        pass
+
+
+async def test_a_shard_s_loop_that_crashes_ends_the_others_so_a_restart_runs_one_per_shard():
+    loop = TimerLoop(_Shards(_Shard(0, available=False), _Crashing(1)), None, ReadyHub(), grace_s=1.0)
+    before = _other_tasks()
+    with pytest.raises(ExceptionGroup) as crash:
+        await asyncio.wait_for(loop.run(), 1)
+    assert crash.group_contains(RuntimeError, match="a bug")
+    assert _other_tasks() == before  # shard 0's loop ended with it
