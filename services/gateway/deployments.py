@@ -4,6 +4,7 @@ answer which handlers (with their policies) an app's tasks may use."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import re
 import time
 from collections.abc import Callable
@@ -11,8 +12,10 @@ from collections.abc import Callable
 from google.protobuf import json_format, timestamp_pb2
 
 from ratchet.api.apps.v1 import apps_pb2
+from ratchet.api.tasks.v1 import tasks_pb2
+from ratchet.internal.history.v1 import history_pb2
 from ratchet.libs.rpc.errors import InvalidArgument, NotFound
-from ratchet.services.gateway import policy
+from ratchet.services.gateway import enqueue, policy
 from ratchet.services.gateway.auth import Principal, require_app
 from ratchet.services.gateway.bundles import BlobStore, check_archive, check_digest
 from ratchet.services.gateway.store import ControlStore, DeploymentRow
@@ -22,6 +25,31 @@ _MODULE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 # Enqueues read the active handlers this often at most; a deploy through this
 # gateway clears the entry at once, another replica's deploy shows within it.
 HANDLER_CACHE_S = 1.0
+
+
+@dataclasses.dataclass(frozen=True, slots=True, eq=False)
+class Registered:
+    """A handler of a deployment, with the policy an enqueue of its type without overrides
+    takes, resolved when the deployment is loaded: every such enqueue shares these messages
+    (treat them as read-only), and a new deployment brings new ones."""
+
+    handler: apps_pb2.Handler
+    # (retry, timeouts, their wire form: enqueue.handler_wire) resolved; None when the handler's
+    # policy does not merge with the defaults (cap below base), so that each enqueue of the type
+    # is refused naming its own field.
+    plain: tuple[tasks_pb2.RetryPolicy, tasks_pb2.Timeouts, history_pb2.NewTask] | None
+
+
+Handlers = dict[str, Registered]  # an active deployment's handlers by name
+
+
+def register(handler: apps_pb2.Handler) -> Registered:
+    """handler with its policy resolved for enqueues without overrides."""
+    try:
+        retry, timeouts = policy.resolve(None, None, handler)
+    except InvalidArgument:
+        return Registered(handler, None)
+    return Registered(handler, (retry, timeouts, enqueue.handler_wire(handler.name, retry, timeouts)))
 
 
 def check_handlers(handlers, module: str) -> None:
@@ -60,7 +88,8 @@ def to_message(row: DeploymentRow, app_name: str, created: bool) -> apps_pb2.Dep
 
 
 class Deployments:
-    """Deploys and the per-app handler lookup used by every enqueue."""
+    """Deploys and the per-app handler lookup used by every enqueue (each handler Registered:
+    its policy resolved once per deployment)."""
 
     def __init__(self, store: ControlStore, blobs: BlobStore, max_bundle_bytes: int,
                  monotonic: Callable[[], float] = time.monotonic):
@@ -68,23 +97,33 @@ class Deployments:
         self.blobs = blobs
         self.max_bundle_bytes = max_bundle_bytes
         self.monotonic = monotonic
-        self._cache: dict[str, tuple[float, str | None, dict[str, apps_pb2.Handler] | None]] = {}
+        # app_id -> (expires, tenant_id, handlers, deployment_id) of its active deployment
+        self._cache: dict[str, tuple[float, str | None, Handlers | None, int | None]] = {}
 
-    async def handlers_for(self, app_id: str) -> dict[str, apps_pb2.Handler] | None:
+    async def handlers_for(self, app_id: str) -> Handlers | None:
         """The active deployment's handlers by name; None if the app never deployed."""
         return (await self.owner_and_handlers(app_id))[1]
 
-    async def owner_and_handlers(self, app_id: str) -> tuple[str | None, dict[str, apps_pb2.Handler] | None]:
-        """(tenant_id, handlers by name) of the app's active deployment; (None, None) if it never deployed."""
+    async def owner_and_handlers(self, app_id: str) -> tuple[str | None, Handlers | None]:
+        """(tenant_id, handlers by name) of the app's active deployment; (None, None) if it never deployed.
+
+        A deployment's handlers never change (a deploy records a new one), so a refresh that finds
+        the same deployment active keeps the handlers, and their resolved policies, it had."""
         hit = self._cache.get(app_id)
         now = self.monotonic()
         if hit is not None and hit[0] > now:
             return hit[1], hit[2]
         row = await self.store.active_deployment_get(app_id)
-        handlers = None if row is None else {
-            h["name"]: json_format.ParseDict(h, apps_pb2.Handler()) for h in row.handlers}
-        tenant_id = None if row is None else row.tenant_id
-        self._cache[app_id] = (now + HANDLER_CACHE_S, tenant_id, handlers)
+        if row is None:
+            tenant_id, handlers, deployment_id = None, None, None
+        else:
+            tenant_id, deployment_id = row.tenant_id, row.deployment_id
+            hit = self._cache.get(app_id)  # (another enqueue may have refreshed it meanwhile)
+            if hit is not None and hit[3] == deployment_id:
+                handlers = hit[2]
+            else:
+                handlers = {h["name"]: register(json_format.ParseDict(h, apps_pb2.Handler())) for h in row.handlers}
+        self._cache[app_id] = (now + HANDLER_CACHE_S, tenant_id, handlers, deployment_id)
         return tenant_id, handlers
 
     async def create(self, principal: Principal, req: apps_pb2.CreateDeploymentRequest) -> apps_pb2.Deployment:

@@ -29,6 +29,7 @@ from typing import Any
 
 from google.protobuf import timestamp_pb2
 
+from ratchet.api.tasks.v1 import tasks_pb2
 from ratchet.internal.history.v1 import history_pb2
 from ratchet.libs.batching import Batcher
 from ratchet.libs.rpc import errors
@@ -51,6 +52,9 @@ MAX_COALESCED = 200
 # The NewTask fields a CreateTasksRequest may send once, in `shared`; the others of a task
 # (key, fingerprint, due time, schedule) go on each task even when every task has them.
 WIRE_SHARED = frozenset({"tenant_id", "app_id", "task_type", "queue", "retry", "timeouts", "non_retryable"})
+# The `shared` fields a deployed handler's wire form holds (handler_wire); the rest of WIRE_SHARED
+# (tenant_id, app_id, queue) are the caller's, set on each request.
+HANDLER_WIRE = frozenset({"task_type", "retry", "timeouts", "non_retryable"})
 # ValidTask's fields that travel, in NewTask's names and order.
 _VALID_FIELDS = ("task_type", "queue", "retry", "timeouts", "non_retryable", "idempotency_key", "fingerprint",
                  "delay", "run_at")
@@ -69,6 +73,9 @@ class Tasks:
     shared: dict[str, Any]  # NewTask field -> the value every task has (unset fields absent)
     columns: dict[str, list]  # NewTask field -> one value per task, for the fields the tasks differ in
     where: str = "tasks[{i}]."  # an item's field path in messages ("" for a single enqueue)
+    # The HANDLER_WIRE fields of `shared` encoded, when they are a deployed handler's policy
+    # without overrides (its handler_wire, built once per deployment); None: encoded per call.
+    wire: history_pb2.NewTask | None = None
 
     def value(self, name: str, i: int) -> Any:
         """Task i's value of a field ("", None or [] when it sets none)."""
@@ -83,7 +90,23 @@ def _set(value: Any) -> bool:
 
 
 def _same(a: Any, b: Any) -> bool:
-    return a is b or a == b  # (resolved policies without overrides are one object: policy.resolve)
+    return a is b or a == b  # (a deployed handler's policy without overrides is one object: its Registered)
+
+
+def handler_wire(task_type: str, retry: tasks_pb2.RetryPolicy, timeouts: tasks_pb2.Timeouts) -> history_pb2.NewTask:
+    """The HANDLER_WIRE fields of a task of this type and policy, as CreateTasksRequest.shared
+    carries them: built once per deployed handler, copied into each request."""
+    wire = history_pb2.NewTask(task_type=task_type)
+    wire.retry.CopyFrom(retry)
+    wire.timeouts.CopyFrom(timeouts)
+    wire.non_retryable.extend(retry.non_retryable)
+    return wire
+
+
+def _wire_of(first: Any, columns: dict[str, list]) -> history_pb2.NewTask | None:
+    """first's wire form, when it stands for every task: none of its fields differs between them."""
+    wire = first.wire
+    return wire if wire is None or not columns or HANDLER_WIRE.isdisjoint(columns) else None
 
 
 def task_id(p: Principal, t: ValidTask, slots: SlotGroups | None = None) -> str:
@@ -109,7 +132,7 @@ def of_valid(p: Principal, valid: list[ValidTask], where: str = "tasks[{i}].",
             if _set(value):
                 shared[name] = value
         return Tasks(ids=[task_id(p, first, slots)], payloads=[first.payload_json], sizes=[len(first.payload_json)],
-                     shared=shared, columns=columns, where=where)
+                     shared=shared, columns=columns, where=where, wire=first.wire)
     for name in _VALID_FIELDS:
         v0 = getattr(first, name)
         if all(_same(getattr(t, name), v0) for t in valid):
@@ -119,18 +142,20 @@ def of_valid(p: Principal, valid: list[ValidTask], where: str = "tasks[{i}].",
             columns[name] = [getattr(t, name) for t in valid]
     payloads = [t.payload_json for t in valid]
     return Tasks(ids=[task_id(p, t, slots) for t in valid], payloads=payloads, sizes=list(map(len, payloads)),
-                 shared=shared, columns=columns, where=where)
+                 shared=shared, columns=columns, where=where, wire=_wire_of(first, columns))
 
 
 def of_plain(p: Principal, plain: PlainBatch) -> Tasks:
     """The form of a plain batch (validation.plain_batch or columns_batch): two columns and the
-    handler's policy shared."""
-    retry, timeouts = policy.resolve(None, None, plain.handler, where="retry")
+    handler's policy (resolved when its deployment was loaded) shared."""
+    registered = plain.handler  # (its plain is None only for a policy that cannot merge: resolve raises)
+    retry, timeouts, wire = registered.plain or (*policy.resolve(None, None, registered.handler, "retry"), None)
     shared: dict[str, Any] = {"tenant_id": p.tenant_id, "app_id": p.app_id, "task_type": plain.task_type,
                               "queue": plain.queue, "retry": retry, "timeouts": timeouts}
     if retry.non_retryable:
         shared["non_retryable"] = list(retry.non_retryable)
-    return Tasks(ids=plain.task_ids, payloads=plain.payloads, sizes=plain.sizes, shared=shared, columns={})
+    return Tasks(ids=plain.task_ids, payloads=plain.payloads, sizes=plain.sizes, shared=shared, columns={},
+                 wire=wire)
 
 
 def scheduled(tasks: Tasks, schedule_id: str, scheduled_time: timestamp_pb2.Timestamp) -> Tasks:
@@ -172,7 +197,8 @@ def merge(forms: list[Tasks]) -> Tasks:
         ids.extend(f.ids)
         payloads.extend(f.payloads)
         sizes.extend(f.sizes)
-    return Tasks(ids=ids, payloads=payloads, sizes=sizes, shared=shared, columns=columns)
+    return Tasks(ids=ids, payloads=payloads, sizes=sizes, shared=shared, columns=columns,
+                 wire=_wire_of(first, columns))
 
 
 def _size_chunks(sizes: list[int], idx: list[int]) -> list[list[int]]:
@@ -229,36 +255,20 @@ def _put(msg: history_pb2.NewTask, name: str, value: Any) -> None:
         setattr(msg, name, value)
 
 
-# Encoded `shared` fields by their values (the resolved policies by identity, each entry holding
-# them so their ids stay theirs): building the NewTask field by field was half of encoding a
-# single enqueue; copying a built one is a tenth of that.
-_WIRES: dict[tuple, tuple[Any, Any, history_pb2.NewTask]] = {}
-_WIRES_MAX = 1024
-
-
-def _wire(shared: dict[str, Any]) -> history_pb2.NewTask:
-    """The CreateTasksRequest.shared of these shared fields (those the wire takes once)."""
-    retry, timeouts = shared.get("retry"), shared.get("timeouts")
-    key = (shared.get("tenant_id"), shared.get("app_id"), shared.get("task_type"), shared.get("queue"),
-           id(retry), id(timeouts), tuple(shared.get("non_retryable", ())))
-    hit = _WIRES.get(key)
-    if hit is not None and hit[0] is retry and hit[1] is timeouts:
-        return hit[2]
-    wire = history_pb2.NewTask()
-    for name, value in shared.items():
-        if name in WIRE_SHARED:
-            _put(wire, name, value)
-    if len(_WIRES) >= _WIRES_MAX:
-        _WIRES.clear()  # a bound, not an LRU: a gateway sees few policies
-    _WIRES[key] = (retry, timeouts, wire)
-    return wire
-
-
 def request(shard_id: int, tasks: Tasks, idx: list[int] | None) -> history_pb2.CreateTasksRequest:
     """One CreateTasks of the tasks at idx (None: all): `columns` when only ids and payloads
     differ and no task sets anything of its own, else `tasks` with `shared`."""
     req = history_pb2.CreateTasksRequest(shard_id=shard_id)
-    req.shared.CopyFrom(_wire(tasks.shared))
+    shared, wire, out = tasks.shared, tasks.wire, req.shared
+    if wire is not None:  # (the handler's fields built once: copying them is a fraction of encoding them)
+        out.CopyFrom(wire)
+        out.tenant_id = shared.get("tenant_id", "")  # (the caller's fields; "" leaves one unset)
+        out.app_id = shared.get("app_id", "")
+        out.queue = shared.get("queue", "")
+    else:
+        for name, value in shared.items():
+            if name in WIRE_SHARED:
+                _put(out, name, value)
     own = [(name, value) for name, value in tasks.shared.items() if name not in WIRE_SHARED]
     ids, payloads = tasks.ids, tasks.payloads
     if not own and not tasks.columns:
@@ -416,7 +426,8 @@ def _alone(part: Part) -> Tasks:
         return t
     (i,) = part.idx
     return Tasks(ids=[t.ids[i]], payloads=[t.payloads[i]], sizes=[t.sizes[i]],
-                 shared={**t.shared, **{n: c[i] for n, c in t.columns.items() if _set(c[i])}}, columns={})
+                 shared={**t.shared, **{n: c[i] for n, c in t.columns.items() if _set(c[i])}}, columns={},
+                 wire=t.wire)
 
 
 def _answered(tasks: Tasks, parts: list[Part], outcomes: list[Answer | BaseException]) -> Created:

@@ -17,7 +17,6 @@ leaves the handler's rules.
 
 from __future__ import annotations
 
-import collections
 import re
 
 from google.protobuf import duration_pb2
@@ -149,36 +148,16 @@ def _check_merged_rules(out: tasks_pb2.RetryPolicy, where: str) -> None:
                                   f"once the policy's fields are inherited; set both on the rule")
 
 
-# Policies resolved for requests without overrides, by handler object (the deployment
-# cache hands out the same Handler objects until it refreshes): most enqueues, and every
-# item of a typical batch, need no merge at all. Values are shared: treat them as read-only.
-_PLAIN: collections.OrderedDict = collections.OrderedDict()
-_PLAIN_MAX = 1024
-
-
 def resolve(retry: tasks_pb2.RetryPolicy | None, timeouts: tasks_pb2.Timeouts | None,
             handler: apps_pb2.Handler | None, where: str = "retry"
             ) -> tuple[tasks_pb2.RetryPolicy, tasks_pb2.Timeouts]:
     """The effective policy, field by field: override, then handler, then default;
     non_retryable and rules as wholes (see the module docstring).
 
-    Raises InvalidArgument when the merge is inconsistent (cap below base). The result
-    is shared between calls without overrides: do not modify it.
+    Raises InvalidArgument when the merge is inconsistent (cap below base). Each call merges
+    anew: what an enqueue without overrides gets is resolved once per deployed handler, by the
+    deployment cache (deployments.register).
     """
-    if retry is None and timeouts is None:
-        hit = _PLAIN.get(id(handler))
-        if hit is not None and hit[0] is handler:
-            return hit[1]
-        out = _resolve(None, None, handler, where)
-        _PLAIN[id(handler)] = (handler, out)  # the strong reference keeps the id from being reused
-        if len(_PLAIN) > _PLAIN_MAX:
-            _PLAIN.popitem(last=False)
-        return out
-    return _resolve(retry, timeouts, handler, where)
-
-
-def _resolve(retry: tasks_pb2.RetryPolicy | None, timeouts: tasks_pb2.Timeouts | None,
-             handler: apps_pb2.Handler | None, where: str) -> tuple[tasks_pb2.RetryPolicy, tasks_pb2.Timeouts]:
     h_retry = handler.retry if handler is not None and handler.HasField("retry") else None
     h_timeouts = handler.timeouts if handler is not None and handler.HasField("timeouts") else None
     out_r = tasks_pb2.RetryPolicy()

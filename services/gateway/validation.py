@@ -11,15 +11,19 @@ import hashlib
 import json
 import math
 import re
+from typing import TYPE_CHECKING
 
 from google.protobuf import duration_pb2, json_format, struct_pb2, timestamp_pb2
 
-from ratchet.api.apps.v1 import apps_pb2
 from ratchet.api.tasks.v1 import tasks_pb2
 from ratchet.libs.fastcheck import first_bad_json, json_value_ok
 from ratchet.libs.rpc.errors import InvalidArgument, TooLarge
 from ratchet.libs.shardmap import all_canonical, new_task_ids, parse_task_id
 from ratchet.services.gateway import policy
+
+if TYPE_CHECKING:  # (deployments imports the enqueue path, which imports this module)
+    from ratchet.internal.history.v1 import history_pb2
+    from ratchet.services.gateway.deployments import Handlers, Registered
 
 MAX_BATCH = 1000
 MAX_DELAY_S = 365 * 86400
@@ -46,6 +50,7 @@ class ValidTask:
     non_retryable: list[str]
     fingerprint: str
     task_id: str = ""  # minted by the caller (canonical form), or "" for the gateway to mint
+    wire: history_pb2.NewTask | None = None  # the handler's wire form, when the task takes its policy as is
 
 
 _encode_str = json.encoder.encode_basestring  # what json.dumps(ensure_ascii=False) quotes strings with
@@ -213,7 +218,7 @@ def _check_names(req: tasks_pb2.EnqueueTaskRequest, where: str) -> str:
     return queue
 
 
-def _handler_for(task_type: str, handlers: dict[str, apps_pb2.Handler] | None, where: str) -> apps_pb2.Handler:
+def _handler_for(task_type: str, handlers: Handlers | None, where: str) -> Registered:
     if handlers is None:
         raise InvalidArgument("the app has no deployment: deploy the app first (`ratchet deploy DIR --app NAME`)")
     if not task_type:
@@ -274,7 +279,7 @@ def fingerprint_general(req: tasks_pb2.EnqueueTaskRequest, queue: str) -> str:
     return "sha256:" + hashlib.sha256(canonical_json(data)).hexdigest()
 
 
-def validate_task(req: tasks_pb2.EnqueueTaskRequest, handlers: dict[str, apps_pb2.Handler] | None,
+def validate_task(req: tasks_pb2.EnqueueTaskRequest, handlers: Handlers | None,
                   *, max_payload_bytes: int, now_s: float, index: int | None = None,
                   where: str | None = None) -> ValidTask:
     """Check one request and resolve its policy; raise InvalidArgument/TooLarge naming the field
@@ -304,16 +309,16 @@ def validate_task(req: tasks_pb2.EnqueueTaskRequest, handlers: dict[str, apps_pb
     if len(payload) > max_payload_bytes:
         raise TooLarge(f"{where}payload is {len(payload)} bytes as compact JSON; the limit is {max_payload_bytes} "
                        f"bytes: store large data elsewhere and pass a reference")
-    handler = _handler_for(req.task_type, handlers, where)
-    retry, timeouts = policy.resolve(req.retry if has_retry else None, req.timeouts if has_timeouts else None,
-                                     handler, where=f"{where}retry")
+    registered = _handler_for(req.task_type, handlers, where)
+    plain = None if has_retry or has_timeouts else registered.plain  # (None too for a policy that cannot merge)
+    retry, timeouts, wire = plain or (*policy.resolve(req.retry if has_retry else None, req.timeouts if has_timeouts
+                                                       else None, registered.handler, f"{where}retry"), None)
     return ValidTask(
         task_type=req.task_type, queue=queue, payload_json=payload, idempotency_key=req.idempotency_key,
         delay=req.delay if has_delay else None, run_at=req.run_at if has_run_at else None,
         retry=retry, timeouts=timeouts, non_retryable=list(retry.non_retryable),
-        # Only a key is ever compared with its request's fingerprint (history refuses a key reused
-        # for a different request); an unkeyed task needs none.
-        fingerprint=fingerprint(req, queue) if req.idempotency_key else "", task_id=task_id)
+        # Only a key's fingerprint is ever compared (history refuses a key reused for another request).
+        fingerprint=fingerprint(req, queue) if req.idempotency_key else "", task_id=task_id, wire=wire)
 
 
 @dataclasses.dataclass(slots=True)
@@ -323,7 +328,7 @@ class PlainBatch:
 
     task_type: str
     queue: str  # resolved ("default" when unset)
-    handler: apps_pb2.Handler
+    handler: Registered
     task_ids: list[str]  # canonical, unique
     payloads: list[bytes]  # JSON text, b"null" where none was sent
     sizes: list[int]  # len of each payload as sent (0: none)
@@ -356,7 +361,7 @@ def _plain_size(type_len: int, queue_len: int, sizes: list[int]) -> int:
     return total
 
 
-def plain_batch(req: tasks_pb2.EnqueueTasksRequest, handlers: dict[str, apps_pb2.Handler] | None, *,
+def plain_batch(req: tasks_pb2.EnqueueTasksRequest, handlers: Handlers | None, *,
                 max_payload_bytes: int) -> PlainBatch | None:
     """The batch as columns when every item is plain and valid, else None: the per-task path
     (validate_task), which also finds and names every error. A few C calls and list builds per
@@ -394,7 +399,7 @@ def plain_batch(req: tasks_pb2.EnqueueTasksRequest, handlers: dict[str, apps_pb2
                       payloads=payloads, sizes=sizes)
 
 
-def columns_batch(req: tasks_pb2.EnqueueTasksRequest, handlers: dict[str, apps_pb2.Handler] | None, *,
+def columns_batch(req: tasks_pb2.EnqueueTasksRequest, handlers: Handlers | None, *,
                   max_payload_bytes: int) -> PlainBatch:
     """EnqueueTasksRequest.columns checked, as the PlainBatch plain_batch finds in items:
     INVALID_ARGUMENT (or RESOURCE_EXHAUSTED for a payload over the limit) naming

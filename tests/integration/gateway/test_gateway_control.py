@@ -9,11 +9,14 @@ import pathlib
 import grpc
 import httpx
 import pytest
+from google.protobuf import timestamp_pb2
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from ratchet.api.apps.v1 import apps_pb2
+from ratchet.api.tasks.v1 import tasks_pb2
 from ratchet.api.tenants.v1 import tenants_pb2
 from ratchet.internal.gateway.v1 import control_pb2, control_pb2_grpc
+from ratchet.libs.shardmap import new_task_id
 from ratchet.services.gateway.rest import openapi
 
 from .conftest import ADMIN_KEY, HOST_TOKEN, b64, make_bundle, start_gateway
@@ -178,3 +181,43 @@ async def test_redeploying_an_older_digest_makes_it_active_again(env):
     assert active.deployment.digest == first.digest
     r = await env.http.post("/v1/tasks", json={"task_type": "only_two"}, headers=env.auth(t.api_key))
     assert r.status_code == 400 and "registered types: resize, send" in r.json()["error"]["message"]
+
+
+async def test_a_redeploy_that_changes_a_handlers_policy_is_what_the_next_enqueues_get(env):
+    """The deployment cache resolves each handler's policy once per deployment: a redeploy of
+    the same task type with another default policy (and a rollback to the first) reaches every
+    enqueue form at once, never the policy cached for the deployment before."""
+    t = await env.new_tenant("policy-co")
+    md = env.md(t.api_key)
+
+    async def policies() -> list[tuple[int, int, list[str]]]:
+        """(max_attempts, start_to_close s, non_retryable) history got from each form of enqueue."""
+        ids = [(await env.http.post("/v1/tasks", json={"task_type": "send"}, headers=env.auth(t.api_key))
+                ).json()["task_id"]]
+        ids.append((await env.tasks.EnqueueTask(tasks_pb2.EnqueueTaskRequest(task_type="send"), metadata=md,
+                                                timeout=5)).task_id)
+        items = [tasks_pb2.EnqueueTaskRequest(task_type="send", task_id=new_task_id(), payload_json="{}")
+                 for _ in range(3)]
+        ids += (await env.tasks.EnqueueTasks(tasks_pb2.EnqueueTasksRequest(tasks=items), metadata=md,
+                                             timeout=5)).task_ids
+        cols = tasks_pb2.TaskColumns(task_type="send", payloads_json=["{}", "{}"])
+        ids += (await env.tasks.EnqueueTasks(tasks_pb2.EnqueueTasksRequest(columns=cols), metadata=md,
+                                             timeout=5)).task_ids
+        slot = timestamp_pb2.Timestamp(seconds=1_900_000_000 + len(env.history.tasks))
+        ids.append((await control(env).EnqueueScheduled(control_pb2.EnqueueScheduledRequest(
+            tenant_id=t.tenant_id, app_id=t.app_id, schedule_id="s1", scheduled_time=slot,
+            task=tasks_pb2.EnqueueTaskRequest(task_type="send")), metadata=HOST_MD, timeout=5)).task_id)
+        sent = [env.history.tasks[i] for i in ids]
+        return [(s.retry.max_attempts, s.timeouts.start_to_close.seconds, list(s.non_retryable)) for s in sent]
+
+    def send(max_attempts: int, start_to_close: int, non_retryable: list[str]) -> list[apps_pb2.Handler]:
+        return [apps_pb2.Handler(name="send", retry=tasks_pb2.RetryPolicy(max_attempts=max_attempts),
+                                 timeouts=tasks_pb2.Timeouts(start_to_close={"seconds": start_to_close}),
+                                 non_retryable=non_retryable)]
+
+    await env.deploy(t.api_key, files={"app.py": b"# one\n"}, handlers=send(4, 60, ["KeyError"]))
+    assert await policies() == [(4, 60, ["KeyError"])] * 8
+    await env.deploy(t.api_key, files={"app.py": b"# two\n"}, handlers=send(9, 30, []))
+    assert await policies() == [(9, 30, [])] * 8
+    await env.deploy(t.api_key, files={"app.py": b"# one\n"}, handlers=send(4, 60, ["KeyError"]))
+    assert await policies() == [(4, 60, ["KeyError"])] * 8

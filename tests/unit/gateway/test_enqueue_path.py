@@ -8,12 +8,14 @@ import asyncio
 import pytest
 from google.protobuf import duration_pb2, timestamp_pb2
 
+from ratchet.api.apps.v1 import apps_pb2
 from ratchet.api.tasks.v1 import tasks_pb2
 from ratchet.internal.history.v1 import history_pb2
 from ratchet.libs.rpc import errors
 from ratchet.libs.shardmap import ShardMap, new_task_id
 from ratchet.services.gateway import enqueue
 from ratchet.services.gateway.auth import Principal
+from ratchet.services.gateway.deployments import register
 from ratchet.services.gateway.validation import PlainBatch, ValidTask
 
 P = Principal("ten", "app", "")
@@ -66,9 +68,8 @@ def test_a_schedules_task_carries_its_schedule():
 
 
 def test_a_plain_batch_is_two_columns_and_the_handlers_policy():
-    from ratchet.api.apps.v1 import apps_pb2
     ids = [new_task_id() for _ in range(3)]
-    plain = PlainBatch(task_type="send", queue="default", handler=apps_pb2.Handler(), task_ids=ids,
+    plain = PlainBatch(task_type="send", queue="default", handler=register(apps_pb2.Handler(name="send")), task_ids=ids,
                        payloads=[b"1", b"2", b"null"], sizes=[1, 1, 0])
     t = enqueue.of_plain(P, plain)
     assert not t.columns and t.ids is ids

@@ -13,8 +13,9 @@ from ratchet.api.tasks.v1 import tasks_pb2
 from ratchet.libs.rpc.errors import InvalidArgument, TooLarge
 from ratchet.libs.shardmap import SlotGroups, new_task_id
 from ratchet.services.gateway import validation
+from ratchet.services.gateway.deployments import register
 
-HANDLERS = {"send": apps_pb2.Handler(name="send"), "resize": apps_pb2.Handler(name="resize")}
+HANDLERS = {name: register(apps_pb2.Handler(name=name)) for name in ("send", "resize")}
 LIMIT = 262144
 
 
@@ -94,7 +95,7 @@ def test_an_sdk_batch_is_plain_with_its_columns():
     items[7].payload_json = ""
     p = plain(batch(*items))
     assert p is not None
-    assert (p.task_type, p.queue, p.handler.name) == ("send", "default", "send")
+    assert (p.task_type, p.queue, p.handler.handler.name) == ("send", "default", "send")
     assert p.task_ids == [t.task_id for t in items]
     assert p.payloads[:3] == [b'{"n":0}', b'{"n":1}', b'{"n":2}'] and p.payloads[7] == b"null"
     assert p.sizes[7] == 0 and p.sizes[8] == len(b'{"n":8}')

@@ -12,8 +12,9 @@ from ratchet.api.apps.v1 import apps_pb2
 from ratchet.api.tasks.v1 import tasks_pb2
 from ratchet.libs.rpc.errors import InvalidArgument, TooLarge
 from ratchet.services.gateway import validation
+from ratchet.services.gateway.deployments import register
 
-HANDLERS = {"send": apps_pb2.Handler(name="send"), "resize": apps_pb2.Handler(name="resize")}
+HANDLERS = {name: register(apps_pb2.Handler(name=name)) for name in ("send", "resize")}
 NOW = time.time()
 
 
