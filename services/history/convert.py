@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import json
+from collections.abc import Sequence
 
 from google.protobuf import duration_pb2, json_format, struct_pb2, timestamp_pb2
 
@@ -19,6 +20,7 @@ from ratchet.libs.taskstate import TaskState
 from ratchet.services.history import policy
 from ratchet.services.history.errors import InvalidArgument, TooLarge
 from ratchet.services.history.model import CompletionIn, ErrorInfo, TaskFilter
+from ratchet.services.history.store.rows import AttemptRow, BulkOperationRow, LeasedRow, TaskRow
 
 MAX_PAYLOAD_BYTES = 256 * 1024
 MAX_BATCH = 1000
@@ -174,65 +176,61 @@ def _task_error(cls: str | None, msg: str | None, stack: str | None) -> tasks_pb
     return tasks_pb2.TaskError(error_class=cls, message=msg or "", stack=stack or "")
 
 
-def attempt_to_proto(a) -> tasks_pb2.Attempt:
+def attempt_to_proto(a: AttemptRow) -> tasks_pb2.Attempt:
     """A task_attempts row in the public Attempt shape."""
-    out = tasks_pb2.Attempt(attempt=a["attempt"], lease_epoch=a["lease_epoch"], worker_id=a["worker_id"],
-                            outcome=taskstate.outcome_to_proto(a["outcome"]),
-                            started_at=timestamp(a["started_at"]), finished_at=timestamp(a["finished_at"]))
-    err = _task_error(a["error_class"], a["error_message"], a["error_stack"])
+    out = tasks_pb2.Attempt(attempt=a.attempt, lease_epoch=a.lease_epoch, worker_id=a.worker_id,
+                            outcome=taskstate.outcome_to_proto(a.outcome),
+                            started_at=timestamp(a.started_at), finished_at=timestamp(a.finished_at))
+    err = _task_error(a.error_class, a.error_message, a.error_stack)
     if err is not None:
         out.error.CopyFrom(err)
     return out
 
 
-def task_to_proto(row, attempts=()) -> tasks_pb2.Task:
+def task_to_proto(row: TaskRow, attempts: Sequence[AttemptRow] = ()) -> tasks_pb2.Task:
     """A task row and its attempt rows in the public shape (ListTasks passes none)."""
-    state = TaskState(row["state"])
-    retry = policy.Retry.from_json(_json(row["retry_policy"]))
-    rules = policy.rules_from_json(_json(row["retry_rules"]) if row["retry_rules"] is not None else None)
-    timeouts = policy.Timeouts.from_json(_json(row["timeouts"]))
+    state = TaskState(row.state)
+    retry = policy.Retry.from_json(_json(row.retry_policy))
+    rules = policy.rules_from_json(row.retry_rules)
+    timeouts = policy.Timeouts.from_json(_json(row.timeouts))
     out = tasks_pb2.Task(
-        task_id=str(row["task_id"]), task_type=row["task_type"], queue=row["queue"] or "default",
-        state=taskstate.to_proto(state), attempt=row["attempt"], max_attempts=row["max_attempts"],
-        version=row["version"], payload=json_value(row["payload"]), result=json_value(row["result"]),
-        idempotency_key=row["idempotency_key"] or "", cancel_requested=row["cancel_requested"],
-        created_at=timestamp(row["created_at"]), run_at=timestamp(row["run_at"]),
-        updated_at=timestamp(row["updated_at"]), started_at=timestamp(row["started_at"]),
-        finished_at=timestamp(row["finished_at"]),
-        retry=policy.retry_to_proto(retry, row["non_retryable"] or (), rules),
+        task_id=row.task_id, task_type=row.task_type, queue=row.queue or "default",
+        state=taskstate.to_proto(state), attempt=row.attempt, max_attempts=row.max_attempts,
+        version=row.version, payload=json_value(row.payload), result=json_value(row.result),
+        idempotency_key=row.idempotency_key or "", cancel_requested=row.cancel_requested,
+        created_at=timestamp(row.created_at), run_at=timestamp(row.run_at),
+        updated_at=timestamp(row.updated_at), started_at=timestamp(row.started_at),
+        finished_at=timestamp(row.finished_at),
+        retry=policy.retry_to_proto(retry, row.non_retryable or (), rules),
         timeouts=policy.timeouts_to_proto(timeouts), attempts=[attempt_to_proto(a) for a in attempts],
-        schedule_id=row["schedule_id"] or "", scheduled_time=timestamp(row["scheduled_time"]),
-        checkpoint=json_value(row["checkpoint"]),
-        retried_as=str(row["retried_as"]) if row["retried_as"] else "",
-        retry_of=str(row["retry_of"]) if row["retry_of"] else "")
+        schedule_id=row.schedule_id or "", scheduled_time=timestamp(row.scheduled_time),
+        checkpoint=json_value(row.checkpoint), retried_as=row.retried_as or "", retry_of=row.retry_of or "")
     if state in (TaskState.FAILED, TaskState.EXPIRED):
-        err = _task_error(row["error_class"], row["error_message"], row["error_stack"])
+        err = _task_error(row.error_class, row.error_message, row.error_stack)
         if err is not None:
             out.error.CopyFrom(err)
     return out
 
 
-def leased_to_proto(shard_id: int, r, lease: duration_pb2.Duration) -> worker_pb2.LeasedTask:
+def leased_to_proto(shard_id: int, r: LeasedRow, lease: duration_pb2.Duration) -> worker_pb2.LeasedTask:
     """A row returned by task_lease_batch as a LeasedTask (lease: the batch's lease duration,
     made once for all its rows and copied into each)."""
     out = worker_pb2.LeasedTask(
-        shard_id=shard_id, task_id=str(r["task_id"]), tenant_id=r["tenant_id"], app_id=r["app_id"],
-        task_type=r["task_type"], queue=r["queue"], payload_json=bytes(r["payload"]), attempt=r["attempt"],
-        max_attempts=r["max_attempts"], lease_epoch=r["lease_epoch"], lease_duration=lease,
-        scheduled_at=timestamp(r["run_at"]), schedule_id=r["schedule_id"] or "",
-        scheduled_time=timestamp(r["scheduled_time"]))
-    if r["start_to_close_s"] is not None:
-        out.start_to_close.CopyFrom(policy.duration(r["start_to_close_s"]))
-    if r["checkpoint"] is not None:
-        out.last_checkpoint_json = bytes(r["checkpoint"])
+        shard_id=shard_id, task_id=str(r.task_id), tenant_id=r.tenant_id, app_id=r.app_id,
+        task_type=r.task_type, queue=r.queue, payload_json=bytes(r.payload), attempt=r.attempt,
+        max_attempts=r.max_attempts, lease_epoch=r.lease_epoch, lease_duration=lease,
+        scheduled_at=timestamp(r.run_at), schedule_id=r.schedule_id or "",
+        scheduled_time=timestamp(r.scheduled_time))
+    if r.start_to_close_s is not None:
+        out.start_to_close.CopyFrom(policy.duration(r.start_to_close_s))
+    if r.checkpoint is not None:
+        out.last_checkpoint_json = bytes(r.checkpoint)
     return out
 
 
-def _json(value) -> dict:
-    """A stored policy or timeouts; NULL is {} (migration 0013)."""
-    if value is None:
-        return {}
-    return json.loads(value) if isinstance(value, (str, bytes)) else value
+def _json(value: dict | None) -> dict:
+    """A stored policy or timeouts (parsed by the store's rows); NULL is {} (migration 0013)."""
+    return {} if value is None else value
 
 
 MAX_PAGE = 1000
@@ -337,12 +335,12 @@ def operation_id(value: str) -> str:
     return value
 
 
-def bulk_to_proto(row, failures) -> tasks_pb2.BulkOperation:
+def bulk_to_proto(row: BulkOperationRow, failures: Sequence[tuple[str, str]]) -> tasks_pb2.BulkOperation:
     """An operation part and its recorded failures in the public shape."""
     return tasks_pb2.BulkOperation(
-        operation_id=row["operation_id"],
-        kind=tasks_pb2.BulkOperationKind.Value(f"BULK_OPERATION_KIND_{row['kind']}"),
-        state=_BULK_STATES[row["state"]], filter=filter_to_proto(TaskFilter.from_json(row["filter"])),
-        matched=row["matched"], processed=row["processed"], succeeded=row["succeeded"], failed=row["failed"],
-        skipped=row["skipped"], failures=[tasks_pb2.BulkItemFailure(task_id=t, reason=r) for t, r in failures],
-        created_at=timestamp(row["created_at"]), finished_at=timestamp(row["finished_at"]))
+        operation_id=row.operation_id,
+        kind=tasks_pb2.BulkOperationKind.Value(f"BULK_OPERATION_KIND_{row.kind}"),
+        state=_BULK_STATES[row.state], filter=filter_to_proto(row.filter),
+        matched=row.matched, processed=row.processed, succeeded=row.succeeded, failed=row.failed,
+        skipped=row.skipped, failures=[tasks_pb2.BulkItemFailure(task_id=t, reason=r) for t, r in failures],
+        created_at=timestamp(row.created_at), finished_at=timestamp(row.finished_at))

@@ -10,11 +10,15 @@ from __future__ import annotations
 
 import dataclasses
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 from ratchet.libs.taskstate import AttemptOutcome, CancelReason, ErrorClass, TaskState
 from ratchet.services.history.model import CompletionIn, ErrorInfo, TaskView, TimerDue, Transition
 from ratchet.services.history.policy import backoff_delay
+
+if TYPE_CHECKING:  # (names only: the decisions import nothing of the store's I/O)
+    from ratchet.services.history.store.rows import CancelCandidate, RetryCandidate
 
 Rand = Callable[[], float]
 
@@ -219,18 +223,19 @@ def unregistered_reason(task_type: str) -> str:
     return f"task type {task_type} is no longer registered by the active deployment"
 
 
-def plan_bulk_retry(rows, registered: frozenset[str], new_id: Callable[[str], str], operation_id: str) -> BulkPlan:
+def plan_bulk_retry(rows: Sequence[RetryCandidate], registered: frozenset[str], new_id: Callable[[str], str],
+                    operation_id: str) -> BulkPlan:
     """Retry each terminal task as a new task (its create transition), unless
     it was retried already (skipped) or its type is no longer registered
-    (failed). `rows` carry task_id, task_type, retried_as."""
+    (failed)."""
     plan = BulkPlan()
     for r in rows:
-        original = str(r["task_id"])
-        if r["retried_as"] is not None:  # a task is retried once: a re-run skips it
+        original = r.task_id
+        if r.retried_as is not None:  # a task is retried once: a re-run skips it
             plan.skipped += 1
             continue
-        if registered and r["task_type"] not in registered:
-            plan.failures.append((original, unregistered_reason(r["task_type"])))
+        if registered and r.task_type not in registered:
+            plan.failures.append((original, unregistered_reason(r.task_type)))
             continue
         create = Transition(task_id=new_id(original), from_state=None, to_state=TaskState.ENQUEUED,
                             lease_epoch=0, reason=f"bulk retry of {original} (operation {operation_id})")
@@ -238,17 +243,17 @@ def plan_bulk_retry(rows, registered: frozenset[str], new_id: Callable[[str], st
     return plan
 
 
-def plan_bulk_cancel(rows, operation_id: str) -> BulkPlan:
+def plan_bulk_cancel(rows: Sequence[CancelCandidate], operation_id: str) -> BulkPlan:
     """The normal cancel for each live task: waiting ones now, running ones by
-    a cancel request. `rows` carry task_id, state, lease_epoch."""
+    a cancel request."""
     plan = BulkPlan()
     for r in rows:
-        task_id, state = str(r["task_id"]), TaskState(r["state"])
-        t = cancel_now(task_id, state, r["lease_epoch"], f"canceled by bulk operation {operation_id}")
+        task_id, state = r.task_id, TaskState(r.state)
+        t = cancel_now(task_id, state, r.lease_epoch, f"canceled by bulk operation {operation_id}")
         if t is not None:
             plan.cancels.append(t)
         elif state == TaskState.LEASED:
-            plan.cancel_requests.append((task_id, r["lease_epoch"]))
+            plan.cancel_requests.append((task_id, r.lease_epoch))
         else:
             plan.skipped += 1
     return plan

@@ -159,7 +159,7 @@ class HistoryServicer(history_pb2_grpc.HistoryServiceServicer):
                                              max_tasks=request.max_tasks, app_ids=list(request.app_ids),
                                              cursor=request.tenant_cursor, lease_s=lease_s, type_limits=limits)
         if out.rows:  # each lease's check: at lease expiry or the attempt deadline, the earlier
-            limits = [r["start_to_close_s"] for r in out.rows if r["start_to_close_s"] is not None]
+            limits = [r.start_to_close_s for r in out.rows if r.start_to_close_s is not None]
             self.hub.timer_due(shard.id, min([lease_s, *limits]))
         lease = policy.duration(lease_s)  # (one Duration for the batch)
         return history_pb2.LeaseTasksResponse(

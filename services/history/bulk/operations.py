@@ -23,7 +23,7 @@ from ratchet.libs.taskstate import CancelReason
 from ratchet.services.history.decide import BulkPlan, plan_bulk_cancel, plan_bulk_retry
 from ratchet.services.history.errors import OperationConflict, OperationNotFound
 from ratchet.services.history.model import TaskFilter
-from ratchet.services.history.store import Store
+from ratchet.services.history.store import BulkOperationRow, CancelCandidate, RetryCandidate, Store
 
 RETRY, CANCEL = "RETRY", "CANCEL"
 MAX_FAILURES_KEPT = 1000
@@ -50,7 +50,7 @@ class BatchOut:
     done: bool = False
 
 
-async def start(conn: asyncpg.Connection, store: Store, req: BulkStart) -> asyncpg.Record:
+async def start(conn: asyncpg.Connection, store: Store, req: BulkStart) -> BulkOperationRow:
     """Start this shard's part, or return the existing one with this id (same tenant and app)."""
     async with conn.transaction():
         existing = await store.bulk_operation_get(conn, req.operation_id)
@@ -62,28 +62,28 @@ async def start(conn: asyncpg.Connection, store: Store, req: BulkStart) -> async
                 req.registered_task_types, matched, bound)
             if existing is None:  # a concurrent Start inserted it first
                 existing = await store.bulk_operation_get(conn, req.operation_id)
-    if (existing["tenant_id"], existing["app_id"]) != (req.tenant_id, req.app_id):
+    if (existing.tenant_id, existing.app_id) != (req.tenant_id, req.app_id):
         raise OperationConflict(req.operation_id)
     return existing
 
 
 async def get(conn: asyncpg.Connection, store: Store, operation_id: str,
-              tenant_id: str) -> tuple[asyncpg.Record, list[tuple[str, str]]]:
+              tenant_id: str) -> tuple[BulkOperationRow, list[tuple[str, str]]]:
     """(operation row, failures); OperationNotFound for unknown and foreign ids alike."""
     async with conn.transaction(isolation="repeatable_read", readonly=True):
         row = await store.bulk_operation_get(conn, operation_id)
-        if row is None or row["tenant_id"] != tenant_id:
+        if row is None or row.tenant_id != tenant_id:
             raise OperationNotFound(operation_id)
         failures = await store.bulk_operation_failure_list(conn, operation_id)
     return row, failures
 
 
 async def cancel(conn: asyncpg.Connection, store: Store, operation_id: str,
-                 tenant_id: str) -> tuple[asyncpg.Record, list[tuple[str, str]]]:
+                 tenant_id: str) -> tuple[BulkOperationRow, list[tuple[str, str]]]:
     """Stop a running operation part (waits for the batch in flight); a finished one is returned as it is."""
     async with conn.transaction():
         row = await store.bulk_operation_get(conn, operation_id)
-        if row is None or row["tenant_id"] != tenant_id:
+        if row is None or row.tenant_id != tenant_id:
             raise OperationNotFound(operation_id)
         await store.bulk_operation_cancel(conn, operation_id)
     return await get(conn, store, operation_id, tenant_id)
@@ -94,25 +94,26 @@ def _new_id(original: str) -> str:
     return new_task_id(slot_of(original))
 
 
-async def _retry_batch(conn, store: Store, op, f: TaskFilter, limit: int) -> tuple[BulkPlan, list, tuple]:
-    cur = (op["cursor_state"], op["cursor_time"], str(op["cursor_task_id"])) if op["cursor_state"] else None
-    rows = await store.task_bulk_retry_scan(conn, op["tenant_id"], op["app_id"], f, op["bound_at"], cur, limit)
-    plan = plan_bulk_retry(rows, frozenset(op["registered_task_types"]), _new_id, op["operation_id"])
+async def _retry_batch(conn, store: Store, op: BulkOperationRow,
+                       limit: int) -> tuple[BulkPlan, list[RetryCandidate], tuple]:
+    cur = (op.cursor_state, op.cursor_time, op.cursor_task_id) if op.cursor_state else None
+    rows = await store.task_bulk_retry_scan(conn, op.tenant_id, op.app_id, op.filter, op.bound_at, cur, limit)
+    plan = plan_bulk_retry(rows, frozenset(op.registered_task_types), _new_id, op.operation_id)
     if plan.retries:
         done = await store.task_retry_batch(conn, plan.retries)
         # Locked above, so only a concurrent writer outside any operation could have beaten us.
         plan.skipped += len(plan.retries) - len(done)
         plan.retries = [(o, t) for o, t in plan.retries if o in done]
     last = rows[-1] if rows else None
-    cursor = (last["state"], last["finished_at"], str(last["task_id"])) if last else cur or (None, None, None)
+    cursor = (last.state, last.finished_at, last.task_id) if last else cur or (None, None, None)
     return plan, rows, cursor
 
 
-async def _cancel_batch(conn, store: Store, op, f: TaskFilter, limit: int,
-                        grace_s: float) -> tuple[BulkPlan, list, tuple]:
-    cur_id = str(op["cursor_task_id"]) if op["cursor_task_id"] else None
-    rows = await store.task_bulk_cancel_scan(conn, op["tenant_id"], op["app_id"], f, op["bound_at"], cur_id, limit)
-    plan = plan_bulk_cancel(rows, op["operation_id"])
+async def _cancel_batch(conn, store: Store, op: BulkOperationRow, limit: int,
+                        grace_s: float) -> tuple[BulkPlan, list[CancelCandidate], tuple]:
+    cur_id = op.cursor_task_id
+    rows = await store.task_bulk_cancel_scan(conn, op.tenant_id, op.app_id, op.filter, op.bound_at, cur_id, limit)
+    plan = plan_bulk_cancel(rows, op.operation_id)
     if plan.cancels:
         applied = await store.task_transition_apply(conn, plan.cancels)
         plan.skipped += len(plan.cancels) - len(applied)
@@ -123,7 +124,7 @@ async def _cancel_batch(conn, store: Store, op, f: TaskFilter, limit: int,
         # The lease timer must now fire by the kill time, not only at lease expiry.
         await store.timer_lease_reschedule_batch(conn, ids, epochs)
         plan.skipped += len(ids) - len(asked)
-    return plan, rows, (None, None, str(rows[-1]["task_id"]) if rows else cur_id)
+    return plan, rows, (None, None, rows[-1].task_id if rows else cur_id)
 
 
 async def run_batch(conn: asyncpg.Connection, store: Store, operation_id: str, *, batch_size: int,
@@ -133,15 +134,14 @@ async def run_batch(conn: asyncpg.Connection, store: Store, operation_id: str, *
         op = await store.bulk_operation_lock(conn, operation_id)
         if op is None:
             return BatchOut(ran=False)
-        f = TaskFilter.from_json(op["filter"])
-        if op["kind"] == RETRY:
-            plan, rows, cursor = await _retry_batch(conn, store, op, f, batch_size)
+        if op.kind == RETRY:
+            plan, rows, cursor = await _retry_batch(conn, store, op, batch_size)
             succeeded = len(plan.retries)
         else:
-            plan, rows, cursor = await _cancel_batch(conn, store, op, f, batch_size, grace_s)
+            plan, rows, cursor = await _cancel_batch(conn, store, op, batch_size, grace_s)
             succeeded = len(rows) - len(plan.failures) - plan.skipped
-        if plan.failures and op["failed"] < MAX_FAILURES_KEPT:
-            await store.bulk_operation_failure_add_batch(conn, operation_id, op["failed"], plan.failures)
+        if plan.failures and op.failed < MAX_FAILURES_KEPT:
+            await store.bulk_operation_failure_add_batch(conn, operation_id, op.failed, plan.failures)
         done = len(rows) < batch_size
         await store.bulk_operation_advance(conn, operation_id, succeeded, len(plan.failures), plan.skipped,
                                            cursor, done)

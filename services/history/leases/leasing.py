@@ -20,7 +20,7 @@ from collections.abc import Sequence
 import asyncpg
 
 from ratchet.libs import gates
-from ratchet.services.history.store import Store, TypeKey
+from ratchet.services.history.store import LeasedRow, Store, TypeKey
 
 MAX_ROUNDS = 4  # share-out passes per lease; each is one claim statement
 
@@ -29,7 +29,7 @@ MAX_ROUNDS = 4  # share-out passes per lease; each is one claim statement
 class LeaseOut:
     """What one LeaseTasks call leased."""
 
-    rows: list[asyncpg.Record]
+    rows: list[LeasedRow]
     next_cursor: str
     more: bool
 
@@ -121,6 +121,6 @@ async def lease_tasks(conn: asyncpg.Connection, store: Store, *, worker_id: str,
         rows = await store.task_lease_batch(conn, ids, worker_id, lease_s)
         await gates.reach("history.lease.before_commit")  # fault tests: leased, not committed
     order = {tid: i for i, tid in enumerate(ids)}
-    rows = sorted(rows, key=lambda r: order[str(r["task_id"])])
+    rows = sorted(rows, key=lambda r: order[str(r.task_id)])
     served = [t for t in tenants if claimed[t]]
     return LeaseOut(rows, served[-1] if served else cursor, len(rows) >= max_tasks)

@@ -39,16 +39,16 @@ async def record_heartbeats(conn: asyncpg.Connection, store: Store, leases: Sequ
     (task_id, lease_epoch) or (task_id, lease_epoch, checkpoint or None)."""
     rows = await store.task_heartbeat_batch(conn, [x[0] for x in leases], [x[1] for x in leases],
                                             lease_s, grace_s, [x[2] if len(x) > 2 else None for x in leases])
-    held = {(str(r["task_id"]), r["lease_epoch"]): r for r in rows}
+    held = {(str(r.task_id), r.lease_epoch): r for r in rows}
     out = []
     for task_id, epoch, *_ in leases:
         r = held.get((task_id, epoch))
         if r is None:
             out.append(HeartbeatOut(task_id, epoch, "LEASE_LOST",
                                     "the lease is no longer held (expired, revoked, completed or a stale epoch)"))
-        elif r["cancel_requested"]:
-            out.append(HeartbeatOut(task_id, epoch, "CANCEL", _cancel_text(r["cancel_reason"]),
-                                    max(0.0, r["kill_after_s"] or 0.0)))
+        elif r.cancel_requested:
+            out.append(HeartbeatOut(task_id, epoch, "CANCEL", _cancel_text(r.cancel_reason),
+                                    max(0.0, r.kill_after_s or 0.0)))
         else:
             out.append(HeartbeatOut(task_id, epoch, "CONTINUE"))
     return out
@@ -110,7 +110,7 @@ async def _apply_optimistic(conn, store: Store, uniq: Sequence[CompletionIn], ra
     is decided again under a row lock. Without contention no row is locked before its update."""
     read = await store.task_complete_read(conn, [c.task_id for c in uniq], [c.lease_epoch for c in uniq])
     applied = await _decide_and_apply(conn, store, uniq, read, rand, optimistic=True, retry_in=retry_in)
-    seen = {str(r["task_id"]) for r in read}
+    seen = {v.task_id for v in read}
     raced = [c for c in uniq if c.task_id in seen and c.task_id not in applied]
     if raced:
         locked = await store.task_complete_lock(conn, [c.task_id for c in raced], [c.lease_epoch for c in raced])
@@ -119,11 +119,11 @@ async def _apply_optimistic(conn, store: Store, uniq: Sequence[CompletionIn], ra
     return applied
 
 
-async def _decide_and_apply(conn, store: Store, items: Sequence[CompletionIn], rows, rand: Rand,
-                            optimistic: bool, retry_in: dict[str, float] | None = None) -> dict:
-    """Decide each completion from its row and apply the transitions; returns what applied.
+async def _decide_and_apply(conn, store: Store, items: Sequence[CompletionIn], read: Sequence[TaskView],
+                            rand: Rand, optimistic: bool, retry_in: dict[str, float] | None = None) -> dict:
+    """Decide each completion from its task's view and apply the transitions; returns what applied.
     retry_in collects the retry delay of each applied RETRY_WAIT (the timer hint)."""
-    views = {str(r["task_id"]): TaskView.from_row(r) for r in rows}
+    views = {v.task_id: v for v in read}
     decided: list[Transition] = []
     for c in items:
         view = views.get(c.task_id)
@@ -151,18 +151,18 @@ async def cancel_task(conn: asyncpg.Connection, store: Store, task_id: str, tena
     """Cancel one task; returns (state after, cancel_requested)."""
     async with conn.transaction():
         row = await store.task_lock(conn, task_id)
-        if row is None or row["tenant_id"] != tenant_id:
+        if row is None or row.tenant_id != tenant_id:
             raise TaskNotFound(task_id)
-        state = TaskState(row["state"])
-        t = cancel_now(task_id, state, row["lease_epoch"])
+        state = TaskState(row.state)
+        t = cancel_now(task_id, state, row.lease_epoch)
         if t is not None:
             await store.task_transition_apply(conn, [t])
             return TaskState.CANCELED, False
         if state == TaskState.LEASED:
-            await store.task_cancel_request_batch(conn, [task_id], [row["lease_epoch"]], [CancelReason.USER.value],
+            await store.task_cancel_request_batch(conn, [task_id], [row.lease_epoch], [CancelReason.USER.value],
                                                   grace_s)
             # The lease timer must now fire by the kill time, not only at lease expiry.
-            await store.timer_lease_reschedule_batch(conn, [task_id], [row["lease_epoch"]])
+            await store.timer_lease_reschedule_batch(conn, [task_id], [row.lease_epoch])
             return TaskState.LEASED, True
-        return state, row["cancel_requested"]
+        return state, row.cancel_requested
 

@@ -12,14 +12,14 @@ import asyncpg
 
 from ratchet.services.history.errors import TaskNotFound
 from ratchet.services.history.model import TaskFilter
-from ratchet.services.history.store import Store
+from ratchet.services.history.store import AttemptRow, Store, TaskRow
 
 
 @dataclasses.dataclass(frozen=True)
 class Page:
     """One page: task rows (each with sort_at) and where the next one starts ("" at the end)."""
 
-    rows: list[asyncpg.Record]
+    rows: list[TaskRow]
     next_cursor: tuple[dt.datetime, str] | None
 
 
@@ -28,10 +28,10 @@ async def list_tasks(conn: asyncpg.Connection, store: Store, tenant_id: str, app
     """The page of tasks strictly older than the cursor; one statement, so one snapshot."""
     rows = await store.task_list_page(conn, tenant_id, app_id, f, cursor, page_size + 1)
     if len(rows) <= page_size:
-        return Page(list(rows), None)
+        return Page(rows, None)
     rows = rows[:page_size]
     last = rows[-1]
-    return Page(rows, (last["sort_at"], str(last["task_id"])))
+    return Page(rows, (last.sort_at, last.task_id))
 
 
 async def count_tasks(conn: asyncpg.Connection, store: Store, tenant_id: str, app_id: str, f: TaskFilter) -> int:
@@ -39,11 +39,12 @@ async def count_tasks(conn: asyncpg.Connection, store: Store, tenant_id: str, ap
     return await store.task_count(conn, tenant_id, app_id, f)
 
 
-async def get_task(conn: asyncpg.Connection, store: Store, task_id: str, tenant_id: str):
+async def get_task(conn: asyncpg.Connection, store: Store, task_id: str,
+                   tenant_id: str) -> tuple[TaskRow, list[AttemptRow]]:
     """(task row, attempt rows) read from one snapshot; TaskNotFound for unknown and foreign ids alike."""
     async with conn.transaction(isolation="repeatable_read", readonly=True):
         row = await store.task_get(conn, task_id)
-        if row is None or row["tenant_id"] != tenant_id:
+        if row is None or row.tenant_id != tenant_id:
             raise TaskNotFound(task_id)
         attempts = await store.attempt_list(conn, task_id)
     return row, attempts

@@ -1,5 +1,6 @@
 """History's SQL: named queries from the .sql files beside this module, and
-one typed wrapper per query (same name as the query).
+one typed wrapper per query (same name as the query), each returning typed
+rows (rows.py) or plain values, never a record.
 
 Each wrapper runs through `Store._run`, which calls the test-only hooks for
 that query name first/after, so a fault harness can inject a failure into
@@ -25,7 +26,19 @@ import asyncpg
 from ratchet.libs.fastcheck import copy_rows
 from ratchet.libs.pg.queries import load_queries
 from ratchet.services.history.enqueue import Batch, Row
-from ratchet.services.history.model import DAWN, MAX_ID, NEVER, NIL_ID, TaskFilter, Transition
+from ratchet.services.history.model import DAWN, MAX_ID, NEVER, NIL_ID, TaskFilter, TaskView, TimerDue, Transition
+from ratchet.services.history.store.rows import (
+    AttemptRow,
+    BulkOperationRow,
+    CancelCandidate,
+    DueTask,
+    HeldLease,
+    LeasedRow,
+    LockedTask,
+    RetryCandidate,
+    TaskRow,
+    TransitionRow,
+)
 
 _HERE = pathlib.Path(__file__).parent
 QUERIES = load_queries(*sorted(_HERE.glob("*.sql")))
@@ -220,13 +233,15 @@ class Store:
             await hook("task_create_uniform")
         return True
 
-    async def task_get(self, conn, task_id: str) -> asyncpg.Record | None:
+    async def task_get(self, conn, task_id: str) -> TaskRow | None:
         """The whole task row, or None."""
-        return await self._run(conn, "task_get", uuid.UUID(task_id), fetch="row")
+        r = await self._run(conn, "task_get", uuid.UUID(task_id), fetch="row")
+        return TaskRow.of(r) if r is not None else None
 
-    async def task_lock(self, conn, task_id: str) -> asyncpg.Record | None:
+    async def task_lock(self, conn, task_id: str) -> LockedTask | None:
         """Lock one task row (FOR NO KEY UPDATE); None if it does not exist."""
-        return await self._run(conn, "task_lock", uuid.UUID(task_id), fetch="row")
+        r = await self._run(conn, "task_lock", uuid.UUID(task_id), fetch="row")
+        return LockedTask.of(r) if r is not None else None
 
     async def task_state_batch(self, conn, ids: Sequence[str]) -> dict[str, str]:
         """{task_id: state} for the ids that exist."""
@@ -257,16 +272,18 @@ class Store:
         return [(str(r["task_id"]), (r["tenant_id"], r["app_id"], r["task_type"])) for r in recs]
 
     async def task_lease_batch(self, conn, ids: Sequence[str], worker_id: str,
-                               lease_s: float) -> list[asyncpg.Record]:
+                               lease_s: float) -> list[LeasedRow]:
         """Lease the claimed (locked) ids; returns the LeasedTask columns of each."""
-        return await self._run(conn, "task_lease_batch", _checked(ids), worker_id, lease_s)
+        recs = await self._run(conn, "task_lease_batch", _checked(ids), worker_id, lease_s)
+        return list(map(LeasedRow._make, recs))
 
     async def task_heartbeat_batch(self, conn, ids: Sequence[str], epochs: Sequence[int], lease_s: float,
                                    grace_s: float, checkpoints: Sequence[bytes | None] | None = None
-                                   ) -> list[asyncpg.Record]:
+                                   ) -> list[HeldLease]:
         """Extend leases still held, storing any checkpoint sent; returns a row per lease still held."""
         cps = list(checkpoints) if checkpoints is not None else [None] * len(ids)
-        return await self._run(conn, "task_heartbeat_batch", _uuids(ids), list(epochs), lease_s, grace_s, cps)
+        recs = await self._run(conn, "task_heartbeat_batch", _uuids(ids), list(epochs), lease_s, grace_s, cps)
+        return list(map(HeldLease._make, recs))
 
     async def task_cancel_request_batch(self, conn, ids: Sequence[str], epochs: Sequence[int],
                                         reasons: Sequence[str], grace_s: float) -> set[str]:
@@ -275,13 +292,15 @@ class Store:
                                grace_s)
         return {str(r["task_id"]) for r in recs}
 
-    async def task_complete_read(self, conn, ids: Sequence[str], epochs: Sequence[int]) -> list[asyncpg.Record]:
-        """Read, without locking, the tasks whose lease is current."""
-        return await self._run(conn, "task_complete_read", _checked(ids), list(epochs))
+    async def task_complete_read(self, conn, ids: Sequence[str], epochs: Sequence[int]) -> list[TaskView]:
+        """Read, without locking, the tasks whose lease is current, as the views decisions read."""
+        recs = await self._run(conn, "task_complete_read", _checked(ids), list(epochs))
+        return list(map(TaskView.from_row, recs))
 
-    async def task_complete_lock(self, conn, ids: Sequence[str], epochs: Sequence[int]) -> list[asyncpg.Record]:
-        """Lock tasks whose lease is current."""
-        return await self._run(conn, "task_complete_lock", _checked(ids), list(epochs))
+    async def task_complete_lock(self, conn, ids: Sequence[str], epochs: Sequence[int]) -> list[TaskView]:
+        """Lock tasks whose lease is current; their views."""
+        recs = await self._run(conn, "task_complete_lock", _checked(ids), list(epochs))
+        return list(map(TaskView.from_row, recs))
 
     async def task_transition_apply(self, conn, ts: Sequence[Transition]) -> dict[str, tuple[str, int]]:
         """Apply transitions (one per task), each a compare-and-set; returns {task_id: (state, version)}
@@ -315,13 +334,13 @@ class Store:
         recs = await self._run(conn, "task_transition_apply", ids, *map(_shared, cols[1:]))
         return {str(r["task_id"]): (r["state"], r["version"]) for r in recs}
 
-    async def attempt_list(self, conn, task_id: str) -> list[asyncpg.Record]:
+    async def attempt_list(self, conn, task_id: str) -> list[AttemptRow]:
         """A task's attempts, oldest first."""
-        return await self._run(conn, "attempt_list", uuid.UUID(task_id))
+        return [AttemptRow.of(r) for r in await self._run(conn, "attempt_list", uuid.UUID(task_id))]
 
-    async def transition_list(self, conn, task_id: str) -> list[asyncpg.Record]:
+    async def transition_list(self, conn, task_id: str) -> list[TransitionRow]:
         """A task's transition log in version order."""
-        return await self._run(conn, "transition_list", uuid.UUID(task_id))
+        return [TransitionRow.of(r) for r in await self._run(conn, "transition_list", uuid.UUID(task_id))]
 
     async def task_retry_batch(self, conn, pairs: Sequence[tuple[str, Transition]]) -> dict[str, str]:
         """Bulk retry (original id, create transition of the new task); returns {original: new id} done
@@ -337,11 +356,12 @@ class Store:
         return [f.task_type, f.queue, f.error_class, since, until]
 
     async def task_list_page(self, conn, tenant_id: str, app_id: str, f: TaskFilter,
-                             cursor: tuple[datetime, str] | None, limit: int) -> list[asyncpg.Record]:
+                             cursor: tuple[datetime, str] | None, limit: int) -> list[TaskRow]:
         """Up to `limit` tasks older than the cursor (sort time, task_id), newest first; rows carry sort_at."""
         at, tid = cursor if cursor is not None else (NEVER, MAX_ID)
-        return await self._run(conn, "task_list_page", tenant_id, app_id, f.terminal_states(), f.live_states(),
+        recs = await self._run(conn, "task_list_page", tenant_id, app_id, f.terminal_states(), f.live_states(),
                                *self._filter_args(f), at, uuid.UUID(tid), limit)
+        return [TaskRow.of(r) for r in recs]
 
     async def task_count(self, conn, tenant_id: str, app_id: str, f: TaskFilter,
                          bound: datetime | None = None) -> int:
@@ -350,35 +370,40 @@ class Store:
                                *self._filter_args(f), bound or NEVER, fetch="val")
 
     async def task_bulk_retry_scan(self, conn, tenant_id: str, app_id: str, f: TaskFilter, bound: datetime,
-                                   cursor: tuple[str, datetime, str] | None, limit: int) -> list[asyncpg.Record]:
+                                   cursor: tuple[str, datetime, str] | None, limit: int) -> list[RetryCandidate]:
         """Lock the next terminal tasks of a RETRY operation in (state, finished_at, task_id) order."""
         state, at, tid = cursor if cursor is not None else ("", DAWN, NIL_ID)
         since, until = f.bounds()
-        return await self._run(conn, "task_bulk_retry_scan", tenant_id, app_id, state, at, uuid.UUID(tid),
+        recs = await self._run(conn, "task_bulk_retry_scan", tenant_id, app_id, state, at, uuid.UUID(tid),
                                f.terminal_states(), since, until, bound, f.task_type, f.queue, f.error_class, limit)
+        return [RetryCandidate.of(r) for r in recs]
 
     async def task_bulk_cancel_scan(self, conn, tenant_id: str, app_id: str, f: TaskFilter, bound: datetime,
-                                    cursor_id: str | None, limit: int) -> list[asyncpg.Record]:
+                                    cursor_id: str | None, limit: int) -> list[CancelCandidate]:
         """Lock the next live tasks of a CANCEL operation in task_id order."""
         since, until = f.bounds()
-        return await self._run(conn, "task_bulk_cancel_scan", tenant_id, app_id, uuid.UUID(cursor_id or NIL_ID),
+        recs = await self._run(conn, "task_bulk_cancel_scan", tenant_id, app_id, uuid.UUID(cursor_id or NIL_ID),
                                f.live_states(), since, until, bound, f.task_type, f.queue, f.error_class, limit)
+        return [CancelCandidate.of(r) for r in recs]
 
     # -- bulk operations ------------------------------------------------------
     async def bulk_operation_insert(self, conn, operation_id: str, tenant_id: str, app_id: str, kind: str,
                                     f: TaskFilter, registered: Sequence[str], matched: int,
-                                    bound: datetime) -> asyncpg.Record | None:
+                                    bound: datetime) -> BulkOperationRow | None:
         """Insert a RUNNING operation part; None when the id already exists."""
-        return await self._run(conn, "bulk_operation_insert", operation_id, tenant_id, app_id, kind,
-                               json.dumps(f.to_json()), list(registered), matched, bound, fetch="row")
+        r = await self._run(conn, "bulk_operation_insert", operation_id, tenant_id, app_id, kind,
+                            json.dumps(f.to_json()), list(registered), matched, bound, fetch="row")
+        return BulkOperationRow.of(r) if r is not None else None
 
-    async def bulk_operation_get(self, conn, operation_id: str) -> asyncpg.Record | None:
+    async def bulk_operation_get(self, conn, operation_id: str) -> BulkOperationRow | None:
         """The operation part, or None."""
-        return await self._run(conn, "bulk_operation_get", operation_id, fetch="row")
+        r = await self._run(conn, "bulk_operation_get", operation_id, fetch="row")
+        return BulkOperationRow.of(r) if r is not None else None
 
-    async def bulk_operation_lock(self, conn, operation_id: str) -> asyncpg.Record | None:
+    async def bulk_operation_lock(self, conn, operation_id: str) -> BulkOperationRow | None:
         """Lock the operation part if RUNNING and not locked by another batch."""
-        return await self._run(conn, "bulk_operation_lock", operation_id, fetch="row")
+        r = await self._run(conn, "bulk_operation_lock", operation_id, fetch="row")
+        return BulkOperationRow.of(r) if r is not None else None
 
     async def bulk_operation_running(self, conn, limit: int) -> list[str]:
         """Ids of running operation parts, oldest first."""
@@ -386,15 +411,18 @@ class Store:
 
     async def bulk_operation_advance(self, conn, operation_id: str, succeeded: int, failed: int, skipped: int,
                                      cursor: tuple[str | None, datetime | None, str | None],
-                                     done: bool) -> asyncpg.Record | None:
-        """Record one batch's counts and cursor (and the end when done)."""
+                                     done: bool) -> BulkOperationRow | None:
+        """Record one batch's counts and cursor (and the end when done); the part as it is now,
+        None if it was no longer running."""
         state, at, tid = cursor
-        return await self._run(conn, "bulk_operation_advance", operation_id, succeeded, failed, skipped, state, at,
-                               uuid.UUID(tid) if tid else None, done, fetch="row")
+        r = await self._run(conn, "bulk_operation_advance", operation_id, succeeded, failed, skipped, state, at,
+                            uuid.UUID(tid) if tid else None, done, fetch="row")
+        return BulkOperationRow.of(r) if r is not None else None
 
-    async def bulk_operation_cancel(self, conn, operation_id: str) -> asyncpg.Record | None:
+    async def bulk_operation_cancel(self, conn, operation_id: str) -> BulkOperationRow | None:
         """Stop a running operation part; None if it was not running."""
-        return await self._run(conn, "bulk_operation_cancel", operation_id, fetch="row")
+        r = await self._run(conn, "bulk_operation_cancel", operation_id, fetch="row")
+        return BulkOperationRow.of(r) if r is not None else None
 
     async def bulk_operation_failure_add_batch(self, conn, operation_id: str, recorded: int,
                                                failures: Sequence[tuple[str, str]]) -> None:
@@ -408,9 +436,19 @@ class Store:
         return [(str(r["task_id"]), r["reason"]) for r in recs]
 
     # -- timers ---------------------------------------------------------------
-    async def timer_claim_due(self, conn, max_timers: int) -> list[asyncpg.Record]:
-        """Claim (lock, skipping rows others hold) and delete due timers with their tasks."""
-        return await self._run(conn, "timer_claim_due", max_timers)
+    async def timer_claim_due(self, conn, max_timers: int) -> list[DueTask]:
+        """Claim (lock, skipping rows others hold) and delete due timers with their tasks: each
+        task once, in the order of its first due timer, with its timers oldest first."""
+        by_task: dict[str, DueTask] = {}
+        for r in await self._run(conn, "timer_claim_due", max_timers):
+            task_id = str(r["task_id"])
+            due = by_task.get(task_id)
+            if due is None:  # (the task's columns are the same on each of its rows)
+                due = by_task[task_id] = DueTask(TaskView.from_row(r), [])
+            due.dues.append(TimerDue(task_id=task_id, kind=r["kind"], timer_epoch=r["timer_epoch"],
+                                     due_now=r["due_now"], lease_expired=r["lease_expired"],
+                                     deadline_passed=r["deadline_passed"], kill_passed=r["kill_passed"]))
+        return list(by_task.values())
 
     async def timer_lease_reschedule_batch(self, conn, ids: Sequence[str], epochs: Sequence[int]) -> None:
         """Set the lease timer of held leases to their next event."""

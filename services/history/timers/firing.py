@@ -12,14 +12,13 @@ from __future__ import annotations
 
 import dataclasses
 import random
-from collections import OrderedDict
 
 import asyncpg
 
 from ratchet.libs import gates
 from ratchet.services.history.decide import Rand, TimerPlan, plan_timers
-from ratchet.services.history.model import TaskView, TimerDue
-from ratchet.services.history.store import Store
+from ratchet.services.history.model import TaskView
+from ratchet.services.history.store import DueTask, Store
 
 
 @dataclasses.dataclass(frozen=True)
@@ -32,18 +31,8 @@ class FireOut:
     next_in_s: float | None
 
 
-def _plans(rows: list[asyncpg.Record], rand: Rand) -> dict[str, tuple[TaskView, TimerPlan]]:
-    by_task: OrderedDict[str, list[asyncpg.Record]] = OrderedDict()
-    for r in rows:
-        by_task.setdefault(str(r["task_id"]), []).append(r)
-    out = {}
-    for task_id, rs in by_task.items():
-        view = TaskView.from_row(rs[0])
-        dues = [TimerDue(task_id=task_id, kind=r["kind"], timer_epoch=r["timer_epoch"], due_now=r["due_now"],
-                         lease_expired=r["lease_expired"], deadline_passed=r["deadline_passed"],
-                         kill_passed=r["kill_passed"]) for r in rs]
-        out[task_id] = (view, plan_timers(view, dues, rand=rand))
-    return out
+def _plans(claimed: list[DueTask], rand: Rand) -> dict[str, tuple[TaskView, TimerPlan]]:
+    return {d.view.task_id: (d.view, plan_timers(d.view, d.dues, rand=rand)) for d in claimed}
 
 
 async def fire_timers(conn: asyncpg.Connection, store: Store, *, max_timers: int, grace_s: float,
@@ -58,8 +47,8 @@ async def fire_timers(conn: asyncpg.Connection, store: Store, *, max_timers: int
     if next_in is None or next_in > 0:
         return FireOut(0, False, next_in)
     async with conn.transaction():
-        rows = await store.timer_claim_due(conn, max_timers)
-        plans = _plans(rows, rand)
+        claimed = await store.timer_claim_due(conn, max_timers)
+        plans = _plans(claimed, rand)
         rounds = max((len(p.transitions) for _, p in plans.values()), default=0)
         for k in range(rounds):
             await store.task_transition_apply(
@@ -73,4 +62,4 @@ async def fire_timers(conn: asyncpg.Connection, store: Store, *, max_timers: int
             await store.timer_lease_reschedule_batch(conn, [t for t, _ in lease], [e for _, e in lease])
         next_in = await store.timer_next_in(conn)
         await gates.reach("history.timers.before_commit")  # fault tests: fired, not committed
-    return FireOut(len(rows), any(p.ready for _, p in plans.values()), next_in)
+    return FireOut(sum(len(d.dues) for d in claimed), any(p.ready for _, p in plans.values()), next_in)

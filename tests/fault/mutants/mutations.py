@@ -112,7 +112,7 @@ MUTATIONS: dict[str, Mutation] = {m.name: m for m in (
         "(retried_as IS NULL), so re-running a retry makes a second new task per dead letter.",
         sql=(SqlCut("task_retry_batch", " AND o.retried_as IS NULL"),),
         py=(PyCut("ratchet.services.history.decide:plan_bulk_retry",
-                  "        if r[\"retried_as\"] is not None:  # a task is retried once: a re-run skips it\n"
+                  "        if r.retried_as is not None:  # a task is retried once: a re-run skips it\n"
                   "            plan.skipped += 1\n"
                   "            continue\n",
                   caller="ratchet.services.history.bulk.operations:_retry_batch"),)),

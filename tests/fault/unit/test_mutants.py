@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import difflib
 import inspect
+import types
 
 import pytest
 
@@ -23,7 +24,7 @@ from ratchet.services.history import decide, server
 from ratchet.services.history.bulk import operations
 from ratchet.services.history.model import CompletionIn, TaskView, TimerDue
 from ratchet.services.history.policy import Retry
-from ratchet.services.history.store import QUERIES, Store
+from ratchet.services.history.store import QUERIES, RetryCandidate, Store
 from ratchet.services.history.timers import firing
 from tests.fault.mutants import mutations as mut
 from tests.fault.mutants.mutations import MUTATIONS, MutationError, PyCut, SqlCut, installed
@@ -191,18 +192,18 @@ class _BulkStore:
 
 
 def test_a_rerun_retries_originals_again_without_the_link_guard():
-    rows = [{"task_id": new_task_id(7), "task_type": "work", "retried_as": retried, "state": "FAILED",
-             "finished_at": None} for retried in ("x", None)]
-    op = {"cursor_state": None, "tenant_id": "t", "app_id": "a", "bound_at": None, "registered_task_types": [],
-          "operation_id": "op"}
+    rows = [RetryCandidate(task_id=new_task_id(7), state="FAILED", finished_at=None, task_type="work",
+                           retried_as=retried) for retried in ("x", None)]
+    op = types.SimpleNamespace(cursor_state=None, tenant_id="t", app_id="a", filter=None, bound_at=None,
+                               registered_task_types=(), operation_id="op")
 
     def batch():
-        return asyncio.run(operations._retry_batch(None, _BulkStore(rows), op, None, 10))[0]
+        return asyncio.run(operations._retry_batch(None, _BulkStore(rows), op, 10))[0]
     plan = batch()
-    assert (plan.skipped, [o for o, _ in plan.retries]) == (1, [rows[1]["task_id"]])
+    assert (plan.skipped, [o for o, _ in plan.retries]) == (1, [rows[1].task_id])
     with installed("retry_link_once"):
         plan = batch()
-        assert (plan.skipped, [o for o, _ in plan.retries]) == (0, [r["task_id"] for r in rows])
+        assert (plan.skipped, [o for o, _ in plan.retries]) == (0, [r.task_id for r in rows])
     assert batch().skipped == 1
 
 

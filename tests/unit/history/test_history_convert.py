@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import datetime as dt
 import random
+import uuid
 
 from google.protobuf import timestamp_pb2
 
 from ratchet.services.history import convert
+from ratchet.services.history.store import LeasedRow
 
 
 def _reference(value: dt.datetime) -> timestamp_pb2.Timestamp:
@@ -35,9 +37,9 @@ def test_timestamp_is_what_from_datetime_makes():
 
 def test_a_leased_row_shares_one_lease_duration_without_aliasing():
     now = dt.datetime.now(dt.UTC)
-    row = {"task_id": "0190a0a0-0000-8000-8000-000000000000", "tenant_id": "t", "app_id": "a", "task_type": "x",
-           "queue": "default", "payload": b"null", "attempt": 1, "max_attempts": 3, "lease_epoch": 2, "run_at": now,
-           "schedule_id": None, "scheduled_time": None, "start_to_close_s": 12.5, "checkpoint": None}
+    row = LeasedRow(task_id=uuid.UUID("0190a0a0-0000-8000-8000-000000000000"), tenant_id="t", app_id="a",
+                    task_type="x", queue="default", payload=b"null", attempt=1, max_attempts=3, lease_epoch=2,
+                    run_at=now, start_to_close_s=12.5, schedule_id=None, scheduled_time=None, checkpoint=None)
     from ratchet.services.history import policy
     lease = policy.duration(30.0)
     a, b = convert.leased_to_proto(1, row, lease), convert.leased_to_proto(1, row, lease)

@@ -15,8 +15,10 @@ from ratchet.services.history.enqueue import convert as enqueue_convert
 from ratchet.services.history.errors import InvalidArgument
 from ratchet.services.history.model import CompletionIn, ErrorInfo, TaskFilter, TaskView
 from ratchet.services.history.policy import Retry, Rule, duration, rule_from_proto, rule_to_proto
+from ratchet.services.history.store import CancelCandidate, RetryCandidate
 
 HALF = lambda: 0.5  # noqa: E731 - a fixed jitter draw, passed where a random() is
+NOW = dt.datetime(2024, 1, 1, tzinfo=dt.UTC)
 
 
 def view(**kw) -> TaskView:
@@ -102,9 +104,9 @@ def test_checkpoints_are_size_and_json_checked():
 
 def test_bulk_retry_plan_skips_retried_fails_unregistered_and_keeps_the_slot():
     orig = [new_task_id(7) for _ in range(3)]
-    rows = [dict(task_id=orig[0], task_type="work", retried_as=None),
-            dict(task_id=orig[1], task_type="gone", retried_as=None),
-            dict(task_id=orig[2], task_type="work", retried_as="x")]
+    rows = [RetryCandidate(task_id=orig[0], state="FAILED", finished_at=NOW, task_type="work", retried_as=None),
+            RetryCandidate(task_id=orig[1], state="FAILED", finished_at=NOW, task_type="gone", retried_as=None),
+            RetryCandidate(task_id=orig[2], state="FAILED", finished_at=NOW, task_type="work", retried_as="x")]
     plan = plan_bulk_retry(rows, frozenset({"work"}), lambda o: new_task_id(slot_of(o)), "op-1")
     (o, create), = plan.retries
     assert o == orig[0] and slot_of(create.task_id) == 7 and create.from_state is None
@@ -116,8 +118,9 @@ def test_bulk_retry_plan_skips_retried_fails_unregistered_and_keeps_the_slot():
 
 
 def test_bulk_cancel_plan_is_the_normal_cancel():
-    rows = [dict(task_id="a", state="ENQUEUED", lease_epoch=0), dict(task_id="b", state="RETRY_WAIT", lease_epoch=2),
-            dict(task_id="c", state="LEASED", lease_epoch=3)]
+    rows = [CancelCandidate(task_id="a", state="ENQUEUED", lease_epoch=0),
+            CancelCandidate(task_id="b", state="RETRY_WAIT", lease_epoch=2),
+            CancelCandidate(task_id="c", state="LEASED", lease_epoch=3)]
     plan = plan_bulk_cancel(rows, "op")
     assert [(t.task_id, t.from_state, t.to_state) for t in plan.cancels] == [
         ("a", S.ENQUEUED, S.CANCELED), ("b", S.RETRY_WAIT, S.CANCELED)]
