@@ -23,7 +23,7 @@ from ratchet.libs.taskstate import CancelReason
 from ratchet.services.history.decide import BulkPlan, plan_bulk_cancel, plan_bulk_retry
 from ratchet.services.history.errors import OperationConflict, OperationNotFound
 from ratchet.services.history.model import TaskFilter
-from ratchet.services.history.store import BulkOperationRow, CancelCandidate, RetryCandidate, Store
+from ratchet.services.history.store import BulkOperationRow, CancelCandidate, RetryCandidate, Store, Tx
 
 RETRY, CANCEL = "RETRY", "CANCEL"
 MAX_FAILURES_KEPT = 1000
@@ -52,16 +52,15 @@ class BatchOut:
 
 async def start(conn: asyncpg.Connection, store: Store, req: BulkStart) -> BulkOperationRow:
     """Start this shard's part, or return the existing one with this id (same tenant and app)."""
-    async with conn.transaction():
-        existing = await store.bulk_operation_get(conn, req.operation_id)
+    async with store.tx(conn) as tx:
+        existing = await tx.bulk_operation_get(req.operation_id)
         if existing is None:
             bound = await conn.fetchval("SELECT clock_timestamp()")
-            matched = await store.task_count(conn, req.tenant_id, req.app_id, req.filter, bound)
-            existing = await store.bulk_operation_insert(
-                conn, req.operation_id, req.tenant_id, req.app_id, req.kind, req.filter,
-                req.registered_task_types, matched, bound)
+            matched = await tx.task_count(req.tenant_id, req.app_id, req.filter, bound)
+            existing = await tx.bulk_operation_insert(req.operation_id, req.tenant_id, req.app_id, req.kind,
+                                                      req.filter, req.registered_task_types, matched, bound)
             if existing is None:  # a concurrent Start inserted it first
-                existing = await store.bulk_operation_get(conn, req.operation_id)
+                existing = await tx.bulk_operation_get(req.operation_id)
     if (existing.tenant_id, existing.app_id) != (req.tenant_id, req.app_id):
         raise OperationConflict(req.operation_id)
     return existing
@@ -70,22 +69,22 @@ async def start(conn: asyncpg.Connection, store: Store, req: BulkStart) -> BulkO
 async def get(conn: asyncpg.Connection, store: Store, operation_id: str,
               tenant_id: str) -> tuple[BulkOperationRow, list[tuple[str, str]]]:
     """(operation row, failures); OperationNotFound for unknown and foreign ids alike."""
-    async with conn.transaction(isolation="repeatable_read", readonly=True):
-        row = await store.bulk_operation_get(conn, operation_id)
+    async with store.tx(conn, isolation="repeatable_read", readonly=True) as tx:
+        row = await tx.bulk_operation_get(operation_id)
         if row is None or row.tenant_id != tenant_id:
             raise OperationNotFound(operation_id)
-        failures = await store.bulk_operation_failure_list(conn, operation_id)
+        failures = await tx.bulk_operation_failure_list(operation_id)
     return row, failures
 
 
 async def cancel(conn: asyncpg.Connection, store: Store, operation_id: str,
                  tenant_id: str) -> tuple[BulkOperationRow, list[tuple[str, str]]]:
     """Stop a running operation part (waits for the batch in flight); a finished one is returned as it is."""
-    async with conn.transaction():
-        row = await store.bulk_operation_get(conn, operation_id)
+    async with store.tx(conn) as tx:
+        row = await tx.bulk_operation_get(operation_id)
         if row is None or row.tenant_id != tenant_id:
             raise OperationNotFound(operation_id)
-        await store.bulk_operation_cancel(conn, operation_id)
+        await tx.bulk_operation_cancel(operation_id)
     return await get(conn, store, operation_id, tenant_id)
 
 
@@ -94,13 +93,12 @@ def _new_id(original: str) -> str:
     return new_task_id(slot_of(original))
 
 
-async def _retry_batch(conn, store: Store, op: BulkOperationRow,
-                       limit: int) -> tuple[BulkPlan, list[RetryCandidate], tuple]:
+async def _retry_batch(tx: Tx, op: BulkOperationRow, limit: int) -> tuple[BulkPlan, list[RetryCandidate], tuple]:
     cur = (op.cursor_state, op.cursor_time, op.cursor_task_id) if op.cursor_state else None
-    rows = await store.task_bulk_retry_scan(conn, op.tenant_id, op.app_id, op.filter, op.bound_at, cur, limit)
+    rows = await tx.task_bulk_retry_scan(op.tenant_id, op.app_id, op.filter, op.bound_at, cur, limit)
     plan = plan_bulk_retry(rows, frozenset(op.registered_task_types), _new_id, op.operation_id)
     if plan.retries:
-        done = await store.task_retry_batch(conn, plan.retries)
+        done = await tx.task_retry_batch(plan.retries)
         # Locked above, so only a concurrent writer outside any operation could have beaten us.
         plan.skipped += len(plan.retries) - len(done)
         plan.retries = [(o, t) for o, t in plan.retries if o in done]
@@ -109,20 +107,19 @@ async def _retry_batch(conn, store: Store, op: BulkOperationRow,
     return plan, rows, cursor
 
 
-async def _cancel_batch(conn, store: Store, op: BulkOperationRow, limit: int,
+async def _cancel_batch(tx: Tx, op: BulkOperationRow, limit: int,
                         grace_s: float) -> tuple[BulkPlan, list[CancelCandidate], tuple]:
     cur_id = op.cursor_task_id
-    rows = await store.task_bulk_cancel_scan(conn, op.tenant_id, op.app_id, op.filter, op.bound_at, cur_id, limit)
+    rows = await tx.task_bulk_cancel_scan(op.tenant_id, op.app_id, op.filter, op.bound_at, cur_id, limit)
     plan = plan_bulk_cancel(rows, op.operation_id)
     if plan.cancels:
-        applied = await store.task_transition_apply(conn, plan.cancels)
+        applied = await tx.task_transition_apply(plan.cancels)
         plan.skipped += len(plan.cancels) - len(applied)
     if plan.cancel_requests:
         ids, epochs = [t for t, _ in plan.cancel_requests], [e for _, e in plan.cancel_requests]
-        asked = await store.task_cancel_request_batch(conn, ids, epochs, [CancelReason.USER.value] * len(ids),
-                                                      grace_s)
+        asked = await tx.task_cancel_request_batch(ids, epochs, [CancelReason.USER.value] * len(ids), grace_s)
         # The lease timer must now fire by the kill time, not only at lease expiry.
-        await store.timer_lease_reschedule_batch(conn, ids, epochs)
+        await tx.timer_lease_reschedule_batch(ids, epochs)
         plan.skipped += len(ids) - len(asked)
     return plan, rows, (None, None, rows[-1].task_id if rows else cur_id)
 
@@ -130,20 +127,19 @@ async def _cancel_batch(conn, store: Store, op: BulkOperationRow, limit: int,
 async def run_batch(conn: asyncpg.Connection, store: Store, operation_id: str, *, batch_size: int,
                     grace_s: float) -> BatchOut:
     """Process the next batch of a running operation part in one transaction."""
-    async with conn.transaction():
-        op = await store.bulk_operation_lock(conn, operation_id)
+    async with store.tx(conn) as tx:
+        op = await tx.bulk_operation_lock(operation_id)
         if op is None:
             return BatchOut(ran=False)
         if op.kind == RETRY:
-            plan, rows, cursor = await _retry_batch(conn, store, op, batch_size)
+            plan, rows, cursor = await _retry_batch(tx, op, batch_size)
             succeeded = len(plan.retries)
         else:
-            plan, rows, cursor = await _cancel_batch(conn, store, op, batch_size, grace_s)
+            plan, rows, cursor = await _cancel_batch(tx, op, batch_size, grace_s)
             succeeded = len(rows) - len(plan.failures) - plan.skipped
         if plan.failures and op.failed < MAX_FAILURES_KEPT:
-            await store.bulk_operation_failure_add_batch(conn, operation_id, op.failed, plan.failures)
+            await tx.bulk_operation_failure_add_batch(operation_id, op.failed, plan.failures)
         done = len(rows) < batch_size
-        await store.bulk_operation_advance(conn, operation_id, succeeded, len(plan.failures), plan.skipped,
-                                           cursor, done)
+        await tx.bulk_operation_advance(operation_id, succeeded, len(plan.failures), plan.skipped, cursor, done)
         await gates.reach("history.bulk.before_commit")  # fault tests: batch applied, not committed
     return BatchOut(ran=True, created=len(plan.retries), done=done)

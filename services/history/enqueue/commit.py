@@ -28,7 +28,7 @@ from ratchet.services.history import enqueue
 from ratchet.services.history.enqueue import MAX_ROUNDS, Request, Row, Writer
 from ratchet.services.history.errors import Contention, ShardTimeout, ShardUnavailable
 from ratchet.services.history.shards import Shard
-from ratchet.services.history.store import Store
+from ratchet.services.history.store import Store, Tx
 
 log = logging.getLogger(__name__)
 
@@ -80,7 +80,7 @@ class Committer:
         requests = [r for _, r in items]
         try:
             async with shard.conn() as conn:
-                await self._rounds(conn, requests)
+                await self._rounds(self._store.on(conn), requests)
         except asyncio.CancelledError:
             _fail(requests, ShardUnavailable(shard.id, "history is stopping"))
             raise
@@ -98,11 +98,11 @@ class Committer:
     async def _alone(self, shard: Shard, request: Request) -> None:
         try:
             async with shard.conn() as conn:
-                await self._rounds(conn, [request])
+                await self._rounds(self._store.on(conn), [request])
         except Exception as e:  # noqa: BLE001 - the request's own error, handed to its caller
             _fail([request], e)
 
-    async def _rounds(self, conn, requests: list[Request]) -> None:
+    async def _rounds(self, db: Tx, requests: list[Request]) -> None:
         """Statements until every request is answered (at most MAX_ROUNDS)."""
         for _ in range(MAX_ROUNDS):
             rnd = enqueue.compose(requests)
@@ -110,11 +110,11 @@ class Committer:
                 return
             expired = sorted({k for r in rnd.members for k in r.expired})
             if expired:
-                await self._store.idempotency_key_expire_batch(conn, expired)
+                await db.idempotency_key_expire_batch(expired)
                 for r in rnd.members:
                     r.expired.clear()
             pending = [r.pending() for r in rnd.members]
-            rows = await self._write(conn, rnd.members, pending) if rnd.members else []
+            rows = await self._write(db, rnd.members, pending) if rnd.members else []
             at = {id(r): k for k, r in enumerate(rnd.members)}
             for f, lead, j in rnd.followers:
                 got = rows[at[id(lead)]] if id(lead) in at else None
@@ -123,7 +123,7 @@ class Committer:
               Contention(f"creates on this shard were undecided after {MAX_ROUNDS} statements (a race with "
                          f"other writers of the same ids or keys)"))
 
-    async def _write(self, conn, members: list[Request], pending: list[enqueue.Batch]) -> list[list[Row] | None]:
+    async def _write(self, db: Tx, members: list[Request], pending: list[enqueue.Batch]) -> list[list[Row] | None]:
         """One statement for the round's requests, as planned; each request's rows (None: not
         decided this round, it goes again)."""
         b = enqueue.merge(pending)
@@ -131,7 +131,7 @@ class Committer:
         self.statements += 1
         if plan.writer is Writer.GENERAL:
             reqs = [k for k, p in enumerate(pending) for _ in range(len(p))] if len(pending) > 1 else [0]
-            rows = await self._store.task_create(conn, b, reqs, self._window_s)
+            rows = await db.task_create(b, reqs, self._window_s)
             if rows is None:  # raced: nothing written; the next snapshot sees the other writer
                 return [None] * len(members)
             out, k = [], 0
@@ -141,8 +141,8 @@ class Committer:
                 r.settle_rows(mine)
                 out.append(mine)
             return out
-        write = self._store.task_copy_uniform if plan.writer is Writer.COPY else self._store.task_create_uniform
-        if not await write(conn, b):  # an id exists: the general statement answers each task
+        write = db.task_copy_uniform if plan.writer is Writer.COPY else db.task_create_uniform
+        if not await write(b):  # an id exists: the general statement answers each task
             for r in members:
                 r.probe = True
             return [None] * len(members)

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 import asyncpg
 
 from ratchet.libs import gates
-from ratchet.services.history.store import LeasedRow, Store, TypeKey
+from ratchet.services.history.store import LeasedRow, Store, Tx, TypeKey
 
 MAX_ROUNDS = 4  # share-out passes per lease; each is one claim statement
 
@@ -45,12 +45,12 @@ def fair_shares(n: int, total: int) -> list[int]:
     return [base + (1 if i < extra else 0) for i in range(n)]
 
 
-async def ready_tenants(conn, store: Store, cursor: str, app_ids: Sequence[str], limit: int,
+async def ready_tenants(db: Tx, cursor: str, app_ids: Sequence[str], limit: int,
                         excluded: Sequence[TypeKey] = ()) -> list[str]:
     """Up to `limit` tenants with ready work, in round-robin order after `cursor`."""
-    tenants = await store.task_ready_tenants(conn, cursor, None, app_ids, limit, excluded)
+    tenants = await db.task_ready_tenants(cursor, None, app_ids, limit, excluded)
     if len(tenants) < limit and cursor:
-        tenants += await store.task_ready_tenants(conn, "", cursor, app_ids, limit - len(tenants), excluded)
+        tenants += await db.task_ready_tenants("", cursor, app_ids, limit - len(tenants), excluded)
     return tenants
 
 
@@ -62,7 +62,7 @@ def split_limits(type_limits: Sequence[tuple[TypeKey, int]]) -> tuple[list[TypeK
     return [k for k, n in lowest.items() if n <= 0], {k: n for k, n in lowest.items() if n > 0}
 
 
-async def claim_fair(conn, store: Store, tenants: list[str], max_tasks: int, app_ids: Sequence[str],
+async def claim_fair(db: Tx, tenants: list[str], max_tasks: int, app_ids: Sequence[str],
                      excluded: Sequence[TypeKey] = (), already: Sequence[str] = ()) -> dict[str, list[str]]:
     """Pick up to max_tasks ready tasks spread fairly over `tenants` -> {tenant: [task_id]}.
 
@@ -79,7 +79,7 @@ async def claim_fair(conn, store: Store, tenants: list[str], max_tasks: int, app
             break
         candidates = candidates[:remaining]
         quotas = {t: q for t, q in zip(candidates, fair_shares(len(candidates), remaining), strict=True) if q > 0}
-        got = await store.task_claim_ready(conn, quotas, app_ids, already + taken, excluded)
+        got = await db.task_claim_ready(quotas, app_ids, already + taken, excluded)
         per: dict[str, int] = {}
         for task_id, tenant in got:
             claimed[tenant].append(task_id)
@@ -90,11 +90,10 @@ async def claim_fair(conn, store: Store, tenants: list[str], max_tasks: int, app
     return claimed
 
 
-async def _claim_capped(conn, store: Store, caps: dict[TypeKey, int], max_tasks: int,
-                        app_ids: Sequence[str]) -> list[str]:
+async def _claim_capped(db: Tx, caps: dict[TypeKey, int], max_tasks: int, app_ids: Sequence[str]) -> list[str]:
     if not caps:
         return []
-    got = await store.task_claim_capped(conn, {k: min(n, max_tasks) for k, n in caps.items()}, app_ids, [])
+    got = await db.task_claim_capped({k: min(n, max_tasks) for k, n in caps.items()}, app_ids, [])
     # Rows picked past max_tasks are simply not leased.
     return [task_id for task_id, _ in got][:max_tasks]
 
@@ -110,15 +109,16 @@ async def lease_tasks(conn: asyncpg.Connection, store: Store, *, worker_id: str,
     there is no transaction at all: no BEGIN and COMMIT round trips around an empty answer."""
     paused, caps = split_limits(type_limits)
     excluded = paused + list(caps)
-    capped = await _claim_capped(conn, store, caps, max_tasks, app_ids)
+    db = store.on(conn)
+    capped = await _claim_capped(db, caps, max_tasks, app_ids)
     room = max_tasks - len(capped)
-    tenants = await ready_tenants(conn, store, cursor, app_ids, room, excluded) if room > 0 else []
-    claimed = await claim_fair(conn, store, tenants, room, app_ids, excluded, capped) if tenants else {}
+    tenants = await ready_tenants(db, cursor, app_ids, room, excluded) if room > 0 else []
+    claimed = await claim_fair(db, tenants, room, app_ids, excluded, capped) if tenants else {}
     ids = capped + [tid for t in tenants for tid in claimed[t]]
     if not ids:
         return LeaseOut([], cursor, False)
-    async with conn.transaction():
-        rows = await store.task_lease_batch(conn, ids, worker_id, lease_s)
+    async with store.tx(conn) as tx:
+        rows = await tx.task_lease_batch(ids, worker_id, lease_s)
         await gates.reach("history.lease.before_commit")  # fault tests: leased, not committed
     order = {tid: i for i, tid in enumerate(ids)}
     rows = sorted(rows, key=lambda r: order[str(r.task_id)])

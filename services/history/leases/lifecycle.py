@@ -18,7 +18,7 @@ from ratchet.libs.taskstate import CancelReason, TaskState
 from ratchet.services.history.decide import Rand, cancel_now, on_completion
 from ratchet.services.history.errors import TaskNotFound
 from ratchet.services.history.model import CompletionIn, TaskView, Transition
-from ratchet.services.history.store import Store
+from ratchet.services.history.store import Store, Tx
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,8 +37,8 @@ async def record_heartbeats(conn: asyncpg.Connection, store: Store, leases: Sequ
     """Extend the leases still held, storing any checkpoint under the same
     fence; one statement for the whole batch. `leases` holds
     (task_id, lease_epoch) or (task_id, lease_epoch, checkpoint or None)."""
-    rows = await store.task_heartbeat_batch(conn, [x[0] for x in leases], [x[1] for x in leases],
-                                            lease_s, grace_s, [x[2] if len(x) > 2 else None for x in leases])
+    rows = await store.on(conn).task_heartbeat_batch([x[0] for x in leases], [x[1] for x in leases], lease_s,
+                                                     grace_s, [x[2] if len(x) > 2 else None for x in leases])
     held = {(str(r.task_id), r.lease_epoch): r for r in rows}
     out = []
     for task_id, epoch, *_ in leases:
@@ -82,10 +82,10 @@ async def complete_tasks(conn: asyncpg.Connection, store: Store, items: Sequence
     uniq = [items[i] for i in sorted(first.values())]
     retry_in: dict[str, float] = {}
     await gates.reach("history.complete.received")  # fault tests: before any lock is taken
-    async with conn.transaction():
-        applied = await _apply_optimistic(conn, store, uniq, rand, retry_in)
+    async with store.tx(conn) as tx:
+        applied = await _apply_optimistic(tx, uniq, rand, retry_in)
         others = [c.task_id for c in uniq if c.task_id not in applied]
-        states = await store.task_state_batch(conn, others) if others else {}
+        states = await tx.task_state_batch(others) if others else {}
         await gates.reach("history.complete.before_commit")  # fault tests: applied, not committed
     out = []
     for i, c in enumerate(items):
@@ -103,24 +103,22 @@ async def complete_tasks(conn: asyncpg.Connection, store: Store, items: Sequence
     return out
 
 
-async def _apply_optimistic(conn, store: Store, uniq: Sequence[CompletionIn], rand: Rand,
-                            retry_in: dict[str, float]) -> dict:
+async def _apply_optimistic(tx: Tx, uniq: Sequence[CompletionIn], rand: Rand, retry_in: dict[str, float]) -> dict:
     """Decide from an unlocked read and apply with a compare-and-set that includes the cancel
     request read; a row that changed in between (a cancel request, a timer, another completion)
     is decided again under a row lock. Without contention no row is locked before its update."""
-    read = await store.task_complete_read(conn, [c.task_id for c in uniq], [c.lease_epoch for c in uniq])
-    applied = await _decide_and_apply(conn, store, uniq, read, rand, optimistic=True, retry_in=retry_in)
+    read = await tx.task_complete_read([c.task_id for c in uniq], [c.lease_epoch for c in uniq])
+    applied = await _decide_and_apply(tx, uniq, read, rand, optimistic=True, retry_in=retry_in)
     seen = {v.task_id for v in read}
     raced = [c for c in uniq if c.task_id in seen and c.task_id not in applied]
     if raced:
-        locked = await store.task_complete_lock(conn, [c.task_id for c in raced], [c.lease_epoch for c in raced])
-        applied.update(await _decide_and_apply(conn, store, raced, locked, rand, optimistic=False,
-                                               retry_in=retry_in))
+        locked = await tx.task_complete_lock([c.task_id for c in raced], [c.lease_epoch for c in raced])
+        applied.update(await _decide_and_apply(tx, raced, locked, rand, optimistic=False, retry_in=retry_in))
     return applied
 
 
-async def _decide_and_apply(conn, store: Store, items: Sequence[CompletionIn], read: Sequence[TaskView],
-                            rand: Rand, optimistic: bool, retry_in: dict[str, float] | None = None) -> dict:
+async def _decide_and_apply(tx: Tx, items: Sequence[CompletionIn], read: Sequence[TaskView], rand: Rand,
+                            optimistic: bool, retry_in: dict[str, float] | None = None) -> dict:
     """Decide each completion from its task's view and apply the transitions; returns what applied.
     retry_in collects the retry delay of each applied RETRY_WAIT (the timer hint)."""
     views = {v.task_id: v for v in read}
@@ -132,7 +130,7 @@ async def _decide_and_apply(conn, store: Store, items: Sequence[CompletionIn], r
         decided.append(on_completion(view, c, rand=rand, cancel_seen=view.cancel_seen if optimistic else None))
     # In task_id order, as the lock took them, so two batches sharing tasks cannot deadlock.
     decided.sort(key=lambda t: t.task_id)
-    applied = await store.task_transition_apply(conn, decided) if decided else {}
+    applied = await tx.task_transition_apply(decided) if decided else {}
     if retry_in is not None:
         for t in decided:
             if t.delay_s is not None and t.task_id in applied:
@@ -149,20 +147,19 @@ def _state(states: dict, applied: dict, task_id: str) -> TaskState | None:
 async def cancel_task(conn: asyncpg.Connection, store: Store, task_id: str, tenant_id: str,
                       grace_s: float) -> tuple[TaskState, bool]:
     """Cancel one task; returns (state after, cancel_requested)."""
-    async with conn.transaction():
-        row = await store.task_lock(conn, task_id)
+    async with store.tx(conn) as tx:
+        row = await tx.task_lock(task_id)
         if row is None or row.tenant_id != tenant_id:
             raise TaskNotFound(task_id)
         state = TaskState(row.state)
         t = cancel_now(task_id, state, row.lease_epoch)
         if t is not None:
-            await store.task_transition_apply(conn, [t])
+            await tx.task_transition_apply([t])
             return TaskState.CANCELED, False
         if state == TaskState.LEASED:
-            await store.task_cancel_request_batch(conn, [task_id], [row.lease_epoch], [CancelReason.USER.value],
-                                                  grace_s)
+            await tx.task_cancel_request_batch([task_id], [row.lease_epoch], [CancelReason.USER.value], grace_s)
             # The lease timer must now fire by the kill time, not only at lease expiry.
-            await store.timer_lease_reschedule_batch(conn, [task_id], [row.lease_epoch])
+            await tx.timer_lease_reschedule_batch([task_id], [row.lease_epoch])
             return TaskState.LEASED, True
         return state, row.cancel_requested
 

@@ -62,7 +62,7 @@ class BulkLoop:
     async def round(self, shard: Shard) -> bool:
         """One batch of each running operation part on the shard; True if any ran."""
         async with shard.conn() as conn:
-            ids = await self._store.bulk_operation_running(conn, MAX_OPS_PER_ROUND)
+            ids = await self._store.on(conn).bulk_operation_running(MAX_OPS_PER_ROUND)
         ran = False
         for operation_id in ids:
             async with shard.conn() as conn:

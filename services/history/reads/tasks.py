@@ -26,7 +26,7 @@ class Page:
 async def list_tasks(conn: asyncpg.Connection, store: Store, tenant_id: str, app_id: str, f: TaskFilter,
                      cursor: tuple[dt.datetime, str] | None, page_size: int) -> Page:
     """The page of tasks strictly older than the cursor; one statement, so one snapshot."""
-    rows = await store.task_list_page(conn, tenant_id, app_id, f, cursor, page_size + 1)
+    rows = await store.on(conn).task_list_page(tenant_id, app_id, f, cursor, page_size + 1)
     if len(rows) <= page_size:
         return Page(rows, None)
     rows = rows[:page_size]
@@ -36,15 +36,15 @@ async def list_tasks(conn: asyncpg.Connection, store: Store, tenant_id: str, app
 
 async def count_tasks(conn: asyncpg.Connection, store: Store, tenant_id: str, app_id: str, f: TaskFilter) -> int:
     """How many of the tenant's tasks match."""
-    return await store.task_count(conn, tenant_id, app_id, f)
+    return await store.on(conn).task_count(tenant_id, app_id, f)
 
 
 async def get_task(conn: asyncpg.Connection, store: Store, task_id: str,
                    tenant_id: str) -> tuple[TaskRow, list[AttemptRow]]:
     """(task row, attempt rows) read from one snapshot; TaskNotFound for unknown and foreign ids alike."""
-    async with conn.transaction(isolation="repeatable_read", readonly=True):
-        row = await store.task_get(conn, task_id)
+    async with store.tx(conn, isolation="repeatable_read", readonly=True) as tx:
+        row = await tx.task_get(task_id)
         if row is None or row.tenant_id != tenant_id:
             raise TaskNotFound(task_id)
-        attempts = await store.attempt_list(conn, task_id)
+        attempts = await tx.attempt_list(task_id)
     return row, attempts

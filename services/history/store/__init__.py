@@ -1,9 +1,14 @@
 """History's SQL: named queries from the .sql files beside this module, and
-one typed wrapper per query (same name as the query), each returning typed
-rows (rows.py) or plain values, never a record.
+one typed wrapper per query (same name as the query), a method of `Tx`.
 
-Each wrapper runs through `Store._run`, which calls the test-only hooks for
-that query name first/after, so a fault harness can inject a failure into
+`Store.tx(conn)` opens a transaction on one of a shard's connections
+(`Shard.conn`) and yields a `Tx` whose methods run on it; `Store.on(conn)` is
+a `Tx` without one, each statement on its own (the single-statement paths:
+creates, heartbeats, the lease's picks, the timer loop's idle read). Every
+method returns typed rows (rows.py) or plain values, never a record.
+
+Each wrapper runs through `Tx._run`, which calls the store's test-only hooks
+for that query name first/after, so a fault harness can inject a failure into
 exactly one query ("the write happened but the caller saw a timeout").
 
 Every statement here is the guarded one: there is no variant without its
@@ -45,7 +50,7 @@ QUERIES = load_queries(*sorted(_HERE.glob("*.sql")))
 
 Hook = Callable[[str], Awaitable[None]]
 
-# What the COPY of uniform tasks (Store.task_copy_uniform) writes: the id and the payload first,
+# What the COPY of uniform tasks (Tx.task_copy_uniform) writes: the id and the payload first,
 # then the fields every row of a call shares, encoded once per call (libs/fastcheck.copy_rows
 # writes the rows in C). Every other column takes its default: version 1, attempt 0,
 # lease_epoch 0, cancel_requested false, NULL, and the transaction's now() for created_at,
@@ -105,7 +110,8 @@ def _triples(keys: Sequence[TypeKey]) -> tuple[list[str], list[str], list[str]]:
 
 
 class Store:
-    """Typed access to one shard database's history tables.
+    """Typed access to the shard databases' history tables: `tx(conn)` and `on(conn)` give the
+    statements on one connection (a `Tx`).
 
     `before` and `after` map a query name to an async hook; they are empty in
     production and exist only for fault-injection tests. `queries` is the
@@ -118,18 +124,51 @@ class Store:
         self.before: dict[str, Hook] = {}
         self.after: dict[str, Hook] = {}
 
-    async def _run(self, conn: asyncpg.Connection, name: str, *args: Any, fetch: str = "all") -> Any:
-        hook = self.before.get(name)
+    def tx(self, conn: asyncpg.Connection, **options: Any) -> Tx:
+        """`async with store.tx(conn) as tx:` one transaction on conn (options: asyncpg's,
+        isolation, readonly, deferrable), committed when the block ends cleanly, else rolled back."""
+        return Tx(self, conn, conn.transaction(**options))
+
+    def on(self, conn: asyncpg.Connection) -> Tx:
+        """The statements on conn outside any transaction, each on its own."""
+        return Tx(self, conn)
+
+
+class Tx:
+    """The named queries on one connection: inside one transaction (Store.tx, used as
+    `async with`), or each statement on its own (Store.on). One small object per use, no
+    state of its own: each statement reads the store's hooks and registry as it runs (a
+    test's hook, a mutant's statements)."""
+
+    __slots__ = ("_store", "_transaction", "conn")
+
+    def __init__(self, store: Store, conn: asyncpg.Connection, transaction: Any = None):
+        self.conn = conn
+        self._store = store
+        self._transaction = transaction
+
+    async def __aenter__(self) -> Tx:
+        if self._transaction is None:
+            raise TypeError("Store.on(conn) runs each statement on its own; open a transaction with Store.tx(conn)")
+        await self._transaction.__aenter__()
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self._transaction.__aexit__(*exc)
+
+    async def _run(self, name: str, *args: Any, fetch: str = "all") -> Any:
+        store = self._store
+        hook = store.before.get(name)
         if hook is not None:
             await hook(name)
-        sql = self.queries[name]
+        sql = store.queries[name]
         if fetch == "all":
-            out = await conn.fetch(sql, *args)
+            out = await self.conn.fetch(sql, *args)
         elif fetch == "row":
-            out = await conn.fetchrow(sql, *args)
+            out = await self.conn.fetchrow(sql, *args)
         else:
-            out = await conn.fetchval(sql, *args)
-        hook = self.after.get(name)
+            out = await self.conn.fetchval(sql, *args)
+        hook = store.after.get(name)
         if hook is not None:
             await hook(name)
         return out
@@ -160,14 +199,14 @@ class Store:
                 _shared([dumps(p.rules_json) for p in pol]), _shared(b.schedule_id), _shared(b.scheduled_time),
                 _shared(b.fingerprint)]
 
-    async def task_create(self, conn, b: Batch, requests: list[int], window_s: float) -> list[Row] | None:
+    async def task_create(self, b: Batch, requests: list[int], window_s: float) -> list[Row] | None:
         """Create the tasks of one or more requests (requests: each task's, or one for all), each
         request whole or not at all: one Row per task, in order, saying what happened to it. None
         when another writer inserted one of these ids or keys after the statement's snapshot (a
         unique violation: SQLSTATE 23505, the race lost): nothing was written, and the next
         statement sees that writer's rows."""
         try:
-            recs = await self._run(conn, "task_create", *self._create_args(b), _shared(requests), window_s)
+            recs = await self._run("task_create", *self._create_args(b), _shared(requests), window_s)
         except asyncpg.UniqueViolationError:
             return None
         rows: list[Row] = [_CREATED] * len(b)
@@ -190,7 +229,7 @@ class Store:
                 json.dumps(p.timeouts_json) if p.timeouts_json else None, p.non_retryable or None,
                 json.dumps(p.rules_json) if p.rules_json else None)
 
-    async def task_create_uniform(self, conn, b: Batch) -> bool:
+    async def task_create_uniform(self, b: Batch) -> bool:
         """Insert uniform tasks (enqueue.uniform: every value but id and payload shared, all due now)
         by the uniform statement, all or none: False when an id exists (a unique violation, SQLSTATE
         23505), nothing written. The ids must be canonical and each payload one JSON value alone
@@ -199,14 +238,14 @@ class Store:
         pol = b.policy[0]
         try:
             # (one text and one bytea value, not two arrays: see the statement)
-            await self._run(conn, "task_create_uniform", ",".join(b.task_ids), b"[" + b",".join(b.payloads) + b"]",
+            await self._run("task_create_uniform", ",".join(b.task_ids), b"[" + b",".join(b.payloads) + b"]",
                             b.tenant_id[0], b.app_id[0], b.task_type[0], b.queue[0], max_attempts, rp, to, nr, rr,
                             pol.schedule_to_start_s, pol.schedule_to_close_s, fetch="val")
         except asyncpg.UniqueViolationError:
             return False
         return True
 
-    async def task_copy_uniform(self, conn, b: Batch) -> bool:
+    async def task_copy_uniform(self, b: Batch) -> bool:
         """task_create_uniform's rows by a binary COPY (uniform tasks without timer rows): Postgres'
         multi-row heap insert, one WAL record per page, no executor projection per row: less
         backend CPU and less WAL per row than the statement. Its data is built in one C call
@@ -214,7 +253,7 @@ class Store:
         False when an id exists (a unique violation), nothing written. Runs the
         task_create_uniform hooks (fault injection names the write, not its form)."""
         max_attempts, rp, to, nr, rr = self._uniform_policy(b)
-        hook = self.before.get("task_create_uniform")
+        hook = self._store.before.get("task_create_uniform")
         if hook is not None:
             await hook("task_create_uniform")
         queue = b.queue[0]
@@ -225,84 +264,82 @@ class Store:
         data = copy_rows(b.task_ids, b.payloads, len(_UNIFORM_COPY_COLUMNS), shared)
         try:
             # (a memoryview: asyncpg reads bytes as a file's path, os.fspath takes them)
-            await conn.copy_to_table("tasks", source=memoryview(data), columns=_UNIFORM_COPY_COLUMNS, format="binary")
+            await self.conn.copy_to_table("tasks", source=memoryview(data), columns=_UNIFORM_COPY_COLUMNS,
+                                          format="binary")
         except asyncpg.UniqueViolationError:
             return False
-        hook = self.after.get("task_create_uniform")
+        hook = self._store.after.get("task_create_uniform")
         if hook is not None:
             await hook("task_create_uniform")
         return True
 
-    async def task_get(self, conn, task_id: str) -> TaskRow | None:
+    async def task_get(self, task_id: str) -> TaskRow | None:
         """The whole task row, or None."""
-        r = await self._run(conn, "task_get", uuid.UUID(task_id), fetch="row")
+        r = await self._run("task_get", uuid.UUID(task_id), fetch="row")
         return TaskRow.of(r) if r is not None else None
 
-    async def task_lock(self, conn, task_id: str) -> LockedTask | None:
+    async def task_lock(self, task_id: str) -> LockedTask | None:
         """Lock one task row (FOR NO KEY UPDATE); None if it does not exist."""
-        r = await self._run(conn, "task_lock", uuid.UUID(task_id), fetch="row")
+        r = await self._run("task_lock", uuid.UUID(task_id), fetch="row")
         return LockedTask.of(r) if r is not None else None
 
-    async def task_state_batch(self, conn, ids: Sequence[str]) -> dict[str, str]:
+    async def task_state_batch(self, ids: Sequence[str]) -> dict[str, str]:
         """{task_id: state} for the ids that exist."""
-        recs = await self._run(conn, "task_state_batch", _uuids(ids))
+        recs = await self._run("task_state_batch", _uuids(ids))
         return {str(r["task_id"]): r["state"] for r in recs}
 
-    async def task_ready_tenants(self, conn, after: str, upto: str | None, app_ids: Sequence[str],
-                                 limit: int, excluded: Sequence[TypeKey] = ()) -> list[str]:
+    async def task_ready_tenants(self, after: str, upto: str | None, app_ids: Sequence[str], limit: int,
+                                 excluded: Sequence[TypeKey] = ()) -> list[str]:
         """Tenants with ready work (not of the excluded types) in (after, upto], tenant order, at most `limit`."""
-        recs = await self._run(conn, "task_ready_tenants", after, upto, list(app_ids), limit, *_triples(excluded))
+        recs = await self._run("task_ready_tenants", after, upto, list(app_ids), limit, *_triples(excluded))
         return [r["tenant_id"] for r in recs]
 
-    async def task_claim_ready(self, conn, quotas: dict[str, int], app_ids: Sequence[str],
-                               exclude: Sequence[str], excluded: Sequence[TypeKey] = ()) -> list[tuple[str, str]]:
+    async def task_claim_ready(self, quotas: dict[str, int], app_ids: Sequence[str], exclude: Sequence[str],
+                               excluded: Sequence[TypeKey] = ()) -> list[tuple[str, str]]:
         """Pick ready rows per tenant (not of the excluded types), without locking them; returns
         [(task_id, tenant_id)]."""
-        recs = await self._run(conn, "task_claim_ready", list(quotas), list(quotas.values()), list(app_ids),
+        recs = await self._run("task_claim_ready", list(quotas), list(quotas.values()), list(app_ids),
                                _uuids(exclude), *_triples(excluded))
         return [(str(r["task_id"]), r["tenant_id"]) for r in recs]
 
-    async def task_claim_capped(self, conn, caps: dict[TypeKey, int], app_ids: Sequence[str],
+    async def task_claim_capped(self, caps: dict[TypeKey, int], app_ids: Sequence[str],
                                 exclude: Sequence[str]) -> list[tuple[str, TypeKey]]:
         """Pick up to caps[type] ready rows of each capped type, without locking them; returns
         [(task_id, type key)]."""
         keys = list(caps)
-        recs = await self._run(conn, "task_claim_capped", *_triples(keys), [caps[k] for k in keys], list(app_ids),
+        recs = await self._run("task_claim_capped", *_triples(keys), [caps[k] for k in keys], list(app_ids),
                                _uuids(exclude))
         return [(str(r["task_id"]), (r["tenant_id"], r["app_id"], r["task_type"])) for r in recs]
 
-    async def task_lease_batch(self, conn, ids: Sequence[str], worker_id: str,
-                               lease_s: float) -> list[LeasedRow]:
+    async def task_lease_batch(self, ids: Sequence[str], worker_id: str, lease_s: float) -> list[LeasedRow]:
         """Lease the claimed (locked) ids; returns the LeasedTask columns of each."""
-        recs = await self._run(conn, "task_lease_batch", _checked(ids), worker_id, lease_s)
+        recs = await self._run("task_lease_batch", _checked(ids), worker_id, lease_s)
         return list(map(LeasedRow._make, recs))
 
-    async def task_heartbeat_batch(self, conn, ids: Sequence[str], epochs: Sequence[int], lease_s: float,
-                                   grace_s: float, checkpoints: Sequence[bytes | None] | None = None
-                                   ) -> list[HeldLease]:
+    async def task_heartbeat_batch(self, ids: Sequence[str], epochs: Sequence[int], lease_s: float, grace_s: float,
+                                   checkpoints: Sequence[bytes | None] | None = None) -> list[HeldLease]:
         """Extend leases still held, storing any checkpoint sent; returns a row per lease still held."""
         cps = list(checkpoints) if checkpoints is not None else [None] * len(ids)
-        recs = await self._run(conn, "task_heartbeat_batch", _uuids(ids), list(epochs), lease_s, grace_s, cps)
+        recs = await self._run("task_heartbeat_batch", _uuids(ids), list(epochs), lease_s, grace_s, cps)
         return list(map(HeldLease._make, recs))
 
-    async def task_cancel_request_batch(self, conn, ids: Sequence[str], epochs: Sequence[int],
-                                        reasons: Sequence[str], grace_s: float) -> set[str]:
+    async def task_cancel_request_batch(self, ids: Sequence[str], epochs: Sequence[int], reasons: Sequence[str],
+                                        grace_s: float) -> set[str]:
         """Ask running attempts to stop; returns the ids whose lease matched."""
-        recs = await self._run(conn, "task_cancel_request_batch", _uuids(ids), list(epochs), list(reasons),
-                               grace_s)
+        recs = await self._run("task_cancel_request_batch", _uuids(ids), list(epochs), list(reasons), grace_s)
         return {str(r["task_id"]) for r in recs}
 
-    async def task_complete_read(self, conn, ids: Sequence[str], epochs: Sequence[int]) -> list[TaskView]:
+    async def task_complete_read(self, ids: Sequence[str], epochs: Sequence[int]) -> list[TaskView]:
         """Read, without locking, the tasks whose lease is current, as the views decisions read."""
-        recs = await self._run(conn, "task_complete_read", _checked(ids), list(epochs))
+        recs = await self._run("task_complete_read", _checked(ids), list(epochs))
         return list(map(TaskView.from_row, recs))
 
-    async def task_complete_lock(self, conn, ids: Sequence[str], epochs: Sequence[int]) -> list[TaskView]:
+    async def task_complete_lock(self, ids: Sequence[str], epochs: Sequence[int]) -> list[TaskView]:
         """Lock tasks whose lease is current; their views."""
-        recs = await self._run(conn, "task_complete_lock", _checked(ids), list(epochs))
+        recs = await self._run("task_complete_lock", _checked(ids), list(epochs))
         return list(map(TaskView.from_row, recs))
 
-    async def task_transition_apply(self, conn, ts: Sequence[Transition]) -> dict[str, tuple[str, int]]:
+    async def task_transition_apply(self, ts: Sequence[Transition]) -> dict[str, tuple[str, int]]:
         """Apply transitions (one per task), each a compare-and-set; returns {task_id: (state, version)}
         of those applied."""
         cols: list[list] = [[] for _ in range(16)]
@@ -331,21 +368,21 @@ class Store:
         # a one-element column as every row's). asyncpg encodes an array element by element, an
         # isinstance check against collections.abc each: full columns cost history far more
         # CPU per completion than shared ones.
-        recs = await self._run(conn, "task_transition_apply", ids, *map(_shared, cols[1:]))
+        recs = await self._run("task_transition_apply", ids, *map(_shared, cols[1:]))
         return {str(r["task_id"]): (r["state"], r["version"]) for r in recs}
 
-    async def attempt_list(self, conn, task_id: str) -> list[AttemptRow]:
+    async def attempt_list(self, task_id: str) -> list[AttemptRow]:
         """A task's attempts, oldest first."""
-        return [AttemptRow.of(r) for r in await self._run(conn, "attempt_list", uuid.UUID(task_id))]
+        return [AttemptRow.of(r) for r in await self._run("attempt_list", uuid.UUID(task_id))]
 
-    async def transition_list(self, conn, task_id: str) -> list[TransitionRow]:
+    async def transition_list(self, task_id: str) -> list[TransitionRow]:
         """A task's transition log in version order."""
-        return [TransitionRow.of(r) for r in await self._run(conn, "transition_list", uuid.UUID(task_id))]
+        return [TransitionRow.of(r) for r in await self._run("transition_list", uuid.UUID(task_id))]
 
-    async def task_retry_batch(self, conn, pairs: Sequence[tuple[str, Transition]]) -> dict[str, str]:
+    async def task_retry_batch(self, pairs: Sequence[tuple[str, Transition]]) -> dict[str, str]:
         """Bulk retry (original id, create transition of the new task); returns {original: new id} done
         (an original already retried is left out)."""
-        recs = await self._run(conn, "task_retry_batch", _uuids([o for o, _ in pairs]),
+        recs = await self._run("task_retry_batch", _uuids([o for o, _ in pairs]),
                                _uuids([t.task_id for _, t in pairs]), [t.reason for _, t in pairs])
         return {str(r["original_id"]): str(r["task_id"]) for r in recs}
 
@@ -355,92 +392,91 @@ class Store:
         since, until = f.bounds()
         return [f.task_type, f.queue, f.error_class, since, until]
 
-    async def task_list_page(self, conn, tenant_id: str, app_id: str, f: TaskFilter,
-                             cursor: tuple[datetime, str] | None, limit: int) -> list[TaskRow]:
+    async def task_list_page(self, tenant_id: str, app_id: str, f: TaskFilter, cursor: tuple[datetime, str] | None,
+                             limit: int) -> list[TaskRow]:
         """Up to `limit` tasks older than the cursor (sort time, task_id), newest first; rows carry sort_at."""
         at, tid = cursor if cursor is not None else (NEVER, MAX_ID)
-        recs = await self._run(conn, "task_list_page", tenant_id, app_id, f.terminal_states(), f.live_states(),
+        recs = await self._run("task_list_page", tenant_id, app_id, f.terminal_states(), f.live_states(),
                                *self._filter_args(f), at, uuid.UUID(tid), limit)
         return [TaskRow.of(r) for r in recs]
 
-    async def task_count(self, conn, tenant_id: str, app_id: str, f: TaskFilter,
-                         bound: datetime | None = None) -> int:
+    async def task_count(self, tenant_id: str, app_id: str, f: TaskFilter, bound: datetime | None = None) -> int:
         """How many tasks match, counting only sort times up to `bound` when given."""
-        return await self._run(conn, "task_count", tenant_id, app_id, f.terminal_states(), f.live_states(),
+        return await self._run("task_count", tenant_id, app_id, f.terminal_states(), f.live_states(),
                                *self._filter_args(f), bound or NEVER, fetch="val")
 
-    async def task_bulk_retry_scan(self, conn, tenant_id: str, app_id: str, f: TaskFilter, bound: datetime,
+    async def task_bulk_retry_scan(self, tenant_id: str, app_id: str, f: TaskFilter, bound: datetime,
                                    cursor: tuple[str, datetime, str] | None, limit: int) -> list[RetryCandidate]:
         """Lock the next terminal tasks of a RETRY operation in (state, finished_at, task_id) order."""
         state, at, tid = cursor if cursor is not None else ("", DAWN, NIL_ID)
         since, until = f.bounds()
-        recs = await self._run(conn, "task_bulk_retry_scan", tenant_id, app_id, state, at, uuid.UUID(tid),
+        recs = await self._run("task_bulk_retry_scan", tenant_id, app_id, state, at, uuid.UUID(tid),
                                f.terminal_states(), since, until, bound, f.task_type, f.queue, f.error_class, limit)
         return [RetryCandidate.of(r) for r in recs]
 
-    async def task_bulk_cancel_scan(self, conn, tenant_id: str, app_id: str, f: TaskFilter, bound: datetime,
+    async def task_bulk_cancel_scan(self, tenant_id: str, app_id: str, f: TaskFilter, bound: datetime,
                                     cursor_id: str | None, limit: int) -> list[CancelCandidate]:
         """Lock the next live tasks of a CANCEL operation in task_id order."""
         since, until = f.bounds()
-        recs = await self._run(conn, "task_bulk_cancel_scan", tenant_id, app_id, uuid.UUID(cursor_id or NIL_ID),
+        recs = await self._run("task_bulk_cancel_scan", tenant_id, app_id, uuid.UUID(cursor_id or NIL_ID),
                                f.live_states(), since, until, bound, f.task_type, f.queue, f.error_class, limit)
         return [CancelCandidate.of(r) for r in recs]
 
     # -- bulk operations ------------------------------------------------------
-    async def bulk_operation_insert(self, conn, operation_id: str, tenant_id: str, app_id: str, kind: str,
-                                    f: TaskFilter, registered: Sequence[str], matched: int,
+    async def bulk_operation_insert(self, operation_id: str, tenant_id: str, app_id: str, kind: str, f: TaskFilter,
+                                    registered: Sequence[str], matched: int,
                                     bound: datetime) -> BulkOperationRow | None:
         """Insert a RUNNING operation part; None when the id already exists."""
-        r = await self._run(conn, "bulk_operation_insert", operation_id, tenant_id, app_id, kind,
-                            json.dumps(f.to_json()), list(registered), matched, bound, fetch="row")
+        r = await self._run("bulk_operation_insert", operation_id, tenant_id, app_id, kind, json.dumps(f.to_json()),
+                            list(registered), matched, bound, fetch="row")
         return BulkOperationRow.of(r) if r is not None else None
 
-    async def bulk_operation_get(self, conn, operation_id: str) -> BulkOperationRow | None:
+    async def bulk_operation_get(self, operation_id: str) -> BulkOperationRow | None:
         """The operation part, or None."""
-        r = await self._run(conn, "bulk_operation_get", operation_id, fetch="row")
+        r = await self._run("bulk_operation_get", operation_id, fetch="row")
         return BulkOperationRow.of(r) if r is not None else None
 
-    async def bulk_operation_lock(self, conn, operation_id: str) -> BulkOperationRow | None:
+    async def bulk_operation_lock(self, operation_id: str) -> BulkOperationRow | None:
         """Lock the operation part if RUNNING and not locked by another batch."""
-        r = await self._run(conn, "bulk_operation_lock", operation_id, fetch="row")
+        r = await self._run("bulk_operation_lock", operation_id, fetch="row")
         return BulkOperationRow.of(r) if r is not None else None
 
-    async def bulk_operation_running(self, conn, limit: int) -> list[str]:
+    async def bulk_operation_running(self, limit: int) -> list[str]:
         """Ids of running operation parts, oldest first."""
-        return [r["operation_id"] for r in await self._run(conn, "bulk_operation_running", limit)]
+        return [r["operation_id"] for r in await self._run("bulk_operation_running", limit)]
 
-    async def bulk_operation_advance(self, conn, operation_id: str, succeeded: int, failed: int, skipped: int,
+    async def bulk_operation_advance(self, operation_id: str, succeeded: int, failed: int, skipped: int,
                                      cursor: tuple[str | None, datetime | None, str | None],
                                      done: bool) -> BulkOperationRow | None:
         """Record one batch's counts and cursor (and the end when done); the part as it is now,
         None if it was no longer running."""
         state, at, tid = cursor
-        r = await self._run(conn, "bulk_operation_advance", operation_id, succeeded, failed, skipped, state, at,
+        r = await self._run("bulk_operation_advance", operation_id, succeeded, failed, skipped, state, at,
                             uuid.UUID(tid) if tid else None, done, fetch="row")
         return BulkOperationRow.of(r) if r is not None else None
 
-    async def bulk_operation_cancel(self, conn, operation_id: str) -> BulkOperationRow | None:
+    async def bulk_operation_cancel(self, operation_id: str) -> BulkOperationRow | None:
         """Stop a running operation part; None if it was not running."""
-        r = await self._run(conn, "bulk_operation_cancel", operation_id, fetch="row")
+        r = await self._run("bulk_operation_cancel", operation_id, fetch="row")
         return BulkOperationRow.of(r) if r is not None else None
 
-    async def bulk_operation_failure_add_batch(self, conn, operation_id: str, recorded: int,
+    async def bulk_operation_failure_add_batch(self, operation_id: str, recorded: int,
                                                failures: Sequence[tuple[str, str]]) -> None:
         """Record failures after the `recorded` ones (the first 1,000 are kept)."""
-        await self._run(conn, "bulk_operation_failure_add_batch", operation_id, recorded,
-                        _uuids([t for t, _ in failures]), [r for _, r in failures])
+        await self._run("bulk_operation_failure_add_batch", operation_id, recorded, _uuids([t for t, _ in failures]),
+                        [r for _, r in failures])
 
-    async def bulk_operation_failure_list(self, conn, operation_id: str) -> list[tuple[str, str]]:
+    async def bulk_operation_failure_list(self, operation_id: str) -> list[tuple[str, str]]:
         """[(task_id, reason)] oldest first."""
-        recs = await self._run(conn, "bulk_operation_failure_list", operation_id)
+        recs = await self._run("bulk_operation_failure_list", operation_id)
         return [(str(r["task_id"]), r["reason"]) for r in recs]
 
     # -- timers ---------------------------------------------------------------
-    async def timer_claim_due(self, conn, max_timers: int) -> list[DueTask]:
+    async def timer_claim_due(self, max_timers: int) -> list[DueTask]:
         """Claim (lock, skipping rows others hold) and delete due timers with their tasks: each
         task once, in the order of its first due timer, with its timers oldest first."""
         by_task: dict[str, DueTask] = {}
-        for r in await self._run(conn, "timer_claim_due", max_timers):
+        for r in await self._run("timer_claim_due", max_timers):
             task_id = str(r["task_id"])
             due = by_task.get(task_id)
             if due is None:  # (the task's columns are the same on each of its rows)
@@ -450,16 +486,16 @@ class Store:
                                      deadline_passed=r["deadline_passed"], kill_passed=r["kill_passed"]))
         return list(by_task.values())
 
-    async def timer_lease_reschedule_batch(self, conn, ids: Sequence[str], epochs: Sequence[int]) -> None:
+    async def timer_lease_reschedule_batch(self, ids: Sequence[str], epochs: Sequence[int]) -> None:
         """Set the lease timer of held leases to their next event."""
-        await self._run(conn, "timer_lease_reschedule_batch", _uuids(ids), list(epochs))
+        await self._run("timer_lease_reschedule_batch", _uuids(ids), list(epochs))
 
-    async def timer_next_in(self, conn) -> float | None:
+    async def timer_next_in(self) -> float | None:
         """Seconds until the earliest timer (negative if overdue), or None."""
-        return await self._run(conn, "timer_next_in", fetch="val")
+        return await self._run("timer_next_in", fetch="val")
 
     # -- idempotency keys -----------------------------------------------------
-    async def idempotency_key_expire_batch(self, conn, keys: Sequence[Key]) -> None:
+    async def idempotency_key_expire_batch(self, keys: Sequence[Key]) -> None:
         """Delete these keys where their window has passed (a live key stays)."""
-        await self._run(conn, "idempotency_key_expire_batch", [k[0] for k in keys], [k[1] for k in keys],
+        await self._run("idempotency_key_expire_batch", [k[0] for k in keys], [k[1] for k in keys],
                         [k[2] for k in keys])

@@ -43,23 +43,22 @@ async def fire_timers(conn: asyncpg.Connection, store: Store, *, max_timers: int
     the claim would find nothing, so the answer is that read's next_in alone (one statement
     instead of BEGIN, claim, next_in, COMMIT): what the timer loop's idle wake-ups cost. A
     timer due by the read's snapshot still goes through the claim, which locks and re-checks."""
-    next_in = await store.timer_next_in(conn)
+    next_in = await store.on(conn).timer_next_in()
     if next_in is None or next_in > 0:
         return FireOut(0, False, next_in)
-    async with conn.transaction():
-        claimed = await store.timer_claim_due(conn, max_timers)
+    async with store.tx(conn) as tx:
+        claimed = await tx.timer_claim_due(max_timers)
         plans = _plans(claimed, rand)
         rounds = max((len(p.transitions) for _, p in plans.values()), default=0)
         for k in range(rounds):
-            await store.task_transition_apply(
-                conn, [p.transitions[k] for _, p in plans.values() if len(p.transitions) > k])
+            await tx.task_transition_apply([p.transitions[k] for _, p in plans.values() if len(p.transitions) > k])
         cancels = [(tid, v.lease_epoch, p.cancel_reason.value) for tid, (v, p) in plans.items() if p.cancel_reason]
         if cancels:
-            await store.task_cancel_request_batch(conn, [c[0] for c in cancels], [c[1] for c in cancels],
-                                                  [c[2] for c in cancels], grace_s)
+            await tx.task_cancel_request_batch([c[0] for c in cancels], [c[1] for c in cancels],
+                                               [c[2] for c in cancels], grace_s)
         lease = [(tid, v.lease_epoch) for tid, (v, p) in plans.items() if p.reschedule_lease]
         if lease:
-            await store.timer_lease_reschedule_batch(conn, [t for t, _ in lease], [e for _, e in lease])
-        next_in = await store.timer_next_in(conn)
+            await tx.timer_lease_reschedule_batch([t for t, _ in lease], [e for _, e in lease])
+        next_in = await tx.timer_next_in()
         await gates.reach("history.timers.before_commit")  # fault tests: fired, not committed
     return FireOut(sum(len(d.dues) for d in claimed), any(p.ready for _, p in plans.values()), next_in)

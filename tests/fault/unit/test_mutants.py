@@ -178,8 +178,8 @@ def test_uncharged_attempts_never_exhaust_but_reported_ones_still_do():
     assert _lease_ends() == [S.FAILED, S.FAILED]
 
 
-class _BulkStore:
-    """The two calls a bulk retry batch makes, answered from memory."""
+class _BulkTx:
+    """The two statements a bulk retry batch runs, answered from memory."""
 
     def __init__(self, rows):
         self.rows = rows
@@ -187,7 +187,7 @@ class _BulkStore:
     async def task_bulk_retry_scan(self, *args):
         return self.rows
 
-    async def task_retry_batch(self, conn, pairs):
+    async def task_retry_batch(self, pairs):
         return {o: t.task_id for o, t in pairs}
 
 
@@ -198,7 +198,7 @@ def test_a_rerun_retries_originals_again_without_the_link_guard():
                                registered_task_types=(), operation_id="op")
 
     def batch():
-        return asyncio.run(operations._retry_batch(None, _BulkStore(rows), op, 10))[0]
+        return asyncio.run(operations._retry_batch(_BulkTx(rows), op, 10))[0]
     plan = batch()
     assert (plan.skipped, [o for o, _ in plan.retries]) == (1, [rows[1].task_id])
     with installed("retry_link_once"):

@@ -9,7 +9,7 @@ from ratchet.api.tasks.v1 import tasks_pb2
 from ratchet.internal.worker.v1 import worker_pb2 as wpb
 from ratchet.libs.shardmap import new_task_id
 from ratchet.services.history.policy import duration
-from ratchet.services.history.store import Store
+from ratchet.services.history.store import Tx
 
 from .helpers import eventually, unique
 
@@ -170,14 +170,14 @@ async def test_a_cancel_landing_between_a_completions_read_and_its_update_is_not
     tenant, app = unique("t"), unique("app")
     task_id = await hist.create_one(tenant, app, max_attempts=5)
     leased = await hist.lease_one(app, lease_s=30)
-    real, raced = Store.task_complete_read, []
+    real, raced = Tx.task_complete_read, []
 
-    async def read_then_cancel(self, conn, ids, epochs):
-        rows = await real(self, conn, ids, epochs)
+    async def read_then_cancel(self, ids, epochs):
+        rows = await real(self, ids, epochs)
         if not raced:
             raced.append(await hist.cancel(task_id, tenant))  # another transaction commits in between
         return rows
-    monkeypatch.setattr(Store, "task_complete_read", read_then_cancel)
+    monkeypatch.setattr(Tx, "task_complete_read", read_then_cancel)
     r = await hist.complete_one(leased, outcome, error=tasks_pb2.TaskError(error_class="Boom"),
                                 result_json=b'"done"' if outcome == "SUCCEEDED" else b"")
     assert raced, "the completion path no longer reads before it updates"

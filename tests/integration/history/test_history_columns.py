@@ -13,6 +13,7 @@ from ratchet.internal.history.v1 import history_pb2 as h
 from ratchet.libs.shardmap import new_task_id
 from ratchet.services.history.enqueue import COPY_MIN_ROWS
 from ratchet.services.history.policy import duration
+from ratchet.services.history.store import Tx
 
 from .helpers import RPC_TIMEOUT, unique
 from .test_history_shared import _rows
@@ -64,7 +65,7 @@ async def test_columns_make_the_rows_tasks_with_the_same_fields_make(hist):
 async def test_uniform_tasks_without_timeouts_are_copied_in_as_the_tasks_path_writes_them(hist, monkeypatch, queue,
                                                                                         non_retryable):
     # No schedule-to-start or schedule-to-close timeout: no timer rows, so the rows go in by
-    # COPY (Store.task_copy_uniform), their times from the column defaults (migration 0015).
+    # COPY (Tx.task_copy_uniform), their times from the column defaults (migration 0015).
     alone, uniform = unique("t"), unique("t")
     payloads = [b'{"i":%d}' % i for i in range(COPY_MIN_ROWS)] + [b"null", '"\u00e9t\u00e9"'.encode(),
                                                                   b'[1, {"a" : 2.50}]']
@@ -78,7 +79,7 @@ async def test_uniform_tasks_without_timeouts_are_copied_in_as_the_tasks_path_wr
                                     timeout=RPC_TIMEOUT)
     assert len(r.results) == len(payloads)
     copies = []
-    real_copy = hist.server.servicer.store.__class__.task_copy_uniform
+    store, real_copy = hist.server.servicer.store, Tx.task_copy_uniform
 
     class Spy:  # the connection, with its COPY counted
         def __init__(self, conn):
@@ -91,9 +92,9 @@ async def test_uniform_tasks_without_timeouts_are_copied_in_as_the_tasks_path_wr
             copies.append(kw["format"])
             return await self._conn.copy_to_table(*a, **kw)
 
-    async def counted(self, conn, *args):
-        return await real_copy(self, Spy(conn), *args)
-    monkeypatch.setattr(hist.server.servicer.store.__class__, "task_copy_uniform", counted)
+    async def counted(self, *args):
+        return await real_copy(store.on(Spy(self.conn)), *args)
+    monkeypatch.setattr(Tx, "task_copy_uniform", counted)
     ids = [new_task_id() for _ in payloads]
     assert (await _columns(hist, shared(uniform), ids, payloads)).all_created
     assert copies == ["binary"]

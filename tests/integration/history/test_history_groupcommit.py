@@ -9,6 +9,7 @@ import grpc
 import pytest
 
 from ratchet.internal.history.v1 import history_pb2 as h
+from ratchet.services.history.store import Tx
 
 from .helpers import unique
 
@@ -142,14 +143,16 @@ async def test_a_request_of_several_new_tasks_is_one_statement_and_a_held_key_on
 
 
 def _count_calls(monkeypatch, store, *names: str) -> dict[str, int]:
+    """Calls of these statements that `store` runs from now on."""
     counts = dict.fromkeys(names, 0)
     for name in names:
-        real = getattr(store, name)
+        real = getattr(Tx, name)
 
-        async def counted(*a, _real=real, _name=name, **kw):
-            counts[_name] += 1
-            return await _real(*a, **kw)
-        monkeypatch.setattr(store, name, counted)
+        async def counted(self, *a, _real=real, _name=name, **kw):
+            if self._store is store:
+                counts[_name] += 1
+            return await _real(self, *a, **kw)
+        monkeypatch.setattr(Tx, name, counted)
     return counts
 
 

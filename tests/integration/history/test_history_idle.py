@@ -9,21 +9,22 @@ import asyncio
 
 from ratchet.services.history.loops.timers import IDLE_S
 from ratchet.services.history.policy import duration
+from ratchet.services.history.store import Tx
 
 from .helpers import eventually, unique
 
 
 def _spy(monkeypatch, store, prefix: str) -> list[tuple[str, bool]]:
-    """(statement name, ran inside a transaction) of every store statement named `prefix`...
-    from now on (the server's background loops run their own)."""
+    """(statement name, ran inside a transaction) of every statement named `prefix`... that
+    `store` runs from now on (the server's background loops run their own)."""
     seen: list[tuple[str, bool]] = []
-    run = store._run
+    run = Tx._run
 
-    async def spy(conn, name, *args, **kw):
-        if name.startswith(prefix):
-            seen.append((name, conn.is_in_transaction()))
-        return await run(conn, name, *args, **kw)
-    monkeypatch.setattr(store, "_run", spy)
+    async def spy(self, name, *args, **kw):
+        if self._store is store and name.startswith(prefix):
+            seen.append((name, self.conn.is_in_transaction()))
+        return await run(self, name, *args, **kw)
+    monkeypatch.setattr(Tx, "_run", spy)
     return seen
 
 

@@ -1,11 +1,15 @@
-"""The store's rows: typed values that match their statements' columns."""
+"""The store's shape: typed rows that match their statements' columns, and `Store.tx(conn)`,
+a transaction whose statements run on its connection."""
 
 from __future__ import annotations
 
 import dataclasses
 
 import asyncpg
+import pytest
 
+from ratchet.libs.taskstate import TaskState
+from ratchet.services.history.decide import cancel_now
 from ratchet.services.history.model import TaskView
 from ratchet.services.history.store import (
     QUERIES,
@@ -16,9 +20,12 @@ from ratchet.services.history.store import (
     LeasedRow,
     LockedTask,
     RetryCandidate,
+    Store,
     TaskRow,
     TransitionRow,
 )
+
+from .helpers import unique
 
 
 async def _columns(conn, name: str) -> tuple[str, ...]:
@@ -60,5 +67,35 @@ async def test_every_other_row_reads_columns_its_statement_returns(hist):
         for name, fields in reads.items():
             missing = fields - set(await _columns(conn, name))
             assert not missing, (name, missing)
+    finally:
+        await conn.close()
+
+
+async def test_a_tx_commits_when_its_block_ends_and_rolls_back_when_it_raises(hist):
+    store = Store()
+    tenant = unique("t")
+    task_id = await hist.create_one(tenant)
+    conn = await asyncpg.connect(hist.dsns[1])
+    try:
+        with pytest.raises(RuntimeError):
+            async with store.tx(conn) as tx:
+                row = await tx.task_lock(task_id)
+                assert row == LockedTask(task_id, tenant, "ENQUEUED", 0, False) and conn.is_in_transaction()
+                assert await tx.task_transition_apply([cancel_now(task_id, TaskState.ENQUEUED, 0)]) == {
+                    task_id: ("CANCELED", 2)}
+                raise RuntimeError("after the write")
+        assert not conn.is_in_transaction()
+        got = await store.on(conn).task_get(task_id)
+        assert isinstance(got, TaskRow) and (got.state, got.version) == ("ENQUEUED", 1)
+        async with store.tx(conn) as tx:
+            assert await tx.task_transition_apply([cancel_now(task_id, TaskState.ENQUEUED, 0)])
+        assert (await store.on(conn).task_get(task_id)).state == "CANCELED"
+        async with store.tx(conn, isolation="repeatable_read", readonly=True) as tx:
+            assert (await tx.task_get(task_id)).task_id == task_id
+            assert await tx.attempt_list(task_id) == []
+        assert not conn.is_in_transaction()
+        with pytest.raises(TypeError, match=r"Store\.tx"):
+            async with store.on(conn):
+                pass
     finally:
         await conn.close()

@@ -27,7 +27,8 @@ class FakeShard:
 
 
 class FakeStore:
-    """task_create's semantics over dicts: a request goes whole if every row is new."""
+    """task_create's semantics over dicts: a request goes whole if every row is new (the store
+    and its statements in one: on(conn) is the store itself)."""
 
     def __init__(self):
         self.tasks: dict[str, tuple] = {}
@@ -37,6 +38,9 @@ class FakeStore:
         self.fail: Exception | None = None
         self.gate: asyncio.Event | None = None
 
+    def on(self, conn):
+        return self
+
     async def _enter(self, name: str, b) -> None:
         self.ran.append((name, len(b)))
         if self.gate is not None:
@@ -44,7 +48,7 @@ class FakeStore:
         if self.fail is not None and self.fail.args and self.fail.args[0] in b.task_ids:
             raise self.fail
 
-    async def task_create(self, conn, b, reqs, window_s):
+    async def task_create(self, b, reqs, window_s):
         await self._enter("task_create", b)
         if self.races:
             self.races -= 1
@@ -69,7 +73,7 @@ class FakeStore:
                 rows[i] = Row(True, due=True)
         return rows
 
-    async def _uniform(self, name, conn, b):
+    async def _uniform(self, name, b):
         await self._enter(name, b)
         if any(t in self.tasks for t in b.task_ids):
             return False
@@ -77,13 +81,13 @@ class FakeStore:
             self.tasks[tid] = (b.tenant_id[0], b.app_id[0], b.task_type[0])
         return True
 
-    async def task_create_uniform(self, conn, b):
-        return await self._uniform("task_create_uniform", conn, b)
+    async def task_create_uniform(self, b):
+        return await self._uniform("task_create_uniform", b)
 
-    async def task_copy_uniform(self, conn, b):
-        return await self._uniform("task_copy_uniform", conn, b)
+    async def task_copy_uniform(self, b):
+        return await self._uniform("task_copy_uniform", b)
 
-    async def idempotency_key_expire_batch(self, conn, keys):
+    async def idempotency_key_expire_batch(self, keys):
         self.ran.append(("expire", len(keys)))
         for k in keys:
             if self.keys.get(k, (0, 0, False))[2]:

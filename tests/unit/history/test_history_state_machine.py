@@ -18,7 +18,7 @@ from ratchet.libs import taskstate
 from ratchet.libs.taskstate import ALLOWED, CREATE, TERMINAL, AttemptOutcome, IllegalTransition, TaskState
 from ratchet.services import history
 from ratchet.services.history.model import Transition
-from ratchet.services.history.store import QUERIES, Store
+from ratchet.services.history.store import QUERIES, Store, Tx
 
 ROOT = pathlib.Path(__file__).resolve().parents[3]
 S = TaskState
@@ -241,10 +241,10 @@ def test_the_shipped_store_holds_only_guarded_statements():
 
 def test_no_history_function_takes_a_guard_switch():
     found = list(_history_functions())
-    assert len(found) > 100 and any(n.endswith("Store.task_transition_apply") for n, _ in found)
+    assert len(found) > 100 and any(n.endswith("Tx.task_transition_apply") for n, _ in found)
     switches = {name: sorted(set(inspect.signature(fn).parameters) & _SWITCHES) for name, fn in found}
     assert {name: s for name, s in switches.items() if s} == {}
     # Each wrapper of a guarded statement runs that statement, and only it.
     for name in ("task_complete_read", "task_complete_lock", "task_transition_apply", "task_retry_batch",
                  "timer_claim_due"):
-        assert re.findall(r'_run\(conn, "(\w+)"', inspect.getsource(getattr(Store, name))) == [name], name
+        assert re.findall(r'self\._run\("(\w+)"', inspect.getsource(getattr(Tx, name))) == [name], name
