@@ -215,16 +215,19 @@ def task_to_proto(row: TaskRow, attempts: Sequence[AttemptRow] = ()) -> tasks_pb
 def leased_to_proto(shard_id: int, r: LeasedRow, lease: duration_pb2.Duration) -> worker_pb2.LeasedTask:
     """A row returned by task_lease_batch as a LeasedTask (lease: the batch's lease duration,
     made once for all its rows and copied into each)."""
+    # Every field once, by one unpacking (the row's fields in LeasedRow's order): per leased
+    # task it costs less than a lookup per field, which gives back what making the row took.
+    (task_id, tenant_id, app_id, task_type, queue, payload, attempt, max_attempts, lease_epoch, run_at,
+     start_to_close_s, schedule_id, scheduled_time, checkpoint) = r
     out = worker_pb2.LeasedTask(
-        shard_id=shard_id, task_id=str(r.task_id), tenant_id=r.tenant_id, app_id=r.app_id,
-        task_type=r.task_type, queue=r.queue, payload_json=bytes(r.payload), attempt=r.attempt,
-        max_attempts=r.max_attempts, lease_epoch=r.lease_epoch, lease_duration=lease,
-        scheduled_at=timestamp(r.run_at), schedule_id=r.schedule_id or "",
-        scheduled_time=timestamp(r.scheduled_time))
-    if r.start_to_close_s is not None:
-        out.start_to_close.CopyFrom(policy.duration(r.start_to_close_s))
-    if r.checkpoint is not None:
-        out.last_checkpoint_json = bytes(r.checkpoint)
+        shard_id=shard_id, task_id=str(task_id), tenant_id=tenant_id, app_id=app_id, task_type=task_type,
+        queue=queue, payload_json=bytes(payload), attempt=attempt, max_attempts=max_attempts,
+        lease_epoch=lease_epoch, lease_duration=lease, scheduled_at=timestamp(run_at),
+        schedule_id=schedule_id or "", scheduled_time=timestamp(scheduled_time))
+    if start_to_close_s is not None:
+        out.start_to_close.CopyFrom(policy.duration(start_to_close_s))
+    if checkpoint is not None:
+        out.last_checkpoint_json = bytes(checkpoint)
     return out
 
 

@@ -100,8 +100,8 @@ def _shared(values: list) -> list:
 
 def _checked(ids: Sequence) -> list:
     """Ids already checked (canonical strings from convert.task_id, or uuid values read from
-    a shard): asyncpg encodes either as uuid, without _uuids' parse per id on the lease and
-    completion paths."""
+    a shard): asyncpg encodes either as uuid, without _uuids' parse per id on the lease,
+    heartbeat and completion paths."""
     return list(ids)
 
 
@@ -318,9 +318,10 @@ class Tx:
 
     async def task_heartbeat_batch(self, ids: Sequence[str], epochs: Sequence[int], lease_s: float, grace_s: float,
                                    checkpoints: Sequence[bytes | None] | None = None) -> list[HeldLease]:
-        """Extend leases still held, storing any checkpoint sent; returns a row per lease still held."""
+        """Extend leases still held (ids canonical: convert.lease_ref checks), storing any checkpoint
+        sent; returns a row per lease still held."""
         cps = list(checkpoints) if checkpoints is not None else [None] * len(ids)
-        recs = await self._run("task_heartbeat_batch", _uuids(ids), list(epochs), lease_s, grace_s, cps)
+        recs = await self._run("task_heartbeat_batch", _checked(ids), list(epochs), lease_s, grace_s, cps)
         return list(map(HeldLease._make, recs))
 
     async def task_cancel_request_batch(self, ids: Sequence[str], epochs: Sequence[int], reasons: Sequence[str],

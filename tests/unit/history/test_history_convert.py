@@ -47,3 +47,20 @@ def test_a_leased_row_shares_one_lease_duration_without_aliasing():
     a.lease_duration.seconds = 5
     assert lease.seconds == 30 and b.lease_duration.seconds == 30  # the batch's Duration was copied into each
     assert (a.scheduled_at.seconds, a.scheduled_at.nanos) == (_reference(now).seconds, _reference(now).nanos)
+
+
+def test_every_field_of_a_leased_row_lands_in_its_namesake():
+    """leased_to_proto unpacks the row by position: each field must reach the message field of its name."""
+    run_at, scheduled = dt.datetime(2024, 5, 1, 12, tzinfo=dt.UTC), dt.datetime(2024, 5, 1, 11, tzinfo=dt.UTC)
+    row = LeasedRow(task_id=uuid.UUID("0190a0a0-0000-8000-8000-000000000001"), tenant_id="tenant", app_id="app",
+                    task_type="type", queue="queue", payload=b'{"p":1}', attempt=2, max_attempts=5, lease_epoch=7,
+                    run_at=run_at, start_to_close_s=40.0, schedule_id="schedule", scheduled_time=scheduled,
+                    checkpoint=b'{"c":2}')
+    from ratchet.services.history import policy
+    out = convert.leased_to_proto(3, row, policy.duration(30.0))
+    assert (out.shard_id, out.task_id, out.tenant_id, out.app_id, out.task_type, out.queue) == (
+        3, "0190a0a0-0000-8000-8000-000000000001", "tenant", "app", "type", "queue")
+    assert (out.payload_json, out.attempt, out.max_attempts, out.lease_epoch) == (b'{"p":1}', 2, 5, 7)
+    assert out.scheduled_at.ToDatetime(tzinfo=dt.UTC) == run_at and out.schedule_id == "schedule"
+    assert out.scheduled_time.ToDatetime(tzinfo=dt.UTC) == scheduled
+    assert out.start_to_close.ToSeconds() == 40 and out.last_checkpoint_json == b'{"c":2}'
