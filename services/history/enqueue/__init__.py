@@ -128,7 +128,7 @@ def merge(batches: Sequence[Batch]) -> Batch:
 class Writer(enum.Enum):
     """How a batch is written (one statement, one transaction, whichever)."""
 
-    COPY = "copy"  # uniform, no timer rows, COPY_MIN_ROWS or more: a binary COPY (Store.task_copy_uniform)
+    COPY = "copy"  # uniform, no timer rows, COPY_MIN_ROWS or more: a binary COPY (Tx.task_copy_uniform)
     UNIFORM = "uniform"  # uniform: task_create_uniform, every value but id and payload once
     GENERAL = "general"  # anything else: task_create (keys, per-task values, due times), per row answers
 

@@ -12,7 +12,7 @@
 -- keys, due times, per-task values), each request whole or not at all, and
 -- say per row what happened: the committer decides every answer from these
 -- rows (enqueue.outcome), never from an error. $1..$19 are the columns (a
--- column every row shares comes as a one-element array, Store._create_args),
+-- column every row shares comes as a one-element array, Tx._create_args),
 -- $20 each row's request (one element: all one request), $21 the key window
 -- in seconds. Each row first looks for what the shard holds (the statement's
 -- snapshot): a task with its id, a key row with its key's digest (one probe
@@ -21,7 +21,7 @@
 -- are inserted, keys in key order so concurrent statements take them in one
 -- order (no ON CONFLICT: no speculative-insert record per row). A key or
 -- id another writer inserted after the snapshot makes the insert fail with a
--- unique violation and the statement writes nothing (Store.task_create
+-- unique violation and the statement writes nothing (Tx.task_create
 -- returns None: the committer runs it again, and the next snapshot sees the
 -- owner). A row returns created, or what it found: the id's owner (tenant,
 -- app, type), or the key's task and fingerprint, whether that key row is past
@@ -131,7 +131,7 @@ SELECT g.ord, g.go AS created, g.go AND g.due_at <= g.now_t AS due, g.id_tenant,
 -- enqueue.plan's uniform statement: fewer than COPY_MIN_ROWS uniform tasks, or
 -- uniform tasks whose policy sets a schedule-to-start or schedule-to-close
 -- timeout (timer rows); more without timer rows go by a binary COPY of the
--- same rows, ENQUEUED (Store.task_copy_uniform; the times from migration 0015's
+-- same rows, ENQUEUED (Tx.task_copy_uniform; the times from migration 0015's
 -- defaults). Uniform tasks of one or more requests: ids $1 and payloads
 -- $2 as the only columns, every other value given once ($3..$13: tenant,
 -- app, type, queue, then the policy as stored: max attempts, retry policy,
@@ -140,7 +140,7 @@ SELECT g.ord, g.go AS created, g.go AND g.due_at <= g.now_t AS due, g.id_tenant,
 -- timeouts the policy sets. An insert without task_create's probe per id
 -- (and without ON CONFLICT): an id that exists (a resent request whose answer was lost, or one
 -- taken by another) raises a unique violation, which writes nothing
--- (Store.task_create_uniform returns False), and the committer runs the
+-- (Tx.task_create_uniform returns False), and the committer runs the
 -- requests through task_create, which answers them per task. Returns how
 -- many rows it inserted. The two columns come as one value each, not as
 -- arrays: $1 the ids joined by commas, $2 the
@@ -423,7 +423,7 @@ WITH now AS (SELECT clock_timestamp() AS t),
 i AS (
     -- $2..$16 come as one element when every transition of the batch has that value (a batch
     -- of successes differs only in its ids): asyncpg encodes an array element by element
-    -- (Store.task_transition_apply); a one-element column is every row's.
+    -- (Tx.task_transition_apply); a one-element column is every row's.
     SELECT u.task_id,
            CASE WHEN cardinality($2::text[]) = 1 THEN ($2::text[])[1] ELSE u.from_state END AS from_state,
            CASE WHEN cardinality($3::bigint[]) = 1 THEN ($3::bigint[])[1] ELSE u.lease_epoch END AS lease_epoch,
