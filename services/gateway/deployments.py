@@ -39,6 +39,15 @@ class Registered:
     # is refused naming its own field.
     plain: tuple[tasks_pb2.RetryPolicy, tasks_pb2.Timeouts, history_pb2.NewTask] | None
 
+    def resolve(self, retry: tasks_pb2.RetryPolicy | None = None, timeouts: tasks_pb2.Timeouts | None = None,
+                where: str = "retry") -> tuple[tasks_pb2.RetryPolicy, tasks_pb2.Timeouts, history_pb2.NewTask | None]:
+        """(retry, timeouts, wire form) of an enqueue of this type: what was resolved when the
+        deployment loaded if it overrides nothing, else merged now (InvalidArgument naming `where`),
+        without a wire form."""
+        if retry is None and timeouts is None and self.plain is not None:
+            return self.plain
+        return (*policy.resolve(retry, timeouts, self.handler, where), None)
+
 
 Handlers = dict[str, Registered]  # an active deployment's handlers by name
 

@@ -34,7 +34,6 @@ from ratchet.internal.history.v1 import history_pb2
 from ratchet.libs.batching import Batcher
 from ratchet.libs.rpc import errors
 from ratchet.libs.shardmap import ShardMap, SlotGroups, new_task_id, slot_for_key, slot_of_prefix, slot_prefix
-from ratchet.services.gateway import policy
 from ratchet.services.gateway.auth import Principal
 from ratchet.services.gateway.history_client import HistoryClient
 from ratchet.services.gateway.validation import PlainBatch, ValidTask
@@ -148,8 +147,7 @@ def of_valid(p: Principal, valid: list[ValidTask], where: str = "tasks[{i}].",
 def of_plain(p: Principal, plain: PlainBatch) -> Tasks:
     """The form of a plain batch (validation.plain_batch or columns_batch): two columns and the
     handler's policy (resolved when its deployment was loaded) shared."""
-    registered = plain.handler  # (its plain is None only for a policy that cannot merge: resolve raises)
-    retry, timeouts, wire = registered.plain or (*policy.resolve(None, None, registered.handler, "retry"), None)
+    retry, timeouts, wire = plain.handler.resolve()
     shared: dict[str, Any] = {"tenant_id": p.tenant_id, "app_id": p.app_id, "task_type": plain.task_type,
                               "queue": plain.queue, "retry": retry, "timeouts": timeouts}
     if retry.non_retryable:

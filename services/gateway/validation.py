@@ -310,9 +310,8 @@ def validate_task(req: tasks_pb2.EnqueueTaskRequest, handlers: Handlers | None,
         raise TooLarge(f"{where}payload is {len(payload)} bytes as compact JSON; the limit is {max_payload_bytes} "
                        f"bytes: store large data elsewhere and pass a reference")
     registered = _handler_for(req.task_type, handlers, where)
-    plain = None if has_retry or has_timeouts else registered.plain  # (None too for a policy that cannot merge)
-    retry, timeouts, wire = plain or (*policy.resolve(req.retry if has_retry else None, req.timeouts if has_timeouts
-                                                       else None, registered.handler, f"{where}retry"), None)
+    retry, timeouts, wire = registered.resolve(req.retry if has_retry else None,
+                                               req.timeouts if has_timeouts else None, f"{where}retry")
     return ValidTask(
         task_type=req.task_type, queue=queue, payload_json=payload, idempotency_key=req.idempotency_key,
         delay=req.delay if has_delay else None, run_at=req.run_at if has_run_at else None,
