@@ -156,8 +156,8 @@ class HistoryServicer(history_pb2_grpc.HistoryServiceServicer):
         limits = convert.type_limits(request.type_limits)
         async with shard.lease_lock, shard.conn() as conn:
             out = await leasing.lease_tasks(conn, self.store, worker_id=request.worker_id,
-                                             max_tasks=request.max_tasks, app_ids=list(request.app_ids),
-                                             cursor=request.tenant_cursor, lease_s=lease_s, type_limits=limits)
+                                            max_tasks=request.max_tasks, app_ids=list(request.app_ids),
+                                            cursor=request.tenant_cursor, lease_s=lease_s, type_limits=limits)
         if out.rows:  # each lease's check: at lease expiry or the attempt deadline, the earlier
             limits = [r.start_to_close_s for r in out.rows if r.start_to_close_s is not None]
             self.hub.timer_due(shard.id, min([lease_s, *limits]))

@@ -67,7 +67,7 @@ class BulkLoop:
         for operation_id in ids:
             async with shard.conn() as conn:
                 out = await operations.run_batch(conn, self._store, operation_id, batch_size=self._cfg.bulk_batch_size,
-                                           grace_s=self._cfg.cancel_grace_s)
+                                                 grace_s=self._cfg.cancel_grace_s)
             if out.created:
                 self._hub.publish(shard.id)  # after commit, like an enqueue
             if out.ran:  # new tasks' timeouts, cancels' kill times: the timer loop reads when they are due

@@ -89,7 +89,7 @@ class TimerLoop:
         async with shard.conn() as conn:
             # Looked up on the module at each call: a mutant history (tests/fault/mutants) wraps it.
             out = await firing.fire_timers(conn, self._store, max_timers=self._max_timers,
-                                              grace_s=self._grace_s, rand=self._rand)
+                                           grace_s=self._grace_s, rand=self._rand)
         if out.ready:
             self._hub.publish(shard.id)  # after commit, like an enqueue
         return out
