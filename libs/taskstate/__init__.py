@@ -25,6 +25,8 @@ class TaskState(str, enum.Enum):
     FAILED = "FAILED"
     CANCELED = "CANCELED"
     EXPIRED = "EXPIRED"
+    # A workflow run suspended between activations (a sleep, a wait): no lease, no sandbox.
+    WAITING = "WAITING"
 
     def __str__(self) -> str:
         return self.value
@@ -49,6 +51,11 @@ ALLOWED: frozenset[tuple[TaskState | None, TaskState]] = frozenset({
     (TaskState.RETRY_WAIT, TaskState.ENQUEUED),
     (TaskState.RETRY_WAIT, TaskState.CANCELED),
     (TaskState.RETRY_WAIT, TaskState.EXPIRED),
+    # Workflows: an activation suspends, a timer, an event or a wait's timeout wakes the run.
+    (TaskState.LEASED, TaskState.WAITING),
+    (TaskState.WAITING, TaskState.ENQUEUED),
+    (TaskState.WAITING, TaskState.CANCELED),
+    (TaskState.WAITING, TaskState.EXPIRED),
 })
 
 
@@ -123,6 +130,7 @@ class AttemptOutcome(str, enum.Enum):
     TIMED_OUT = "TIMED_OUT"
     CRASHED = "CRASHED"
     CANCELED = "CANCELED"
+    SUSPENDED = "SUSPENDED"
 
     def __str__(self) -> str:
         return self.value

@@ -4,6 +4,7 @@ from google.api import annotations_pb2 as _annotations_pb2
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
 from ratchet.api.tasks.v1 import tasks_pb2 as _tasks_pb2
 from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
 from collections.abc import Iterable as _Iterable, Mapping as _Mapping
@@ -11,17 +12,39 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class HandlerKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    HANDLER_KIND_UNSPECIFIED: _ClassVar[HandlerKind]
+    HANDLER_KIND_TASK: _ClassVar[HandlerKind]
+    HANDLER_KIND_WORKFLOW: _ClassVar[HandlerKind]
+
+class WorkflowResume(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    WORKFLOW_RESUME_UNSPECIFIED: _ClassVar[WorkflowResume]
+    WORKFLOW_RESUME_LATEST: _ClassVar[WorkflowResume]
+    WORKFLOW_RESUME_PINNED: _ClassVar[WorkflowResume]
+HANDLER_KIND_UNSPECIFIED: HandlerKind
+HANDLER_KIND_TASK: HandlerKind
+HANDLER_KIND_WORKFLOW: HandlerKind
+WORKFLOW_RESUME_UNSPECIFIED: WorkflowResume
+WORKFLOW_RESUME_LATEST: WorkflowResume
+WORKFLOW_RESUME_PINNED: WorkflowResume
+
 class Handler(_message.Message):
-    __slots__ = ("name", "retry", "timeouts", "non_retryable")
+    __slots__ = ("name", "retry", "timeouts", "non_retryable", "kind", "resume")
     NAME_FIELD_NUMBER: _ClassVar[int]
     RETRY_FIELD_NUMBER: _ClassVar[int]
     TIMEOUTS_FIELD_NUMBER: _ClassVar[int]
     NON_RETRYABLE_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    RESUME_FIELD_NUMBER: _ClassVar[int]
     name: str
     retry: _tasks_pb2.RetryPolicy
     timeouts: _tasks_pb2.Timeouts
     non_retryable: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, name: _Optional[str] = ..., retry: _Optional[_Union[_tasks_pb2.RetryPolicy, _Mapping]] = ..., timeouts: _Optional[_Union[_tasks_pb2.Timeouts, _Mapping]] = ..., non_retryable: _Optional[_Iterable[str]] = ...) -> None: ...
+    kind: HandlerKind
+    resume: WorkflowResume
+    def __init__(self, name: _Optional[str] = ..., retry: _Optional[_Union[_tasks_pb2.RetryPolicy, _Mapping]] = ..., timeouts: _Optional[_Union[_tasks_pb2.Timeouts, _Mapping]] = ..., non_retryable: _Optional[_Iterable[str]] = ..., kind: _Optional[_Union[HandlerKind, str]] = ..., resume: _Optional[_Union[WorkflowResume, str]] = ...) -> None: ...
 
 class CreateDeploymentRequest(_message.Message):
     __slots__ = ("app", "bundle", "digest", "module", "handlers")

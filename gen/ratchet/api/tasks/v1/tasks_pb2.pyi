@@ -23,6 +23,7 @@ class TaskState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     TASK_STATE_FAILED: _ClassVar[TaskState]
     TASK_STATE_CANCELED: _ClassVar[TaskState]
     TASK_STATE_EXPIRED: _ClassVar[TaskState]
+    TASK_STATE_WAITING: _ClassVar[TaskState]
 
 class AttemptOutcome(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -34,6 +35,7 @@ class AttemptOutcome(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     ATTEMPT_OUTCOME_TIMED_OUT: _ClassVar[AttemptOutcome]
     ATTEMPT_OUTCOME_CRASHED: _ClassVar[AttemptOutcome]
     ATTEMPT_OUTCOME_CANCELED: _ClassVar[AttemptOutcome]
+    ATTEMPT_OUTCOME_SUSPENDED: _ClassVar[AttemptOutcome]
 
 class BulkOperationKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -55,6 +57,7 @@ TASK_STATE_SUCCEEDED: TaskState
 TASK_STATE_FAILED: TaskState
 TASK_STATE_CANCELED: TaskState
 TASK_STATE_EXPIRED: TaskState
+TASK_STATE_WAITING: TaskState
 ATTEMPT_OUTCOME_UNSPECIFIED: AttemptOutcome
 ATTEMPT_OUTCOME_RUNNING: AttemptOutcome
 ATTEMPT_OUTCOME_SUCCEEDED: AttemptOutcome
@@ -63,6 +66,7 @@ ATTEMPT_OUTCOME_LEASE_EXPIRED: AttemptOutcome
 ATTEMPT_OUTCOME_TIMED_OUT: AttemptOutcome
 ATTEMPT_OUTCOME_CRASHED: AttemptOutcome
 ATTEMPT_OUTCOME_CANCELED: AttemptOutcome
+ATTEMPT_OUTCOME_SUSPENDED: AttemptOutcome
 BULK_OPERATION_KIND_UNSPECIFIED: BulkOperationKind
 BULK_OPERATION_KIND_RETRY: BulkOperationKind
 BULK_OPERATION_KIND_CANCEL: BulkOperationKind

@@ -3,6 +3,7 @@ import datetime
 from google.protobuf import duration_pb2 as _duration_pb2
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
 from ratchet.api.tasks.v1 import tasks_pb2 as _tasks_pb2
+from ratchet.api.workflows.v1 import workflows_pb2 as _workflows_pb2
 from ratchet.internal.worker.v1 import worker_pb2 as _worker_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf import descriptor as _descriptor
@@ -339,3 +340,61 @@ class CancelBulkOperationResponse(_message.Message):
     OPERATION_FIELD_NUMBER: _ClassVar[int]
     operation: _tasks_pb2.BulkOperation
     def __init__(self, operation: _Optional[_Union[_tasks_pb2.BulkOperation, _Mapping]] = ...) -> None: ...
+
+class WorkflowStepRequest(_message.Message):
+    __slots__ = ("step",)
+    STEP_FIELD_NUMBER: _ClassVar[int]
+    step: _worker_pb2.StepRequest
+    def __init__(self, step: _Optional[_Union[_worker_pb2.StepRequest, _Mapping]] = ...) -> None: ...
+
+class WorkflowStepResponse(_message.Message):
+    __slots__ = ("step",)
+    STEP_FIELD_NUMBER: _ClassVar[int]
+    step: _worker_pb2.StepResponse
+    def __init__(self, step: _Optional[_Union[_worker_pb2.StepResponse, _Mapping]] = ...) -> None: ...
+
+class GetWorkflowStepsRequest(_message.Message):
+    __slots__ = ("shard_id", "workflow_id", "tenant_id", "from_position", "page_size")
+    SHARD_ID_FIELD_NUMBER: _ClassVar[int]
+    WORKFLOW_ID_FIELD_NUMBER: _ClassVar[int]
+    TENANT_ID_FIELD_NUMBER: _ClassVar[int]
+    FROM_POSITION_FIELD_NUMBER: _ClassVar[int]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    shard_id: int
+    workflow_id: str
+    tenant_id: str
+    from_position: int
+    page_size: int
+    def __init__(self, shard_id: _Optional[int] = ..., workflow_id: _Optional[str] = ..., tenant_id: _Optional[str] = ..., from_position: _Optional[int] = ..., page_size: _Optional[int] = ...) -> None: ...
+
+class GetWorkflowStepsResponse(_message.Message):
+    __slots__ = ("steps", "step_count", "pending", "next_position")
+    STEPS_FIELD_NUMBER: _ClassVar[int]
+    STEP_COUNT_FIELD_NUMBER: _ClassVar[int]
+    PENDING_FIELD_NUMBER: _ClassVar[int]
+    NEXT_POSITION_FIELD_NUMBER: _ClassVar[int]
+    steps: _containers.RepeatedCompositeFieldContainer[_workflows_pb2.Step]
+    step_count: int
+    pending: _workflows_pb2.PendingWait
+    next_position: int
+    def __init__(self, steps: _Optional[_Iterable[_Union[_workflows_pb2.Step, _Mapping]]] = ..., step_count: _Optional[int] = ..., pending: _Optional[_Union[_workflows_pb2.PendingWait, _Mapping]] = ..., next_position: _Optional[int] = ...) -> None: ...
+
+class DeliverEventRequest(_message.Message):
+    __slots__ = ("shard_id", "tenant_id", "name", "data_json", "workflow_id")
+    SHARD_ID_FIELD_NUMBER: _ClassVar[int]
+    TENANT_ID_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    DATA_JSON_FIELD_NUMBER: _ClassVar[int]
+    WORKFLOW_ID_FIELD_NUMBER: _ClassVar[int]
+    shard_id: int
+    tenant_id: str
+    name: str
+    data_json: bytes
+    workflow_id: str
+    def __init__(self, shard_id: _Optional[int] = ..., tenant_id: _Optional[str] = ..., name: _Optional[str] = ..., data_json: _Optional[bytes] = ..., workflow_id: _Optional[str] = ...) -> None: ...
+
+class DeliverEventResponse(_message.Message):
+    __slots__ = ("delivered",)
+    DELIVERED_FIELD_NUMBER: _ClassVar[int]
+    delivered: int
+    def __init__(self, delivered: _Optional[int] = ...) -> None: ...

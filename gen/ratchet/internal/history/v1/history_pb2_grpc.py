@@ -100,6 +100,21 @@ class HistoryServiceStub:
                 request_serializer=ratchet_dot_internal_dot_history_dot_v1_dot_history__pb2.CancelBulkOperationRequest.SerializeToString,
                 response_deserializer=ratchet_dot_internal_dot_history_dot_v1_dot_history__pb2.CancelBulkOperationResponse.FromString,
                 _registered_method=True)
+        self.WorkflowStep = channel.unary_unary(
+                '/ratchet.internal.history.v1.HistoryService/WorkflowStep',
+                request_serializer=ratchet_dot_internal_dot_history_dot_v1_dot_history__pb2.WorkflowStepRequest.SerializeToString,
+                response_deserializer=ratchet_dot_internal_dot_history_dot_v1_dot_history__pb2.WorkflowStepResponse.FromString,
+                _registered_method=True)
+        self.GetWorkflowSteps = channel.unary_unary(
+                '/ratchet.internal.history.v1.HistoryService/GetWorkflowSteps',
+                request_serializer=ratchet_dot_internal_dot_history_dot_v1_dot_history__pb2.GetWorkflowStepsRequest.SerializeToString,
+                response_deserializer=ratchet_dot_internal_dot_history_dot_v1_dot_history__pb2.GetWorkflowStepsResponse.FromString,
+                _registered_method=True)
+        self.DeliverEvent = channel.unary_unary(
+                '/ratchet.internal.history.v1.HistoryService/DeliverEvent',
+                request_serializer=ratchet_dot_internal_dot_history_dot_v1_dot_history__pb2.DeliverEventRequest.SerializeToString,
+                response_deserializer=ratchet_dot_internal_dot_history_dot_v1_dot_history__pb2.DeliverEventResponse.FromString,
+                _registered_method=True)
 
 
 class HistoryServiceServicer:
@@ -223,6 +238,30 @@ class HistoryServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def WorkflowStep(self, request, context):
+        """One step operation of a workflow run, fenced by its lease (the
+        dispatcher forwards the worker plane's Step): FAILED_PRECONDITION when
+        the lease is not current, and nothing is written.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetWorkflowSteps(self, request, context):
+        """A page of a run's step log, with its pending sleep or wait.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeliverEvent(self, request, context):
+        """Deliver an event: to one run's inbox (workflow_id set; NOT_FOUND unless
+        it is the tenant's), or to every matching wait on this shard.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_HistoryServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -290,6 +329,21 @@ def add_HistoryServiceServicer_to_server(servicer, server):
                     servicer.CancelBulkOperation,
                     request_deserializer=ratchet_dot_internal_dot_history_dot_v1_dot_history__pb2.CancelBulkOperationRequest.FromString,
                     response_serializer=ratchet_dot_internal_dot_history_dot_v1_dot_history__pb2.CancelBulkOperationResponse.SerializeToString,
+            ),
+            'WorkflowStep': grpc.unary_unary_rpc_method_handler(
+                    servicer.WorkflowStep,
+                    request_deserializer=ratchet_dot_internal_dot_history_dot_v1_dot_history__pb2.WorkflowStepRequest.FromString,
+                    response_serializer=ratchet_dot_internal_dot_history_dot_v1_dot_history__pb2.WorkflowStepResponse.SerializeToString,
+            ),
+            'GetWorkflowSteps': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetWorkflowSteps,
+                    request_deserializer=ratchet_dot_internal_dot_history_dot_v1_dot_history__pb2.GetWorkflowStepsRequest.FromString,
+                    response_serializer=ratchet_dot_internal_dot_history_dot_v1_dot_history__pb2.GetWorkflowStepsResponse.SerializeToString,
+            ),
+            'DeliverEvent': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeliverEvent,
+                    request_deserializer=ratchet_dot_internal_dot_history_dot_v1_dot_history__pb2.DeliverEventRequest.FromString,
+                    response_serializer=ratchet_dot_internal_dot_history_dot_v1_dot_history__pb2.DeliverEventResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -644,6 +698,87 @@ class HistoryService:
             '/ratchet.internal.history.v1.HistoryService/CancelBulkOperation',
             ratchet_dot_internal_dot_history_dot_v1_dot_history__pb2.CancelBulkOperationRequest.SerializeToString,
             ratchet_dot_internal_dot_history_dot_v1_dot_history__pb2.CancelBulkOperationResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WorkflowStep(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ratchet.internal.history.v1.HistoryService/WorkflowStep',
+            ratchet_dot_internal_dot_history_dot_v1_dot_history__pb2.WorkflowStepRequest.SerializeToString,
+            ratchet_dot_internal_dot_history_dot_v1_dot_history__pb2.WorkflowStepResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetWorkflowSteps(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ratchet.internal.history.v1.HistoryService/GetWorkflowSteps',
+            ratchet_dot_internal_dot_history_dot_v1_dot_history__pb2.GetWorkflowStepsRequest.SerializeToString,
+            ratchet_dot_internal_dot_history_dot_v1_dot_history__pb2.GetWorkflowStepsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeliverEvent(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ratchet.internal.history.v1.HistoryService/DeliverEvent',
+            ratchet_dot_internal_dot_history_dot_v1_dot_history__pb2.DeliverEventRequest.SerializeToString,
+            ratchet_dot_internal_dot_history_dot_v1_dot_history__pb2.DeliverEventResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -26,6 +26,30 @@ class CompletionOutcome(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     COMPLETION_OUTCOME_FAILED: _ClassVar[CompletionOutcome]
     COMPLETION_OUTCOME_CANCELED: _ClassVar[CompletionOutcome]
     COMPLETION_OUTCOME_CRASHED: _ClassVar[CompletionOutcome]
+    COMPLETION_OUTCOME_SUSPENDED: _ClassVar[CompletionOutcome]
+
+class StepOp(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    STEP_OP_UNSPECIFIED: _ClassVar[StepOp]
+    STEP_OP_BEGIN: _ClassVar[StepOp]
+    STEP_OP_COMMIT: _ClassVar[StepOp]
+
+class StepKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    STEP_KIND_UNSPECIFIED: _ClassVar[StepKind]
+    STEP_KIND_STEP: _ClassVar[StepKind]
+    STEP_KIND_VERSION: _ClassVar[StepKind]
+    STEP_KIND_SLEEP: _ClassVar[StepKind]
+    STEP_KIND_WAIT: _ClassVar[StepKind]
+
+class StepStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    STEP_STATUS_UNSPECIFIED: _ClassVar[StepStatus]
+    STEP_STATUS_RUN: _ClassVar[StepStatus]
+    STEP_STATUS_DONE: _ClassVar[StepStatus]
+    STEP_STATUS_SUSPEND: _ClassVar[StepStatus]
+    STEP_STATUS_MISMATCH: _ClassVar[StepStatus]
+    STEP_STATUS_ABSENT: _ClassVar[StepStatus]
 LEASE_ACTION_UNSPECIFIED: LeaseAction
 LEASE_ACTION_CONTINUE: LeaseAction
 LEASE_ACTION_CANCEL: LeaseAction
@@ -35,6 +59,21 @@ COMPLETION_OUTCOME_SUCCEEDED: CompletionOutcome
 COMPLETION_OUTCOME_FAILED: CompletionOutcome
 COMPLETION_OUTCOME_CANCELED: CompletionOutcome
 COMPLETION_OUTCOME_CRASHED: CompletionOutcome
+COMPLETION_OUTCOME_SUSPENDED: CompletionOutcome
+STEP_OP_UNSPECIFIED: StepOp
+STEP_OP_BEGIN: StepOp
+STEP_OP_COMMIT: StepOp
+STEP_KIND_UNSPECIFIED: StepKind
+STEP_KIND_STEP: StepKind
+STEP_KIND_VERSION: StepKind
+STEP_KIND_SLEEP: StepKind
+STEP_KIND_WAIT: StepKind
+STEP_STATUS_UNSPECIFIED: StepStatus
+STEP_STATUS_RUN: StepStatus
+STEP_STATUS_DONE: StepStatus
+STEP_STATUS_SUSPEND: StepStatus
+STEP_STATUS_MISMATCH: StepStatus
+STEP_STATUS_ABSENT: StepStatus
 
 class PollRequest(_message.Message):
     __slots__ = ("worker_id", "capacity", "app_ids", "max_wait")
@@ -145,7 +184,7 @@ class HeartbeatResult(_message.Message):
     def __init__(self, task_id: _Optional[str] = ..., lease_epoch: _Optional[int] = ..., action: _Optional[_Union[LeaseAction, str]] = ..., reason: _Optional[str] = ..., kill_after: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
 
 class Completion(_message.Message):
-    __slots__ = ("shard_id", "task_id", "lease_epoch", "outcome", "result_json", "error", "fatal", "retry_after", "tenant_id", "app_id", "task_type", "checkpoint_json")
+    __slots__ = ("shard_id", "task_id", "lease_epoch", "outcome", "result_json", "error", "fatal", "retry_after", "tenant_id", "app_id", "task_type", "checkpoint_json", "suspend_position", "wake_after")
     SHARD_ID_FIELD_NUMBER: _ClassVar[int]
     TASK_ID_FIELD_NUMBER: _ClassVar[int]
     LEASE_EPOCH_FIELD_NUMBER: _ClassVar[int]
@@ -158,6 +197,8 @@ class Completion(_message.Message):
     APP_ID_FIELD_NUMBER: _ClassVar[int]
     TASK_TYPE_FIELD_NUMBER: _ClassVar[int]
     CHECKPOINT_JSON_FIELD_NUMBER: _ClassVar[int]
+    SUSPEND_POSITION_FIELD_NUMBER: _ClassVar[int]
+    WAKE_AFTER_FIELD_NUMBER: _ClassVar[int]
     shard_id: int
     task_id: str
     lease_epoch: int
@@ -170,7 +211,9 @@ class Completion(_message.Message):
     app_id: str
     task_type: str
     checkpoint_json: bytes
-    def __init__(self, shard_id: _Optional[int] = ..., task_id: _Optional[str] = ..., lease_epoch: _Optional[int] = ..., outcome: _Optional[_Union[CompletionOutcome, str]] = ..., result_json: _Optional[bytes] = ..., error: _Optional[_Union[_tasks_pb2.TaskError, _Mapping]] = ..., fatal: _Optional[bool] = ..., retry_after: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., tenant_id: _Optional[str] = ..., app_id: _Optional[str] = ..., task_type: _Optional[str] = ..., checkpoint_json: _Optional[bytes] = ...) -> None: ...
+    suspend_position: int
+    wake_after: _duration_pb2.Duration
+    def __init__(self, shard_id: _Optional[int] = ..., task_id: _Optional[str] = ..., lease_epoch: _Optional[int] = ..., outcome: _Optional[_Union[CompletionOutcome, str]] = ..., result_json: _Optional[bytes] = ..., error: _Optional[_Union[_tasks_pb2.TaskError, _Mapping]] = ..., fatal: _Optional[bool] = ..., retry_after: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., tenant_id: _Optional[str] = ..., app_id: _Optional[str] = ..., task_type: _Optional[str] = ..., checkpoint_json: _Optional[bytes] = ..., suspend_position: _Optional[int] = ..., wake_after: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
 
 class CompletionResult(_message.Message):
     __slots__ = ("task_id", "accepted", "state", "reason")
@@ -183,3 +226,47 @@ class CompletionResult(_message.Message):
     state: _tasks_pb2.TaskState
     reason: str
     def __init__(self, task_id: _Optional[str] = ..., accepted: _Optional[bool] = ..., state: _Optional[_Union[_tasks_pb2.TaskState, str]] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class StepRequest(_message.Message):
+    __slots__ = ("lease", "op", "position", "name", "kind", "result_json", "error", "fatal", "duration", "match_json", "version")
+    LEASE_FIELD_NUMBER: _ClassVar[int]
+    OP_FIELD_NUMBER: _ClassVar[int]
+    POSITION_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    RESULT_JSON_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    FATAL_FIELD_NUMBER: _ClassVar[int]
+    DURATION_FIELD_NUMBER: _ClassVar[int]
+    MATCH_JSON_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    lease: LeaseRef
+    op: StepOp
+    position: int
+    name: str
+    kind: StepKind
+    result_json: bytes
+    error: _tasks_pb2.TaskError
+    fatal: bool
+    duration: _duration_pb2.Duration
+    match_json: bytes
+    version: int
+    def __init__(self, lease: _Optional[_Union[LeaseRef, _Mapping]] = ..., op: _Optional[_Union[StepOp, str]] = ..., position: _Optional[int] = ..., name: _Optional[str] = ..., kind: _Optional[_Union[StepKind, str]] = ..., result_json: _Optional[bytes] = ..., error: _Optional[_Union[_tasks_pb2.TaskError, _Mapping]] = ..., fatal: _Optional[bool] = ..., duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., match_json: _Optional[bytes] = ..., version: _Optional[int] = ...) -> None: ...
+
+class StepResponse(_message.Message):
+    __slots__ = ("status", "attempt", "result_json", "error", "wake_after", "logged_name", "logged_kind")
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    RESULT_JSON_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    WAKE_AFTER_FIELD_NUMBER: _ClassVar[int]
+    LOGGED_NAME_FIELD_NUMBER: _ClassVar[int]
+    LOGGED_KIND_FIELD_NUMBER: _ClassVar[int]
+    status: StepStatus
+    attempt: int
+    result_json: bytes
+    error: _tasks_pb2.TaskError
+    wake_after: _duration_pb2.Duration
+    logged_name: str
+    logged_kind: StepKind
+    def __init__(self, status: _Optional[_Union[StepStatus, str]] = ..., attempt: _Optional[int] = ..., result_json: _Optional[bytes] = ..., error: _Optional[_Union[_tasks_pb2.TaskError, _Mapping]] = ..., wake_after: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., logged_name: _Optional[str] = ..., logged_kind: _Optional[_Union[StepKind, str]] = ...) -> None: ...

@@ -51,6 +51,11 @@ class DispatchServiceStub:
                 request_serializer=ratchet_dot_internal_dot_worker_dot_v1_dot_worker__pb2.CompleteRequest.SerializeToString,
                 response_deserializer=ratchet_dot_internal_dot_worker_dot_v1_dot_worker__pb2.CompleteResponse.FromString,
                 _registered_method=True)
+        self.Step = channel.unary_unary(
+                '/ratchet.internal.worker.v1.DispatchService/Step',
+                request_serializer=ratchet_dot_internal_dot_worker_dot_v1_dot_worker__pb2.StepRequest.SerializeToString,
+                response_deserializer=ratchet_dot_internal_dot_worker_dot_v1_dot_worker__pb2.StepResponse.FromString,
+                _registered_method=True)
 
 
 class DispatchServiceServicer:
@@ -84,6 +89,17 @@ class DispatchServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Step(self, request, context):
+        """One checkpoint operation of a workflow run (begin or commit a step,
+        record a version marker, start a sleep or a wait), fenced by the run's
+        lease: a lease that is not current answers FAILED_PRECONDITION and
+        writes nothing. Safe to resend: a begin answers what the log holds, a
+        commit already applied answers STEP_STATUS_DONE.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_DispatchServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -101,6 +117,11 @@ def add_DispatchServiceServicer_to_server(servicer, server):
                     servicer.Complete,
                     request_deserializer=ratchet_dot_internal_dot_worker_dot_v1_dot_worker__pb2.CompleteRequest.FromString,
                     response_serializer=ratchet_dot_internal_dot_worker_dot_v1_dot_worker__pb2.CompleteResponse.SerializeToString,
+            ),
+            'Step': grpc.unary_unary_rpc_method_handler(
+                    servicer.Step,
+                    request_deserializer=ratchet_dot_internal_dot_worker_dot_v1_dot_worker__pb2.StepRequest.FromString,
+                    response_serializer=ratchet_dot_internal_dot_worker_dot_v1_dot_worker__pb2.StepResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -186,6 +207,33 @@ class DispatchService:
             '/ratchet.internal.worker.v1.DispatchService/Complete',
             ratchet_dot_internal_dot_worker_dot_v1_dot_worker__pb2.CompleteRequest.SerializeToString,
             ratchet_dot_internal_dot_worker_dot_v1_dot_worker__pb2.CompleteResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Step(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ratchet.internal.worker.v1.DispatchService/Step',
+            ratchet_dot_internal_dot_worker_dot_v1_dot_worker__pb2.StepRequest.SerializeToString,
+            ratchet_dot_internal_dot_worker_dot_v1_dot_worker__pb2.StepResponse.FromString,
             options,
             channel_credentials,
             insecure,
