@@ -27,7 +27,7 @@ log = logging.getLogger(__name__)
 
 
 class DispatchServicer(wgrpc.DispatchServiceServicer):
-    """Poll, Heartbeat and Complete for host agents."""
+    """Poll, Heartbeat, Complete and Step for host agents."""
 
     def __init__(self, poller: Poller, history: HistoryClient, batcher: CompletionBatcher,
                  default_wait_s: float, breakers: BreakerKeeper | None = None):
@@ -66,6 +66,16 @@ class DispatchServicer(wgrpc.DispatchServiceServicer):
             # is counted then (the keeper ignores an attempt it already counted).
             self._breakers.observe(request.completions)
         return wpb.CompleteResponse(results=results)
+
+
+    @rpc
+    async def Step(self, request: wpb.StepRequest, context) -> wpb.StepResponse:
+        """One workflow step operation, forwarded to the shard its lease names. History's
+        refusals (FAILED_PRECONDITION for a lease that is not current, INVALID_ARGUMENT,
+        NOT_FOUND) pass through with their messages; a shard that does not answer in time
+        is UNAVAILABLE, which the agent retries (Step is safe to resend)."""
+        validation.step(request)
+        return await self._history.workflow_step(request, self._history.budget(context.time_remaining()))
 
 
 _STATES = {CLOSED: bpb.BREAKER_STATE_CLOSED, OPEN: bpb.BREAKER_STATE_OPEN, HALF_OPEN: bpb.BREAKER_STATE_HALF_OPEN}

@@ -78,6 +78,13 @@ class HistoryClient:
         request = hpb.CompleteTasksRequest(shard_id=shard_id, completions=list(completions))
         return await self._call(shard_id, self._stub.CompleteTasks, request, None)
 
+    async def workflow_step(self, step: wpb.StepRequest, timeout: float | None = None) -> wpb.StepResponse:
+        """One step operation of a workflow run, on the shard its lease names (history
+        fences it by the lease: a stale one comes back HistoryRejected FAILED_PRECONDITION)."""
+        shard_id = step.lease.shard_id
+        response = await self._call(shard_id, self._stub.WorkflowStep, hpb.WorkflowStepRequest(step=step), timeout)
+        return response.step
+
     async def watch_ready(self, requests: AsyncIterator[hpb.WatchReadyRequest], shard_ids: Sequence[int],
                           timeout: float) -> AsyncIterator[int]:
         """Yield shard ids as history reports ready work, while `requests` say events are wanted

@@ -20,6 +20,9 @@ MAX_ID_CHARS = 200
 # at most 1,000 but an agent holds the leases of many polls.
 MAX_LEASES = 10_000
 MAX_COMPLETIONS = 1000
+_OUTCOMES = "SUCCEEDED, FAILED, CANCELED, CRASHED or SUSPENDED"
+_STEP_OPS = {wpb.STEP_OP_BEGIN, wpb.STEP_OP_COMMIT}
+_STEP_KINDS = {wpb.STEP_KIND_STEP, wpb.STEP_KIND_VERSION, wpb.STEP_KIND_SLEEP, wpb.STEP_KIND_WAIT}
 
 
 def poll_spec(request: wpb.PollRequest, default_wait_s: float) -> PollSpec:
@@ -59,7 +62,36 @@ def completions(items: Sequence[wpb.Completion]) -> None:
     for i, item in enumerate(items):
         _check_ref(f"completions[{i}]", item.shard_id, item.task_id, item.lease_epoch)
         if item.outcome == wpb.COMPLETION_OUTCOME_UNSPECIFIED:
-            raise InvalidArgument(f"completions[{i}].outcome must be set (SUCCEEDED, FAILED, CANCELED or CRASHED)")
+            raise InvalidArgument(f"completions[{i}].outcome must be set ({_OUTCOMES})")
+        if item.outcome == wpb.COMPLETION_OUTCOME_SUSPENDED:
+            _check_suspension(f"completions[{i}]", item)
+
+
+def _check_suspension(name: str, item: wpb.Completion) -> None:
+    if item.suspend_position < 0:
+        raise InvalidArgument(f"{name}.suspend_position must be >= 0, got {item.suspend_position}; use the "
+                              "position of the sleep or wait the run stopped at")
+    wake = item.wake_after
+    if item.HasField("wake_after") and (wake.seconds < 0 or wake.nanos < 0 or wake.nanos >= 1_000_000_000):
+        raise InvalidArgument(f"{name}.wake_after must be a non-negative duration, got {wake.seconds}s "
+                              f"{wake.nanos}ns")
+
+
+def step(request: wpb.StepRequest) -> None:
+    """Refuse a step operation that is malformed, before it reaches history. History
+    checks what needs the log (positions, names, kinds against it)."""
+    if not request.HasField("lease"):
+        raise InvalidArgument("lease must be set: the LeaseRef of the run's LeasedTask")
+    ref = request.lease
+    _check_ref("lease", ref.shard_id, ref.task_id, ref.lease_epoch)
+    if request.op not in _STEP_OPS:
+        raise InvalidArgument(f"op must be STEP_OP_BEGIN or STEP_OP_COMMIT, got {request.op}")
+    if request.kind not in _STEP_KINDS:
+        raise InvalidArgument(f"kind must be STEP_KIND_STEP, _VERSION, _SLEEP or _WAIT, got {request.kind}")
+    if request.position < 0:
+        raise InvalidArgument(f"position must be >= 0 (the Nth checkpoint call of the run), got {request.position}")
+    if not request.name:
+        raise InvalidArgument("name must not be empty: the step's name (for a wait, the event's name)")
 
 
 def breaker_app(request) -> None:

@@ -11,6 +11,12 @@ per lease and rides on every heartbeat until history acknowledges it (a
 CONTINUE without a reason: the dispatcher gives a reason when the shard was
 not reached), and on the completion if it never was. A new one asks the
 heartbeat loop for an early beat (`heartbeat_wanted`).
+
+Workflow steps: a step frame from a run is sent as DispatchService.Step
+under the lease held for its task (steps.py); the reply goes back to the
+sandbox that asked, and answers "lost" when the agent no longer holds that
+lease. A Step answered FAILED_PRECONDITION means history no longer counts
+the lease: the agent drops it as it does on LEASE_LOST.
 """
 
 from __future__ import annotations
@@ -22,12 +28,13 @@ import logging
 from collections.abc import Callable
 
 from ratchet.internal.worker.v1 import worker_pb2
-from ratchet.services.hostagent import outcomes
+from ratchet.services.hostagent import outcomes, steps
 from ratchet.services.hostagent.bundles import BundleStore
 from ratchet.services.hostagent.control import Deployments
 from ratchet.services.hostagent.errors import ControlUnavailable, task_error_for
 from ratchet.services.hostagent.pool import SandboxPool
 from ratchet.services.hostagent.sandboxes import RunEnd, Sandbox
+from ratchet.services.hostagent.steps import StepClient, StepFrame
 
 log = logging.getLogger(__name__)
 
@@ -71,9 +78,10 @@ class Agent:
     """Runs leased tasks in sandboxes of their app's active version."""
 
     def __init__(self, *, capacity: int, deployments: Deployments, bundles: BundleStore, pool: SandboxPool,
-                 submit: Callable[[worker_pb2.Completion], None]):
+                 submit: Callable[[worker_pb2.Completion], None], steps: StepClient):
         self.capacity = capacity
         self._deployments, self._bundles, self._pool, self._submit = deployments, bundles, pool, submit
+        self._steps = steps
         self._leases: dict[str, Lease] = {}
         self._busy = 0  # leases holding a slot (running), kept as a count: free_slots runs per poll
         self._slot_freed = asyncio.Event()
@@ -208,7 +216,8 @@ class Agent:
         """Hand the task to its sandbox; the future gets the run's end (for _finish)."""
         lease.sandbox = sandbox
         return sandbox.start_run(self._run_frame(lease.task), cancel=lease.cancel_requested,
-                                 on_checkpoint=lambda data: self._checkpoint(lease, data))
+                                 on_checkpoint=lambda data: self._checkpoint(lease, data),
+                                 on_step=lambda frame: self._step(lease, sandbox, frame))
 
     def _finish(self, lease: Lease, sandbox: Sandbox, end: RunEnd) -> None:
         """The run in the sandbox ended: the completion it makes, and the sandbox given back."""
@@ -242,6 +251,25 @@ class Agent:
         lease.checkpoint = data
         lease.checkpoint_seq += 1
         self.heartbeat_wanted.set()
+
+    def _step(self, lease: Lease, sandbox: Sandbox, frame: StepFrame) -> None:
+        """A step frame from the run of `lease`: answered in the background, to `sandbox`."""
+        if lease.lost or self._leases.get(lease.task.task_id) is not lease:
+            sandbox.send(steps.lost("the agent no longer holds the run's lease").frame(frame.task_id, frame.call))
+            return
+        call = asyncio.ensure_future(self._step_call(lease, sandbox, frame))
+        self._runs.add(call)
+        call.add_done_callback(self._runs.discard)
+
+    async def _step_call(self, lease: Lease, sandbox: Sandbox, frame: StepFrame) -> None:
+        # The lease is the agent's, added here: the stub never sees shard, task lease or epoch.
+        request = frame.under(lease.ref(with_checkpoint=False))
+        reply = await self._steps.step(request, held=lambda: not lease.lost)
+        if lease.lost and reply.status != "lost":
+            reply = steps.lost("the run's lease was lost while the step was answered")
+        sandbox.send(reply.frame(frame.task_id, frame.call))
+        if reply.status == "lost" and not lease.lost:
+            self._lose(lease, f"workflow step at position {frame.request.position}: {reply.message}")
 
     @staticmethod
     def _run_frame(task: worker_pb2.LeasedTask) -> dict:

@@ -52,6 +52,9 @@ class HostAgentConfig:
     rpc_timeout_s: float = field(10.0, doc="deadline in seconds of every unary dispatcher and control call")
     completion_retry_s: float = field(30.0, doc="seconds a completion batch is retried while the dispatcher "
                                                 "is UNAVAILABLE before it is dropped (the lease then expires)")
+    step_retry_s: float = field(30.0, doc="seconds a workflow step operation is retried while the dispatcher is "
+                                          "UNAVAILABLE or does not answer within rpc_timeout_s; then the step is "
+                                          "answered 'error' and the activation fails (retryable)")
     shutdown_grace_s: float = field(10.0, doc="seconds running handlers get to finish on SIGTERM")
     log_level: str = field("INFO", doc="logging level name")
 
@@ -67,7 +70,8 @@ class HostAgentConfig:
             raise ConfigError(f"config field 'poll_linger_s' must be in [0, 1], got {self.poll_linger_s}")
         if not 0 < self.poll_max_wait_s <= 60:
             raise ConfigError(f"config field 'poll_max_wait_s' must be in (0, 60], got {self.poll_max_wait_s}")
-        for name in ("heartbeat_interval_s", "sandbox_start_timeout_s", "rpc_timeout_s", "completion_retry_s"):
+        for name in ("heartbeat_interval_s", "sandbox_start_timeout_s", "rpc_timeout_s", "completion_retry_s",
+                     "step_retry_s"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"config field {name!r} must be greater than zero")
         for name in ("deployment_cache_s", "shutdown_grace_s"):

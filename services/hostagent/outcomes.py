@@ -2,15 +2,23 @@
 
 The stub is customer code's neighbour, so its "done" frame is checked like
 untrusted input: it can only decide the outcome of the task it was handed.
+A workflow activation that stopped at a sleep or a wait ends "suspended"
+(docs/design/workflows-protocol.md): a SUSPENDED completion with the step
+position it waits on and when to wake it at the latest.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TypeVar
 
 from google.protobuf import duration_pb2
 
 from ratchet.api.tasks.v1 import tasks_pb2
 from ratchet.internal.worker.v1 import worker_pb2
-from ratchet.sandbox.execute import MAX_MESSAGE_CHARS, MAX_RESULT_BYTES, MAX_STACK_CHARS
+from ratchet.sandbox.execute import MAX_RESULT_BYTES
+from ratchet.sandbox.protocol import ProtocolError
+from ratchet.services.hostagent import steps
 from ratchet.services.hostagent.errors import SANDBOX_CRASHED, SANDBOX_PROTOCOL
 from ratchet.services.hostagent.sandboxes import RunEnd, describe_exit
 
@@ -18,7 +26,9 @@ _OUTCOMES = {
     "succeeded": worker_pb2.COMPLETION_OUTCOME_SUCCEEDED,
     "failed": worker_pb2.COMPLETION_OUTCOME_FAILED,
     "canceled": worker_pb2.COMPLETION_OUTCOME_CANCELED,
+    "suspended": worker_pb2.COMPLETION_OUTCOME_SUSPENDED,
 }
+T = TypeVar("T")
 
 
 class BadDone(ValueError):
@@ -41,15 +51,17 @@ def failed(task: worker_pb2.LeasedTask, error_class: str, message: str, *, stack
     return c
 
 
-def _error(raw: object) -> tasks_pb2.TaskError:
-    if not isinstance(raw, dict):
-        raise BadDone("error must be an object")
-    fields = {k: raw.get(k) or "" for k in ("error_class", "message", "stack")}
-    if not all(isinstance(v, str) for v in fields.values()):
-        raise BadDone("error fields must be strings")
-    return tasks_pb2.TaskError(error_class=fields["error_class"][:200] or "Exception",
-                               message=fields["message"][:MAX_MESSAGE_CHARS],
-                               stack=fields["stack"][-MAX_STACK_CHARS:])
+def _checked(parse: Callable[..., T], *args, **kwargs) -> T:
+    """A field parsed by the helpers step frames share (steps.py), their refusal as BadDone."""
+    try:
+        return parse(*args, **kwargs)
+    except ProtocolError as e:
+        raise BadDone(str(e)) from None
+
+
+def _seconds(done: dict, field: str) -> duration_pb2.Duration | None:
+    value = done.get(field)
+    return None if value is None else _checked(steps.seconds, value, field)
 
 
 def from_done(task: worker_pb2.LeasedTask, done: dict) -> worker_pb2.Completion:
@@ -57,6 +69,8 @@ def from_done(task: worker_pb2.LeasedTask, done: dict) -> worker_pb2.Completion:
     outcome = _OUTCOMES.get(done.get("outcome"))
     if outcome is None:
         raise BadDone(f"unknown outcome {done.get('outcome')!r}")
+    if outcome == worker_pb2.COMPLETION_OUTCOME_SUSPENDED:
+        return _suspended(task, done)
     c = _base(task)
     c.outcome = outcome
     result = done.get("result")
@@ -69,14 +83,27 @@ def from_done(task: worker_pb2.LeasedTask, done: dict) -> worker_pb2.Completion:
                           f"the {MAX_RESULT_BYTES}-byte limit", fatal=True)
         c.result_json = data
     if done.get("error") is not None:
-        c.error.CopyFrom(_error(done["error"]))
+        c.error.CopyFrom(_checked(steps.task_error, done["error"]))
     c.fatal = bool(done.get("fatal"))
-    retry_after = done.get("retry_after_s")
+    retry_after = _seconds(done, "retry_after_s")
     if retry_after is not None:
-        if not isinstance(retry_after, (int, float)) or retry_after < 0:
-            raise BadDone("retry_after_s must be a non-negative number")
-        c.retry_after.CopyFrom(duration_pb2.Duration(seconds=int(retry_after),
-                                                     nanos=int((retry_after % 1) * 1e9)))
+        c.retry_after.CopyFrom(retry_after)
+    return c
+
+
+def _suspended(task: worker_pb2.LeasedTask, done: dict) -> worker_pb2.Completion:
+    """A SUSPENDED completion: the run waits on suspend_position until wake_after_s (absent:
+    until that step completes). Nothing else of the frame counts: no result, no error."""
+    position = done.get("suspend_position")
+    if not isinstance(position, int) or isinstance(position, bool) or not 0 <= position <= steps.INT32_MAX:
+        raise BadDone(f"a suspended done frame's suspend_position must be a step position (an integer in "
+                      f"0..{steps.INT32_MAX}), got {position!r}")
+    c = _base(task)
+    c.outcome = worker_pb2.COMPLETION_OUTCOME_SUSPENDED
+    c.suspend_position = position
+    wake_after = _seconds(done, "wake_after_s")
+    if wake_after is not None:
+        c.wake_after.CopyFrom(wake_after)
     return c
 
 

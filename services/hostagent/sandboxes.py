@@ -26,7 +26,9 @@ from collections.abc import Callable
 
 from ratchet.context import MAX_CHECKPOINT_BYTES
 from ratchet.sandbox.protocol import ProtocolError, encode, read_frame
+from ratchet.services.hostagent import steps
 from ratchet.services.hostagent.errors import SandboxStartFailed
+from ratchet.services.hostagent.steps import StepFrame
 
 log = logging.getLogger(__name__)
 
@@ -88,6 +90,7 @@ class _Run:
     attempt: int
     future: asyncio.Future
     on_checkpoint: Callable[[bytes], None] | None
+    on_step: Callable[[StepFrame], None] | None = None
 
 
 class Sandbox:
@@ -210,6 +213,8 @@ class Sandbox:
             self.last_handler_beat = asyncio.get_running_loop().time()
         elif kind == "checkpoint":
             self._on_checkpoint(message)
+        elif kind == "step":
+            self._on_step(message)
         else:
             raise ProtocolError(f"unexpected {kind!r} frame from sandbox {self.sandbox_id}")
 
@@ -233,6 +238,20 @@ class Sandbox:
             return
         run.on_checkpoint(data)
 
+    def _on_step(self, message: dict) -> None:
+        # Untrusted input: parse_frame raises ProtocolError for a malformed frame (the read
+        # loop then kills the sandbox), so only a checked operation reaches the agent.
+        frame = steps.parse_frame(message)
+        run = self._runs.get(frame.task_id)
+        if run is None or run.on_step is None:
+            # A thread a previous handler left behind, or a task never handed here: it holds
+            # no lease, so its activation must stop (docs/design/workflows-protocol.md).
+            log.info("sandbox %s: a step frame for task %r, which it is not running: answered lost",
+                     self.sandbox_id, frame.task_id)
+            self.send(steps.lost("the agent is not running this task").frame(frame.task_id, frame.call))
+            return
+        run.on_step(frame)
+
     async def _watch_exit(self) -> None:
         assert self.process is not None
         self.exit_status = await self.process.wait()
@@ -251,17 +270,19 @@ class Sandbox:
             self.exited.set()
 
     def start_run(self, message: dict, *, cancel: bool = False,
-                  on_checkpoint: Callable[[bytes], None] | None = None) -> asyncio.Future:
+                  on_checkpoint: Callable[[bytes], None] | None = None,
+                  on_step: Callable[[StepFrame], None] | None = None) -> asyncio.Future:
         """Send a run frame (and a cancel right behind it if `cancel`) now; the returned future
         gets the RunEnd: its done frame or the process's end (cancelling the future forgets the
-        run). Checkpoints the handler takes meanwhile go to on_checkpoint (JSON bytes, checked)."""
+        run). Checkpoints the handler takes meanwhile go to on_checkpoint (JSON bytes, checked),
+        a workflow's step frames to on_step (checked; it answers them with send)."""
         loop = asyncio.get_running_loop()
         future = loop.create_future()
         if not self.alive:
             future.set_result(RunEnd(exit_status=self.exit_status, protocol_error=self._protocol_error))
             return future
         task_id = str(message["task_id"])
-        run = _Run(int(message["attempt"]), future, on_checkpoint)
+        run = _Run(int(message["attempt"]), future, on_checkpoint, on_step)
         self._runs[task_id] = run
         future.add_done_callback(lambda _f: self._forget(task_id, run))
         if not self.send(message):

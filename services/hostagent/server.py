@@ -22,6 +22,7 @@ from ratchet.services.hostagent.loops.heartbeat import HeartbeatLoop
 from ratchet.services.hostagent.loops.poll import PollLoop
 from ratchet.services.hostagent.pool import SandboxPool
 from ratchet.services.hostagent.sandboxes import SandboxDirs
+from ratchet.services.hostagent.steps import StepClient
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +54,9 @@ class HostAgent:
                            deployments=Deployments(control, metadata, config.rpc_timeout_s, config.deployment_cache_s),
                            bundles=BundleStore(work_dir / "bundles",
                                                bundle_fetcher(control, metadata, config.rpc_timeout_s)),
-                           pool=self.pool, submit=self.completions.submit)
+                           pool=self.pool, submit=self.completions.submit,
+                           steps=StepClient(stub=dispatch, metadata=metadata, rpc_timeout_s=config.rpc_timeout_s,
+                                            retry_budget_s=config.step_retry_s))
         common = dict(agent=self.agent, stub=dispatch, worker_id=config.worker_id, metadata=metadata)
         self.poll = PollLoop(**common, max_wait_s=config.poll_max_wait_s, rpc_timeout_s=config.rpc_timeout_s,
                              linger_s=config.poll_linger_s)

@@ -57,6 +57,8 @@ class FakeHistory(hgrpc.HistoryServiceServicer):
         self.cursor_names: dict[int, str] = {}  # if set: next_tenant_cursor prefix per shard
         self.lease_latency_s = 0.0
         self.complete_latency_s = 0.0
+        # task_id -> (code, details) a WorkflowStep for it is refused with, as history would.
+        self.step_refusals: dict[str, tuple[grpc.StatusCode, str]] = {}
         self._watchers: list[asyncio.Queue] = []
         self.wanted: list[bool] = []  # the last `wanted` of each WatchReady stream, in order opened
         self._timers: list[asyncio.TimerHandle] = []
@@ -187,11 +189,37 @@ class FakeHistory(hgrpc.HistoryServiceServicer):
                 continue
             ok = t.state == tpb.TASK_STATE_LEASED and t.epoch == c.lease_epoch
             if ok:
-                t.state = tpb.TASK_STATE_SUCCEEDED if c.outcome == wpb.COMPLETION_OUTCOME_SUCCEEDED \
-                    else tpb.TASK_STATE_FAILED
+                t.state = self._end_state(c.outcome)
             results.append(wpb.CompletionResult(task_id=c.task_id, accepted=ok, state=t.state,
                                                 reason="" if ok else "stale lease or not leased"))
         return hpb.CompleteTasksResponse(results=results)
+
+    @staticmethod
+    def _end_state(outcome: int) -> int:
+        if outcome == wpb.COMPLETION_OUTCOME_SUCCEEDED:
+            return tpb.TASK_STATE_SUCCEEDED
+        if outcome == wpb.COMPLETION_OUTCOME_SUSPENDED:
+            return tpb.TASK_STATE_WAITING  # a workflow run stopped at a sleep or a wait
+        return tpb.TASK_STATE_FAILED
+
+    async def WorkflowStep(self, request, context):
+        """As history fences it: the run's row must be LEASED under the request's epoch; a
+        refusal set in step_refusals answers first. A fenced step answers RUN, attempt 1,
+        echoing the name so a test can tell the answers apart."""
+        step = request.step
+        await self._enter("WorkflowStep", step.lease.shard_id, request, context)
+        refusal = self.step_refusals.get(step.lease.task_id)
+        if refusal is not None:
+            await context.abort(*refusal)
+        t = self.tasks.get(step.lease.task_id)
+        if t is None or t.shard_id != step.lease.shard_id:
+            await context.abort(grpc.StatusCode.NOT_FOUND, f"no run {step.lease.task_id} on shard "
+                                                           f"{step.lease.shard_id} (fake)")
+        if t.state != tpb.TASK_STATE_LEASED or t.epoch != step.lease.lease_epoch:
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION,
+                                f"the run's lease {step.lease.lease_epoch} is not current")
+        return hpb.WorkflowStepResponse(step=wpb.StepResponse(status=wpb.STEP_STATUS_RUN, attempt=1,
+                                                              logged_name=step.name))
 
     async def WatchReady(self, request_iterator, context):
         first = await anext(aiter(request_iterator), None)

@@ -248,3 +248,35 @@ async def test_with_the_breakers_database_away_dispatch_goes_on_and_crashes_are_
     got = await listed_until(admin, lambda b: "flaky" in b and b["flaky"].crashes == 2)
     assert got["poison"].state == bpb.BREAKER_STATE_OPEN
     assert history.fake.tasks[paused[0]].state == 1  # never leased
+
+
+async def suspend(stub, tasks) -> None:
+    """Complete the tasks SUSPENDED, as workflow activations stopping at a sleep or a wait."""
+    completions = [wpb.Completion(shard_id=t.shard_id, task_id=t.task_id, lease_epoch=t.lease_epoch,
+                                  outcome=wpb.COMPLETION_OUTCOME_SUSPENDED, suspend_position=0,
+                                  tenant_id=t.tenant_id, app_id=t.app_id, task_type=t.task_type) for t in tasks]
+    reply = await stub.Complete(wpb.CompleteRequest(worker_id="agent-1", completions=completions), metadata=AUTH,
+                                timeout=5)
+    assert all(r.accepted for r in reply.results)
+
+
+async def test_suspensions_are_no_crashes_and_a_probe_that_suspends_closes_the_breaker(breakers, history):
+    server, stub, admin = await breakers(breaker_cooldown_s=0.5)
+    # Twice the threshold of suspensions, and a crash to show the breakers were listening.
+    add(history, 6)
+    suspended = await poll(stub, capacity=6, max_wait=2)
+    assert len(suspended) == 6
+    await suspend(stub, suspended)
+    add(history, 1)
+    await finish(stub, await poll(stub, capacity=1, max_wait=2), crashed=True)
+    got = await listed_until(admin, lambda b: "poison" in b and b["poison"].crashes == 1)
+    assert got["poison"].state == bpb.BREAKER_STATE_CLOSED and len(got["poison"].last_crashes) == 1
+    assert KEY not in server.gate.breakers
+    # An open breaker's probe that suspends ran without crashing its sandbox: it closes.
+    await trip(server, stub, history)
+    add(history, 2)
+    await wait_until(lambda: server.gate.breakers[KEY].state == "HALF_OPEN", what="HALF_OPEN")
+    (probe,) = await poll(stub, capacity=10, max_wait=2)
+    await wait_until(lambda: server.gate.breakers[KEY].probe_task_id == probe.task_id, what="probe recorded")
+    await suspend(stub, [probe])
+    await wait_until(lambda: KEY not in server.gate.breakers, what="the breaker to close")

@@ -19,7 +19,7 @@ CONTINUE, CANCEL = worker_pb2.LEASE_ACTION_CONTINUE, worker_pb2.LEASE_ACTION_CAN
 
 
 async def _agent_with_lease() -> tuple[Agent, Lease]:
-    agent = Agent(capacity=1, deployments=None, bundles=None, pool=None, submit=lambda c: None)
+    agent = Agent(capacity=1, deployments=None, bundles=None, pool=None, submit=lambda c: None, steps=None)
     lease = Lease(TASK)
     agent._leases[TASK.task_id] = lease
     return agent, lease

@@ -53,3 +53,38 @@ def test_sandbox_env_is_scrubbed(monkeypatch, tmp_path):
     env = sandbox_env(tmp_path)
     assert set(env) <= {"PATH", "LANG", "HOME", "TMPDIR", "PYTHONUNBUFFERED", "PYTHONDONTWRITEBYTECODE"}
     assert "secret" not in env.values() and env["HOME"] == str(tmp_path)
+
+
+LEASED = worker_pb2.LeasedTask(shard_id=2, task_id="t1", tenant_id="ten", app_id="app", task_type="flow",
+                               lease_epoch=9, attempt=3)
+
+
+def test_a_suspended_done_frame_is_a_suspended_completion_with_its_position_and_wake():
+    c = outcomes.from_end(LEASED, RunEnd(done={"type": "done", "task_id": "t1", "outcome": "suspended",
+                                               "suspend_position": 4, "wake_after_s": 90.25, "result": None,
+                                               "error": None, "fatal": False, "retry_after_s": None}))
+    assert c.outcome == worker_pb2.COMPLETION_OUTCOME_SUSPENDED and c.suspend_position == 4
+    assert (c.wake_after.seconds, c.wake_after.nanos) == (90, 250_000_000)
+    # The lease and what it was for, as on every completion (the breakers read the type).
+    assert (c.shard_id, c.task_id, c.lease_epoch, c.tenant_id, c.app_id, c.task_type) == (
+        2, "t1", 9, "ten", "app", "flow")
+    assert not c.fatal and not c.HasField("error") and not c.result_json
+
+
+def test_a_suspension_without_wake_after_waits_for_its_step_only():
+    c = outcomes.from_done(LEASED, {"outcome": "suspended", "suspend_position": 0, "wake_after_s": None})
+    assert c.outcome == worker_pb2.COMPLETION_OUTCOME_SUSPENDED and c.suspend_position == 0
+    assert not c.HasField("wake_after")
+
+
+def test_malformed_suspended_and_timed_frames_become_protocol_failures():
+    for done in ({"outcome": "suspended"}, {"outcome": "suspended", "suspend_position": -1},
+                 {"outcome": "suspended", "suspend_position": True},
+                 {"outcome": "suspended", "suspend_position": "3"},
+                 {"outcome": "suspended", "suspend_position": 1, "wake_after_s": -5},
+                 {"outcome": "suspended", "suspend_position": 1, "wake_after_s": float("nan")},
+                 {"outcome": "failed", "retry_after_s": float("nan")},
+                 {"outcome": "failed", "retry_after_s": 1e300}):
+        c = outcomes.from_end(LEASED, RunEnd(done=done))
+        assert c.outcome == worker_pb2.COMPLETION_OUTCOME_FAILED, done
+        assert c.error.error_class == "SandboxProtocolError", done

@@ -1,0 +1,90 @@
+"""The dispatcher's side of workflows: which Step requests it refuses before history
+sees them, which SUSPENDED completions it refuses, and that a suspension is neither a
+crash nor a failure to the circuit breakers (a probe that suspends ran without crashing)."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+
+from ratchet.internal.worker.v1 import worker_pb2 as wpb
+from ratchet.libs.clock import FakeClock
+from ratchet.services.dispatcher import validation
+from ratchet.services.dispatcher.breaker_gate import BreakerGate
+from ratchet.services.dispatcher.breakers import CLOSED, HALF_OPEN, Breaker, BreakerKey, Settings, observe
+from ratchet.services.dispatcher.errors import InvalidArgument
+
+NOW = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+FLOW = BreakerKey("tenant-a", "app", "flow")
+SETTINGS = Settings(threshold=3, window_s=60, cooldown_s=60, probe_timeout_s=60)
+
+
+def good_step(**fields) -> wpb.StepRequest:
+    request = wpb.StepRequest(lease=wpb.LeaseRef(shard_id=1, task_id="t1", lease_epoch=3), op=wpb.STEP_OP_BEGIN,
+                              kind=wpb.STEP_KIND_STEP, position=0, name="charge")
+    for name, value in fields.items():
+        if name == "lease":
+            request.ClearField("lease") if value is None else request.lease.CopyFrom(value)
+        else:
+            setattr(request, name, value)
+    return request
+
+
+def suspended(task_id: str, key: BreakerKey = FLOW, **fields) -> wpb.Completion:
+    return wpb.Completion(shard_id=0, task_id=task_id, lease_epoch=1, outcome=wpb.COMPLETION_OUTCOME_SUSPENDED,
+                          tenant_id=key.tenant_id, app_id=key.app_id, task_type=key.task_type, **fields)
+
+
+def test_a_well_formed_step_passes():
+    validation.step(good_step())
+    validation.step(good_step(op=wpb.STEP_OP_COMMIT, kind=wpb.STEP_KIND_WAIT, position=12))
+
+
+@pytest.mark.parametrize("fields, fragment", [
+    ({"lease": None}, "lease must be set"),
+    ({"lease": wpb.LeaseRef(shard_id=-1, task_id="t1", lease_epoch=3)}, "lease.shard_id must be >= 0"),
+    ({"lease": wpb.LeaseRef(shard_id=1, task_id="", lease_epoch=3)}, "lease.task_id must not be empty"),
+    ({"lease": wpb.LeaseRef(shard_id=1, task_id="t1", lease_epoch=0)}, "lease.lease_epoch must be >= 1"),
+    ({"op": wpb.STEP_OP_UNSPECIFIED}, "op must be STEP_OP_BEGIN or STEP_OP_COMMIT"),
+    ({"op": 9}, "op must be STEP_OP_BEGIN or STEP_OP_COMMIT, got 9"),
+    ({"kind": wpb.STEP_KIND_UNSPECIFIED}, "kind must be STEP_KIND_STEP"),
+    ({"position": -1}, "position must be >= 0"),
+    ({"name": ""}, "name must not be empty"),
+])
+def test_malformed_steps_are_refused(fields, fragment):
+    with pytest.raises(InvalidArgument) as info:
+        validation.step(good_step(**fields))
+    assert fragment in info.value.message
+
+
+def test_suspended_completions_are_checked_and_named_in_the_outcome_message():
+    validation.completions([suspended("t1", suspend_position=2)])
+    with pytest.raises(InvalidArgument, match=r"completions\[0\]\.suspend_position must be >= 0"):
+        validation.completions([suspended("t1", suspend_position=-1)])
+    bad_wake = suspended("t1", suspend_position=0)
+    bad_wake.wake_after.seconds = -5
+    with pytest.raises(InvalidArgument, match=r"completions\[0\]\.wake_after must be a non-negative duration"):
+        validation.completions([bad_wake])
+    with pytest.raises(InvalidArgument, match="CRASHED or SUSPENDED"):
+        validation.completions([wpb.Completion(shard_id=0, task_id="t", lease_epoch=1)])
+
+
+def test_a_suspension_is_no_crash_to_the_breakers():
+    gate = BreakerGate("me", FakeClock())
+    assert gate.outcome(suspended("t1", suspend_position=0)) is None
+    # Even with breakers loaded (the gate then looks closer), a suspension of a task that is
+    # not a probe is nothing to them.
+    gate.replace([Breaker(FLOW, state=HALF_OPEN, version=2, opened_at=NOW, probe_at=NOW, probe_owner="me",
+                          probe_task_id="probe", probe_leased_at=NOW)])
+    assert gate.outcome(suspended("other", suspend_position=0)) is None
+
+
+def test_a_probe_that_suspends_closes_its_breaker():
+    gate = BreakerGate("me", FakeClock())
+    half_open = Breaker(FLOW, state=HALF_OPEN, version=2, opened_at=NOW, probe_at=NOW, probe_owner="me",
+                        probe_task_id="probe", probe_leased_at=NOW)
+    gate.replace([half_open])
+    outcome = gate.outcome(suspended("probe", suspend_position=1))
+    assert outcome is not None and outcome.crashed is False
+    assert observe(half_open, outcome, NOW, SETTINGS).state == CLOSED
