@@ -38,6 +38,9 @@ class Registered:
     # policy does not merge with the defaults (cap below base), so that each enqueue of the type
     # is refused naming its own field.
     plain: tuple[tasks_pb2.RetryPolicy, tasks_pb2.Timeouts, history_pb2.NewTask] | None
+    # Handler.kind is WORKFLOW: a run is started by StartWorkflow, and an enqueue of the type is
+    # refused (read on every enqueue, so it is this flag, not the enum looked up per call).
+    workflow: bool = False
 
     def resolve(self, retry: tasks_pb2.RetryPolicy | None = None, timeouts: tasks_pb2.Timeouts | None = None,
                 where: str = "retry") -> tuple[tasks_pb2.RetryPolicy, tasks_pb2.Timeouts, history_pb2.NewTask | None]:
@@ -53,12 +56,30 @@ Handlers = dict[str, Registered]  # an active deployment's handlers by name
 
 
 def register(handler: apps_pb2.Handler) -> Registered:
-    """handler with its policy resolved for enqueues without overrides."""
+    """handler with its policy resolved for enqueues without overrides, and its kind."""
+    workflow = handler.kind == apps_pb2.HANDLER_KIND_WORKFLOW
     try:
         retry, timeouts = policy.resolve(None, None, handler)
     except InvalidArgument:
-        return Registered(handler, None)
-    return Registered(handler, (retry, timeouts, enqueue.handler_wire(handler.name, retry, timeouts)))
+        return Registered(handler, None, workflow)
+    return Registered(handler, (retry, timeouts, enqueue.handler_wire(handler.name, retry, timeouts)), workflow)
+
+
+def _check_kind(h: apps_pb2.Handler, where: str) -> None:
+    """A known kind (unset: a task, as every deployment before workflows); `resume` only on a
+    workflow, and only LATEST for now: PINNED runs would need the bundle they started on kept
+    and leased to them, which this release does not do, so it is refused rather than ignored."""
+    if h.kind not in apps_pb2.HandlerKind.values():
+        raise InvalidArgument(f"{where}.kind must be HANDLER_KIND_TASK or HANDLER_KIND_WORKFLOW, got {h.kind}")
+    if h.resume not in apps_pb2.WorkflowResume.values():
+        raise InvalidArgument(f"{where}.resume must be WORKFLOW_RESUME_LATEST or WORKFLOW_RESUME_PINNED, "
+                              f"got {h.resume}")
+    if h.kind != apps_pb2.HANDLER_KIND_WORKFLOW and h.resume != apps_pb2.WORKFLOW_RESUME_UNSPECIFIED:
+        raise InvalidArgument(f"{where}.resume is set on {h.name!r}, a task handler: only a workflow resumes; "
+                              f"drop resume or declare it with @workflow")
+    if h.resume == apps_pb2.WORKFLOW_RESUME_PINNED:
+        raise InvalidArgument(f"{where}: workflow {h.name!r} asks for resume='pinned', which this platform does "
+                              f"not support yet; use resume='latest' (and ctx.version() to branch)")
 
 
 def check_handlers(handlers, module: str) -> None:
@@ -66,7 +87,7 @@ def check_handlers(handlers, module: str) -> None:
     if module and (len(module) > 200 or not _MODULE.match(module)):
         raise InvalidArgument(f"module must be a dotted Python module name, got {module[:80]!r}")
     if not handlers:
-        raise InvalidArgument("handlers is empty: a deployment registers at least one @task handler")
+        raise InvalidArgument("handlers is empty: a deployment registers at least one @task or @workflow handler")
     seen = set()
     for i, h in enumerate(handlers):
         where = f"handlers[{i}]"
@@ -75,6 +96,7 @@ def check_handlers(handlers, module: str) -> None:
         if h.name in seen:
             raise InvalidArgument(f"{where}.name {h.name!r} is registered twice")
         seen.add(h.name)
+        _check_kind(h, where)
         if h.HasField("retry"):
             policy.check_retry(h.retry, f"{where}.retry")
         if h.HasField("timeouts"):

@@ -17,6 +17,7 @@ from ratchet.api.apps.v1 import apps_pb2, apps_pb2_grpc
 from ratchet.api.schedules.v1 import schedules_pb2, schedules_pb2_grpc
 from ratchet.api.tasks.v1 import breakers_pb2, breakers_pb2_grpc, tasks_pb2, tasks_pb2_grpc
 from ratchet.api.tenants.v1 import tenants_pb2, tenants_pb2_grpc
+from ratchet.api.workflows.v1 import workflows_pb2, workflows_pb2_grpc
 from ratchet.internal.gateway.v1 import control_pb2, control_pb2_grpc
 from ratchet.libs.rpc import errors
 from ratchet.services.gateway import tenants
@@ -28,6 +29,7 @@ from ratchet.services.gateway.listing import TaskLister
 from ratchet.services.gateway.schedules import ScheduleApi
 from ratchet.services.gateway.store import ControlStore
 from ratchet.services.gateway.tasks import TaskApi
+from ratchet.services.gateway.workflows import WorkflowApi
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,6 +85,38 @@ class TaskHandlers:
     async def CancelBulkOperation(self, req: tasks_pb2.CancelBulkOperationRequest,
                                   call: Call) -> tasks_pb2.CancelBulkOperationResponse:
         return await self.bulk.cancel(await self.auth.app(call.metadata), req, call.timeout)
+
+
+class WorkflowHandlers:
+    """ratchet.api.workflows.v1.WorkflowService."""
+
+    service = workflows_pb2.DESCRIPTOR.services_by_name["WorkflowService"]
+    add_to_server = staticmethod(workflows_pb2_grpc.add_WorkflowServiceServicer_to_server)
+
+    def __init__(self, auth: Authenticator, workflows: WorkflowApi):
+        self.auth, self.workflows = auth, workflows
+
+    async def StartWorkflow(self, req: workflows_pb2.StartWorkflowRequest,
+                            call: Call) -> workflows_pb2.StartWorkflowResponse:
+        return await self.workflows.start(await self.auth.app(call.metadata), req, call.timeout)
+
+    async def GetWorkflow(self, req: workflows_pb2.GetWorkflowRequest, call: Call) -> workflows_pb2.GetWorkflowResponse:
+        return await self.workflows.get(await self.auth.app(call.metadata), req, call.timeout)
+
+    async def ListWorkflows(self, req: workflows_pb2.ListWorkflowsRequest,
+                            call: Call) -> workflows_pb2.ListWorkflowsResponse:
+        return await self.workflows.list(await self.auth.app(call.metadata), req, call.timeout)
+
+    async def CancelWorkflow(self, req: workflows_pb2.CancelWorkflowRequest,
+                             call: Call) -> workflows_pb2.CancelWorkflowResponse:
+        return await self.workflows.cancel(await self.auth.app(call.metadata), req, call.timeout)
+
+    async def SendEvent(self, req: workflows_pb2.SendEventRequest, call: Call) -> workflows_pb2.SendEventResponse:
+        return await self.workflows.broadcast(await self.auth.app(call.metadata), req, call.timeout)
+
+    async def SendWorkflowEvent(self, req: workflows_pb2.SendWorkflowEventRequest,
+                                call: Call) -> workflows_pb2.SendWorkflowEventResponse:
+        return await self.workflows.send_to_run(await self.auth.app(call.metadata), req, call.timeout)
 
 
 class BreakerHandlers:

@@ -143,3 +143,13 @@ class HistoryClient:
         req = history_pb2.CancelBulkOperationRequest(shard_id=shard_id, operation_id=operation_id,
                                                      tenant_id=tenant_id)
         return (await self._call("CancelBulkOperation", shard_id, req, timeout)).operation
+
+    async def get_workflow_steps(self, shard_id: int, workflow_id: str, tenant_id: str, from_position: int,
+                                 page_size: int, timeout: float) -> history_pb2.GetWorkflowStepsResponse:
+        req = history_pb2.GetWorkflowStepsRequest(shard_id=shard_id, workflow_id=workflow_id, tenant_id=tenant_id,
+                                                  from_position=from_position, page_size=page_size)
+        return await self._call("GetWorkflowSteps", shard_id, req, timeout)
+
+    async def deliver_event(self, req: history_pb2.DeliverEventRequest, timeout: float) -> int:
+        """DeliverEvent on req.shard_id: waits woken (a broadcast) or 1/0 (a run's inbox)."""
+        return (await self._call("DeliverEvent", req.shard_id, req, timeout)).delivered

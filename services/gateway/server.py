@@ -32,6 +32,7 @@ from ratchet.services.gateway.rest.app import RestServer
 from ratchet.services.gateway.schedules import ScheduleApi
 from ratchet.services.gateway.store import ControlStore
 from ratchet.services.gateway.tasks import TaskApi
+from ratchet.services.gateway.workflows import WorkflowApi
 
 log = logging.getLogger(__name__)
 MIGRATIONS = pathlib.Path(__file__).with_name("migrations")
@@ -175,10 +176,13 @@ class Gateway:
         self._cron_channel = aio_channel(c.cron_target) if c.cron_target else None
         self._dispatcher_channel = aio_channel(c.dispatcher_target) if c.dispatcher_target else None
         history = self._history = HistoryClient(self._channel, c.history_target, c.enqueue_stream)
-        task_api = TaskApi(history, ShardMap.even(c.shard_ids), deployments, c.max_payload_bytes,
+        shard_map = ShardMap.even(c.shard_ids)
+        task_api = TaskApi(history, shard_map, deployments, c.max_payload_bytes,
                            calls_in_flight=c.enqueue_calls_in_flight)
+        workflow_api = WorkflowApi(task_api, history, shard_map, c.shard_ids, deployments, c.max_payload_bytes)
         public = [handlers.TaskHandlers(auth, task_api, TaskLister(history, c.shard_ids),
                                         BulkApi(history, c.shard_ids, deployments)),
+                  handlers.WorkflowHandlers(auth, workflow_api),
                   handlers.BreakerHandlers(auth, BreakerApi(self._dispatcher_channel, c.dispatcher_target)),
                   handlers.ScheduleHandlers(auth, ScheduleApi(self._cron_channel, c.cron_target, deployments,
                                                               c.max_payload_bytes)),

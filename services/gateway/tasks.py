@@ -70,17 +70,18 @@ class TaskApi:
         self.max_payload_bytes = max_payload_bytes
         self.wall = wall
 
-    def _validate(self, handlers, reqs, batch: bool) -> list[validation.ValidTask]:
+    def _validate(self, handlers, reqs, batch: bool, workflow: bool = False) -> list[validation.ValidTask]:
         now = self.wall()
         valid = [validation.validate_task(r, handlers, max_payload_bytes=self.max_payload_bytes, now_s=now,
-                                          index=i if batch else None) for i, r in enumerate(reqs)]
+                                          index=i if batch else None, workflow=workflow) for i, r in enumerate(reqs)]
         validation.check_unique_keys(valid)
         return valid
 
     async def enqueue(self, p: Principal, req: tasks_pb2.EnqueueTaskRequest,
-                      timeout: float) -> tasks_pb2.EnqueueTaskResponse:
-        """One task: a batch of one."""
-        (t,) = self._validate(await self.deployments.handlers_for(p.app_id), [req], batch=False)
+                      timeout: float, *, workflow: bool = False) -> tasks_pb2.EnqueueTaskResponse:
+        """One task: a batch of one. `workflow`: the type must be a workflow handler (StartWorkflow's
+        run), else a task handler."""
+        (t,) = self._validate(await self.deployments.handlers_for(p.app_id), [req], batch=False, workflow=workflow)
         done = await self.creates.create(enqueue.of_valid(p, [t], where=""), timeout)
         return tasks_pb2.EnqueueTaskResponse(task_id=done.ids[0], deduplicated=bool(done.deduplicated
                                                                                    and done.deduplicated[0]))

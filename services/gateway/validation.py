@@ -218,16 +218,31 @@ def _check_names(req: tasks_pb2.EnqueueTaskRequest, where: str) -> str:
     return queue
 
 
-def _handler_for(task_type: str, handlers: Handlers | None, where: str) -> Registered:
+def handler_for(task_type: str, handlers: Handlers | None, where: str, field: str = "task_type") -> Registered:
+    """The registered handler of a type, or INVALID_ARGUMENT naming `{where}{field}` (the enqueue's
+    task_type, StartWorkflow's workflow_type) and what the deployment registers."""
     if handlers is None:
         raise InvalidArgument("the app has no deployment: deploy the app first (`ratchet deploy DIR --app NAME`)")
     if not task_type:
-        raise InvalidArgument(f"{where}task_type is required; registered types: {', '.join(sorted(handlers))}")
+        raise InvalidArgument(f"{where}{field} is required; registered types: {', '.join(sorted(handlers))}")
     handler = handlers.get(task_type)
     if handler is None:
-        raise InvalidArgument(f"{where}task_type {task_type[:200]!r} is not registered by the app's active "
+        raise InvalidArgument(f"{where}{field} {task_type[:200]!r} is not registered by the app's active "
                               f"deployment; registered types: {', '.join(sorted(handlers))}")
     return handler
+
+
+def check_kind(handler: Registered, workflow: bool, where: str, field: str = "task_type") -> None:
+    """A handler of the kind the edge serves: TaskService enqueues tasks, WorkflowService starts
+    workflows (a run is a task, but the two APIs keep to their own kind)."""
+    if handler.workflow == workflow:
+        return
+    name = handler.handler.name
+    if handler.workflow:
+        raise InvalidArgument(f"{where}{field} {name!r} is a workflow; start it with POST /v1/workflows "
+                              f"(WorkflowService.StartWorkflow, Client.start_workflow)")
+    raise InvalidArgument(f"{where}{field} {name!r} is a task handler; enqueue it with POST /v1/tasks "
+                          f"(TaskService.EnqueueTask, Client.enqueue)")
 
 
 # The fields the fast fingerprint renders itself; any other field set takes the general path.
@@ -281,9 +296,10 @@ def fingerprint_general(req: tasks_pb2.EnqueueTaskRequest, queue: str) -> str:
 
 def validate_task(req: tasks_pb2.EnqueueTaskRequest, handlers: Handlers | None,
                   *, max_payload_bytes: int, now_s: float, index: int | None = None,
-                  where: str | None = None) -> ValidTask:
+                  where: str | None = None, workflow: bool = False) -> ValidTask:
     """Check one request and resolve its policy; raise InvalidArgument/TooLarge naming the field
-    (prefixed with where, e.g. "task_template.", else "tasks[i]." in a batch).
+    (prefixed with where, e.g. "task_template.", else "tasks[i]." in a batch). The type must be
+    a handler of the kind asked for (a task unless `workflow`: StartWorkflow's enqueue).
 
     Runs per task of a batch call: each presence test is made once."""
     if where is None:
@@ -309,7 +325,9 @@ def validate_task(req: tasks_pb2.EnqueueTaskRequest, handlers: Handlers | None,
     if len(payload) > max_payload_bytes:
         raise TooLarge(f"{where}payload is {len(payload)} bytes as compact JSON; the limit is {max_payload_bytes} "
                        f"bytes: store large data elsewhere and pass a reference")
-    registered = _handler_for(req.task_type, handlers, where)
+    registered = handler_for(req.task_type, handlers, where)
+    if registered.workflow != workflow:
+        check_kind(registered, workflow, where)
     retry, timeouts, wire = registered.resolve(req.retry if has_retry else None,
                                                req.timeouts if has_timeouts else None, f"{where}retry")
     return ValidTask(
@@ -373,8 +391,8 @@ def plain_batch(req: tasks_pb2.EnqueueTasksRequest, handlers: Handlers | None, *
     first = tasks[0]
     task_type, queue = first.task_type, first.queue
     handler = handlers.get(task_type)
-    if handler is None or (queue and not QUEUE_NAME.match(queue)):
-        return None
+    if handler is None or handler.workflow or (queue and not QUEUE_NAME.match(queue)):
+        return None  # (the per-task path names the error)
     if [t.task_type for t in tasks].count(task_type) != n:
         return None
     if queue and [t.queue for t in tasks].count(queue) != n:  # (an empty one differs in size)
@@ -414,7 +432,8 @@ def columns_batch(req: tasks_pb2.EnqueueTasksRequest, handlers: Handlers | None,
     if n == 0:
         raise InvalidArgument("columns is empty: send 1..1000 task_ids or payloads_json (one per task)")
     check_batch_size(n)
-    handler = _handler_for(cols.task_type, handlers, "columns.")
+    handler = handler_for(cols.task_type, handlers, "columns.")
+    check_kind(handler, False, "columns.")
     queue = _check_queue(cols.queue, "columns.")
     ids = _column_ids(ids, n)
     payloads, sizes = _column_payloads(texts or [""] * n, max_payload_bytes)

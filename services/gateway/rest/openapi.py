@@ -176,7 +176,9 @@ def public_services() -> list[_descriptor.ServiceDescriptor]:
     from ratchet.api.schedules.v1 import schedules_pb2
     from ratchet.api.tasks.v1 import breakers_pb2, tasks_pb2
     from ratchet.api.tenants.v1 import tenants_pb2
+    from ratchet.api.workflows.v1 import workflows_pb2
     return [tasks_pb2.DESCRIPTOR.services_by_name["TaskService"],
+            workflows_pb2.DESCRIPTOR.services_by_name["WorkflowService"],
             breakers_pb2.DESCRIPTOR.services_by_name["BreakerService"],
             schedules_pb2.DESCRIPTOR.services_by_name["ScheduleService"],
             apps_pb2.DESCRIPTOR.services_by_name["AppService"],

@@ -1,5 +1,6 @@
 """In-memory peers of the gateway on real grpc.aio servers: history (tasks,
-search, bulk operations), the cron service and the dispatcher's breaker admin.
+search, bulk operations, workflow step logs and events), the cron service and
+the dispatcher's breaker admin.
 
 They check what the gateway sends (routing, tenant scoping, cursors) and
 record every call, so tests can assert that bad input sent nothing.
@@ -10,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import datetime as dt
+import json
 import uuid
 
 import grpc
@@ -17,6 +19,7 @@ from google.protobuf import json_format, struct_pb2, timestamp_pb2
 
 from ratchet.api.schedules.v1 import schedules_pb2 as spb
 from ratchet.api.tasks.v1 import breakers_pb2, tasks_pb2
+from ratchet.api.workflows.v1 import workflows_pb2 as wpb
 from ratchet.internal.cron.v1 import cron_pb2 as cpb
 from ratchet.internal.cron.v1 import cron_pb2_grpc
 from ratchet.internal.dispatcher.v1 import dispatcher_pb2, dispatcher_pb2_grpc
@@ -80,6 +83,12 @@ class FakeHistory(history_pb2_grpc.HistoryServiceServicer):
         self.down: set[int] = set()
         self.hold_bulk = False
         self.ops: dict[tuple[int, str], tuple[history_pb2.StartBulkOperationRequest, tasks_pb2.BulkOperation]] = {}
+        # Workflow runs (tasks of any type: history does not know kinds): their step logs,
+        # open waits (position, name, match), inboxes (name, data) and attempts.
+        self.steps: dict[str, list[wpb.Step]] = {}
+        self.waits: dict[str, tuple[int, str, dict]] = {}
+        self.inbox: dict[str, list[tuple[str, dict]]] = {}
+        self.attempts: dict[str, int] = {}
 
     # -- tasks -------------------------------------------------------------
     async def CreateTasks(self, request, context):
@@ -133,16 +142,18 @@ class FakeHistory(history_pb2_grpc.HistoryServiceServicer):
         self._insert(t, state, created, finished, error_class)
         return t.task_id
 
-    async def _owned(self, request, context) -> history_pb2.NewTask:
-        t = self.tasks.get(request.task_id)
+    async def _owned(self, request, context, task_id: str | None = None) -> history_pb2.NewTask:
+        task_id = task_id or request.task_id
+        t = self.tasks.get(task_id)
         if t is None or t.tenant_id != request.tenant_id or \
-                self.shard_map.shard_for_task(request.task_id) != request.shard_id:
+                self.shard_map.shard_for_task(task_id) != request.shard_id:
             await context.abort(grpc.StatusCode.NOT_FOUND, "no such task")
         return t
 
     def _task(self, task_id: str, with_payload: bool = True) -> tasks_pb2.Task:
         t, row = self.tasks[task_id], self.rows[task_id]
         task = S.Task(task_id=t.task_id, task_type=t.task_type, queue=t.queue, state=self.states[task_id],
+                      attempt=self.attempts.get(task_id, 0),
                       max_attempts=t.retry.max_attempts, version=1, idempotency_key=t.idempotency_key,
                       retry=t.retry, timeouts=t.timeouts, created_at=stamp(row.created_at),
                       schedule_id=t.schedule_id)
@@ -248,6 +259,74 @@ class FakeHistory(history_pb2_grpc.HistoryServiceServicer):
             op.state = S.BULK_OPERATION_STATE_CANCELED
             op.finished_at.GetCurrentTime()
         return history_pb2.CancelBulkOperationResponse(operation=op)
+
+
+    # -- workflows -----------------------------------------------------------
+    def set_state(self, task_id: str, state: int, attempt: int | None = None) -> None:
+        self.states[task_id] = self.rows[task_id].state = state
+        if state in TERMINAL:
+            self.rows[task_id].finished_at = dt.datetime.now(UTC)
+        if attempt is not None:
+            self.attempts[task_id] = attempt
+
+    def log(self, task_id: str, *steps: wpb.Step, wait: tuple[str, dict] | None = None) -> None:
+        """Append steps to a run's log; `wait` adds an open wait (name, match) at its end."""
+        log = self.steps.setdefault(task_id, [])
+        for st in steps:
+            st.position = len(log)
+            log.append(st)
+        if wait is not None:
+            name, match = wait
+            log.append(wpb.Step(position=len(log), name=name, kind=wpb.STEP_KIND_WAIT,
+                                state=wpb.STEP_STATE_RUNNING, attempt=1))
+            self.waits[task_id] = (len(log) - 1, name, match)
+
+    async def GetWorkflowSteps(self, request, context):
+        self.calls.append(("GetWorkflowSteps", request))
+        await self._owned(request, context, request.workflow_id)
+        if not 1 <= request.page_size <= 1000:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"page_size {request.page_size}")
+        log = self.steps.get(request.workflow_id, [])
+        page = log[request.from_position:request.from_position + request.page_size]
+        end = request.from_position + len(page)
+        out = history_pb2.GetWorkflowStepsResponse(steps=page, step_count=len(log),
+                                                   next_position=end if end < len(log) else -1)
+        wait = self.waits.get(request.workflow_id)
+        if wait is not None:
+            out.pending.CopyFrom(wpb.PendingWait(position=wait[0], kind=wpb.STEP_KIND_WAIT, name=wait[1]))
+            out.pending.match.update(wait[2])
+        return out
+
+    def _consume(self, task_id: str, data: dict) -> None:
+        position, _, _ = self.waits.pop(task_id)
+        step = self.steps[task_id][position]
+        step.state = wpb.STEP_STATE_COMPLETED
+        step.result.struct_value.update(data)
+        if self.states[task_id] == S.TASK_STATE_WAITING:
+            self.set_state(task_id, S.TASK_STATE_ENQUEUED)
+
+    def _matches(self, task_id: str, tenant_id: str, name: str, data: dict) -> bool:
+        wait = self.waits.get(task_id)
+        return wait is not None and self.tasks[task_id].tenant_id == tenant_id and wait[1] == name \
+            and all(data.get(k) == v for k, v in wait[2].items())
+
+    async def DeliverEvent(self, request, context):
+        await self._up("DeliverEvent", request, context)
+        data = json.loads(request.data_json)
+        if not request.workflow_id:
+            woken = [t for t in sorted(self.waits) if self.shard_map.shard_for_task(t) == request.shard_id
+                     and self._matches(t, request.tenant_id, request.name, data)]
+            for t in woken:
+                self._consume(t, data)
+            return history_pb2.DeliverEventResponse(delivered=len(woken))
+        await self._owned(request, context, request.workflow_id)
+        if self.states[request.workflow_id] in TERMINAL:
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, "the run has ended")
+        if self._matches(request.workflow_id, request.tenant_id, request.name, data):
+            self._consume(request.workflow_id, data)
+            return history_pb2.DeliverEventResponse(delivered=1)
+        self.inbox.setdefault(request.workflow_id, []).append((request.name, data))
+        return history_pb2.DeliverEventResponse(delivered=0)
 
 
 class FakeCron(cron_pb2_grpc.CronServiceServicer):

@@ -8,6 +8,7 @@ from ratchet.services.gateway.rest import openapi
 from ratchet.services.gateway.rest.routes import compile_template, needs_large_body, routes_for
 
 SCHEDULES = "ratchet.api.schedules.v1.ScheduleService"
+WORKFLOWS = "ratchet.api.workflows.v1.WorkflowService"
 
 
 def test_plain_variable_matches_one_segment_and_decodes():
@@ -69,7 +70,23 @@ def test_routes_come_from_the_public_protos():
         ("POST", "/v1/schedules/{schedule_id}/trigger"): (f"{SCHEDULES}.TriggerSchedule", "*"),
         ("POST", "/v1/apps/{app}/deployments"): ("ratchet.api.apps.v1.AppService.CreateDeployment", "*"),
         ("POST", "/v1/tenants"): ("ratchet.api.tenants.v1.TenantService.CreateTenant", "*"),
+        ("POST", "/v1/workflows"): (f"{WORKFLOWS}.StartWorkflow", "*"),
+        ("GET", "/v1/workflows/{workflow_id}"): (f"{WORKFLOWS}.GetWorkflow", ""),
+        ("GET", "/v1/workflows"): (f"{WORKFLOWS}.ListWorkflows", ""),
+        ("POST", "/v1/workflows/{workflow_id}/cancel"): (f"{WORKFLOWS}.CancelWorkflow", "*"),
+        ("POST", "/v1/events"): (f"{WORKFLOWS}.SendEvent", "*"),
+        ("POST", "/v1/workflows/{workflow_id}/events"): (f"{WORKFLOWS}.SendWorkflowEvent", "*"),
     }
+
+
+def test_workflow_routes_do_not_shadow_each_other():
+    routes = routes_for(openapi.public_services())
+    by_name = {r.method.name: r.template for r in routes}
+    wid = "0190a000-0000-8000-8000-000000000000"
+    assert by_name["GetWorkflow"].match(f"/v1/workflows/{wid}") == {"workflow_id": wid}
+    assert by_name["GetWorkflow"].match(f"/v1/workflows/{wid}/events") is None
+    assert by_name["SendWorkflowEvent"].match(f"/v1/workflows/{wid}/events") == {"workflow_id": wid}
+    assert by_name["CancelWorkflow"].match(f"/v1/workflows/{wid}/cancel") == {"workflow_id": wid}
 
 
 def test_custom_verb_routes_do_not_shadow_variables():

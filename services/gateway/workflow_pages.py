@@ -1,0 +1,108 @@
+"""The pages of the workflow API: a run's step log (GetWorkflow) and the app's runs
+(ListWorkflows), each behind a page token the client treats as opaque.
+
+A step token is base64url (unpadded) JSON {"v": 1, "w": <workflow_id>, "p": <position>}:
+the run it was made for and the first position of the next page, so a token sent for
+another run is refused instead of paging that run from the wrong place.
+
+ListWorkflows is ListTasks restricted to the app's workflow types. TaskFilter names one
+task_type, so each (shard, workflow type) is its own stream in history's order, asked for a
+page at once and merged newest first (listing.merge): the page is exact, never a short page
+of runs found among tasks. The token is base64url JSON {"v": 1, "f": <filter hash>, "c":
+{"<shard>:<type>": "<cursor>"}}, a stream absent from "c" being exhausted. It costs one
+ListTasks per shard and workflow type per page: an app with many workflow types and no
+workflow_type filter pays for each (the filter makes it one per shard).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+
+from ratchet.libs.rpc.errors import InvalidArgument
+
+TOKEN_VERSION = 1
+MAX_TOKEN_CHARS = 65536
+DEFAULT_PAGE, MAX_PAGE = 100, 1000
+_RESTART = "; start again without it"
+
+Stream = tuple[int, str]  # (shard, workflow type)
+
+
+def _encode(body: dict) -> str:
+    raw = json.dumps(body, separators=(",", ":"), sort_keys=True).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def _decode(token: str, field: str) -> dict:
+    """The token's JSON body, or INVALID_ARGUMENT naming the field."""
+    bad = InvalidArgument(f"{field} is not valid: pass the previous response's next_{field} unchanged" + _RESTART)
+    if len(token) > MAX_TOKEN_CHARS:
+        raise bad
+    try:
+        body = json.loads(base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)))
+    except (binascii.Error, ValueError, UnicodeDecodeError):
+        raise bad from None
+    if not isinstance(body, dict) or body.get("v") != TOKEN_VERSION:
+        raise bad
+    return body
+
+
+def page_size(value: int, field: str) -> int:
+    """0 means the default (100); else 1..1000."""
+    if value == 0:
+        return DEFAULT_PAGE
+    if not 1 <= value <= MAX_PAGE:
+        raise InvalidArgument(f"{field} must be 1..{MAX_PAGE}, got {value}")
+    return value
+
+
+def encode_step_token(workflow_id: str, position: int) -> str:
+    return _encode({"v": TOKEN_VERSION, "w": workflow_id, "p": position})
+
+
+def decode_step_token(token: str, workflow_id: str) -> int:
+    """The first position of the page a step_page_token names, for this run only."""
+    body = _decode(token, "step_page_token")
+    position = body.get("p")
+    if type(position) is not int or position < 0 or not isinstance(body.get("w"), str):
+        raise InvalidArgument("step_page_token is not valid: pass the previous response's next_step_page_token "
+                              "unchanged" + _RESTART)
+    if body["w"] != workflow_id:
+        raise InvalidArgument(f"step_page_token belongs to workflow {body['w'][:40]}, not {workflow_id}: page "
+                              f"each run with its own tokens" + _RESTART)
+    return position
+
+
+def encode_list_token(filter_hash: str, cursors: dict[Stream, str]) -> str:
+    """The next_page_token for these per-stream cursors ("" when every stream is exhausted)."""
+    if not cursors:
+        return ""
+    return _encode({"v": TOKEN_VERSION, "f": filter_hash,
+                    "c": {f"{shard}:{kind}": c for (shard, kind), c in sorted(cursors.items())}})
+
+
+def decode_list_token(token: str, filter_hash: str, streams: list[Stream]) -> dict[Stream, str]:
+    """The per-stream cursors of a page token made for this filter. A stream the token names
+    that is no longer listed (its type is no longer a workflow of the active deployment) is
+    dropped: its runs are not the app's workflows any more (the module docstring)."""
+    body = _decode(token, "page_token")
+    bad = InvalidArgument("page_token is not valid: pass the previous response's next_page_token unchanged"
+                          + _RESTART)
+    if not isinstance(body.get("c"), dict) or not isinstance(body.get("f"), str):
+        raise bad
+    if body["f"] != filter_hash:
+        raise InvalidArgument("page_token does not match the request: keep state and workflow_type as they were "
+                              "for the first page" + _RESTART)
+    known, shards = set(streams), {s for s, _ in streams}
+    out: dict[Stream, str] = {}
+    for key, cursor in body["c"].items():
+        shard, _, kind = key.partition(":")
+        if not shard.isdigit() or not kind or not isinstance(cursor, str) or len(cursor) > 200:
+            raise bad
+        if shards and int(shard) not in shards:
+            raise InvalidArgument(f"page_token names shard {shard}, which this gateway does not serve" + _RESTART)
+        if (int(shard), kind) in known:
+            out[int(shard), kind] = cursor
+    return out
