@@ -1,16 +1,22 @@
 """Ratchet SDK: durable background tasks; the platform runs your code.
 
-    from ratchet import task, RetryPolicy, RetryableError, FatalError, Client
+    from ratchet import task, workflow, RetryPolicy, RetryableError, FatalError, Client
 
     @task(retries=RetryPolicy(max_attempts=5, base="1s", cap="1h"), timeout="10m")
     def resize_image(ctx, payload):
+        ...
+
+    @workflow
+    def onboard(ctx, input):
+        account = ctx.step("create_account", create_account, input)
+        ctx.sleep("grace", days=1)
         ...
 
     client = Client("127.0.0.1:7233", api_key)
     task_id = client.enqueue("resize_image", {"url": "..."})
     print(client.wait(task_id).result)
 
-The handler side (`task`, `RetryPolicy`, the errors) is imported eagerly and is
+The handler side (`task`, `workflow`, `RetryPolicy`, the errors) is imported eagerly and is
 pure Python. `Client` is imported on first use, so code running in a sandbox
 does not pay for gRPC just by importing `ratchet`.
 """
@@ -28,6 +34,10 @@ _HANDLER_SIDE = {
     "RetryableError": "ratchet.errors",
     "FatalError": "ratchet.errors",
     "TaskContext": "ratchet.context",
+    "workflow": "ratchet.workflow",
+    "WorkflowContext": "ratchet.workflow",
+    "StepFailed": "ratchet.errors",
+    "WorkflowVersionError": "ratchet.errors",
 }
 _LAZY = {
     "Client": "ratchet.client",
@@ -35,7 +45,8 @@ _LAZY = {
     "TaskInfo": "ratchet.client",
 }
 
-__all__ = ["AsyncClient", "Client", "FatalError", "RetryPolicy", "RetryableError", "TaskContext", "TaskInfo", "task"]
+__all__ = ["AsyncClient", "Client", "FatalError", "RetryPolicy", "RetryableError", "StepFailed", "TaskContext",
+           "TaskInfo", "WorkflowContext", "WorkflowVersionError", "task", "workflow"]
 
 
 def _bind(name: str, module: str) -> object:

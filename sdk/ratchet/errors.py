@@ -54,3 +54,65 @@ class TaskDefinitionError(ValueError):
 
 class DiscoveryError(Exception):
     """An app folder could not be loaded: import error, no handlers, or duplicate names."""
+
+
+class StepFailed(FatalError):
+    """A workflow step failed fatally in an earlier activation; the run's log keeps that
+    error, so the step is not run again and this is raised where `ctx.step` was called.
+
+    `step` is the step's name, `error_class` and `error_message` what its function raised
+    then (the activation that ran it saw the original exception instead).
+    """
+
+    def __init__(self, step: str, error_class: str, error_message: str):
+        super().__init__(f"step {step!r} failed earlier with {error_class}: {error_message}")
+        self.step = step
+        self.error_class = error_class
+        self.error_message = error_message
+
+
+class WorkflowVersionError(FatalError):
+    """The workflow's code no longer matches the run's step log: the call at `position`
+    is not the one the log holds there (a step was added, removed, renamed or reordered
+    under a live run). It fails the run; branch deliberately with `ctx.version()` instead.
+
+    Once raised, every later call on the same ctx raises it again and the activation
+    fails whatever the workflow returns: code past a mismatch must not act.
+    """
+
+    def __init__(self, message: str, *, position: int | None = None, name: str | None = None,
+                 logged_name: str | None = None, logged_kind: str | None = None):
+        super().__init__(message)
+        self.position = position
+        self.name = name
+        self.logged_name = logged_name
+        self.logged_kind = logged_kind
+
+
+class WorkflowInterrupt(BaseException):
+    """The activation of a workflow must stop where it is (a BaseException, so that
+    `except Exception` in workflow code does not swallow it; do not catch it).
+
+    The SDK raises a subclass from a ctx call and decides the activation's outcome from
+    it even if the code catches it: every later ctx call raises it again.
+    """
+
+
+class WorkflowSuspended(WorkflowInterrupt):
+    """The run waits (a sleep, an event): it suspends at `position` and the platform wakes
+    it after `wake_after_s` seconds at the latest (None: only its event wakes it)."""
+
+    def __init__(self, position: int, wake_after_s: float | None):
+        super().__init__(f"the run suspends at step position {position}")
+        self.position = position
+        self.wake_after_s = wake_after_s
+
+
+class LeaseLost(WorkflowInterrupt):
+    """The platform no longer holds this activation's lease (it timed out, was cancelled,
+    or another activation took over): whatever it does next no longer counts."""
+
+
+class StepUnavailable(WorkflowInterrupt):
+    """The platform could not record a step in time (it was unreachable, or its answer
+    was malformed): the activation fails and is retried, replaying what was logged."""

@@ -7,7 +7,9 @@
 The decorator validates its arguments at import time and attaches a
 `TaskSpec` to the function, which stays a plain callable. There is no global
 registry: deploy and the sandbox import the app module and collect every
-module attribute that carries a spec (`find_tasks`).
+module attribute that carries a spec (`find_tasks`). `@workflow`
+(ratchet.workflow) attaches the same spec with `kind = "workflow"`, so one
+discovery finds both.
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ from ratchet.retry import RetryPolicy
 SPEC_ATTR = "__ratchet_task__"
 NAME_PATTERN = re.compile(r"[A-Za-z0-9_.:-]{1,200}")
 DEFAULT_TIMEOUT = "10m"
+KINDS = ("task", "workflow")
+RESUMES = ("latest", "pinned")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,6 +43,9 @@ class TaskSpec:
     start_to_close_s: float
     schedule_to_start_s: float | None
     schedule_to_close_s: float | None
+    # "task" or "workflow"; resume ("latest" | "pinned") is set for workflows only.
+    kind: str = "task"
+    resume: str | None = None
 
     @functools.cached_property
     def is_async(self) -> bool:
@@ -47,47 +54,81 @@ class TaskSpec:
         return inspect.iscoroutinefunction(self.fn)
 
     def describe(self) -> dict:
-        """The handler as `python -m ratchet.sandbox describe` prints it."""
-        return {
+        """The handler as `python -m ratchet.sandbox describe` prints it (a workflow adds
+        "resume"; deploy maps kind and resume onto Handler.kind and Handler.resume)."""
+        out = {
             "name": self.name,
+            "kind": self.kind,
             "retry": self.retry.describe(),
             "timeouts": {"start_to_close_s": self.start_to_close_s,
                          "schedule_to_start_s": self.schedule_to_start_s,
                          "schedule_to_close_s": self.schedule_to_close_s},
             "non_retryable": list(self.retry.non_retryable),
         }
+        if self.resume is not None:
+            out["resume"] = self.resume
+        return out
 
 
-def _required_timeout(arg: str, value: Any) -> float:
+def required_timeout(arg: str, value: Any, label: str = "@task") -> float:
+    """A decorator's mandatory duration argument in seconds (label names the decorator in errors)."""
     if value is None:
-        raise TaskDefinitionError(f"@task {arg} is required; use a duration like '10m'")
-    return _seconds(arg, value)
+        raise TaskDefinitionError(f"{label} {arg} is required; use a duration like '10m'")
+    return _seconds(arg, value, label)
 
 
-def _optional_timeout(arg: str, value: Any) -> float | None:
-    return None if value is None else _seconds(arg, value)
+def optional_timeout(arg: str, value: Any, label: str = "@task") -> float | None:
+    """A decorator's optional duration argument in seconds, None when not given."""
+    return None if value is None else _seconds(arg, value, label)
 
 
-def _seconds(arg: str, value: Any) -> float:
+def _seconds(arg: str, value: Any, label: str = "@task") -> float:
     try:
         seconds = parse_duration(value)
     except (ValueError, TypeError) as e:
-        raise TaskDefinitionError(f"@task {arg}: {e}") from None
+        raise TaskDefinitionError(f"{label} {arg}: {e}") from None
     if seconds <= 0:
-        raise TaskDefinitionError(f"@task {arg} must be greater than zero, got {value!r}")
+        raise TaskDefinitionError(f"{label} {arg} must be greater than zero, got {value!r}")
     return seconds
 
 
-def _check_handler(fn: Any, name: str) -> None:
+def check_handler(fn: Any, name: str, label: str = "@task", args: str = "(ctx, payload)") -> None:
+    """TaskDefinitionError unless fn is callable with two positional arguments."""
     if not callable(fn):
-        raise TaskDefinitionError(f"@task must decorate a function, got {fn!r}")
+        raise TaskDefinitionError(f"{label} must decorate a function, got {fn!r}")
     try:
         inspect.signature(fn).bind(None, None)
     except TypeError:
         raise TaskDefinitionError(
-            f"task {name!r}: the handler must accept two arguments (ctx, payload)") from None
+            f"{label.lstrip('@')} {name!r}: the handler must accept two arguments {args}") from None
     except ValueError:
         pass  # builtins without a signature: trust the caller
+
+
+def checked_name(handler: Any, name: str | None, label: str = "@task") -> str:
+    """The handler's declared name (default: the function's), or TaskDefinitionError."""
+    task_name = name if name is not None else getattr(handler, "__name__", "")
+    if not isinstance(task_name, str) or not NAME_PATTERN.fullmatch(task_name):
+        raise TaskDefinitionError(
+            f"{label} name must be 1..200 characters of [A-Za-z0-9_.:-], got {task_name!r}")
+    return task_name
+
+
+def checked_policy(retries: Any, label: str = "@task") -> RetryPolicy:
+    """retries, or the default policy when None; TaskDefinitionError for anything else."""
+    if retries is None:
+        return RetryPolicy()
+    if not isinstance(retries, RetryPolicy):
+        raise TaskDefinitionError(f"{label} retries must be a RetryPolicy, got {retries!r}")
+    return retries
+
+
+def attach(handler: Any, spec: TaskSpec) -> None:
+    """Mark handler with spec, where discovery looks for it."""
+    try:
+        setattr(handler, SPEC_ATTR, spec)
+    except (AttributeError, TypeError):
+        raise TaskDefinitionError(f"{spec.kind} {spec.name!r}: cannot attach a spec to {handler!r}") from None
 
 
 def task(fn: Callable | str | None = None, *, name: str | None = None, retries: RetryPolicy | None = None,
@@ -102,25 +143,15 @@ def task(fn: Callable | str | None = None, *, name: str | None = None, retries: 
     """
     if isinstance(fn, str):  # @task("name")
         name, fn = fn, None
-    if retries is None:
-        retries = RetryPolicy()
-    elif not isinstance(retries, RetryPolicy):
-        raise TaskDefinitionError(f"@task retries must be a RetryPolicy, got {retries!r}")
-    start_to_close = _required_timeout("timeout", timeout)
-    to_start = _optional_timeout("schedule_to_start", schedule_to_start)
-    to_close = _optional_timeout("schedule_to_close", schedule_to_close)
+    policy = checked_policy(retries)
+    start_to_close = required_timeout("timeout", timeout)
+    to_start = optional_timeout("schedule_to_start", schedule_to_start)
+    to_close = optional_timeout("schedule_to_close", schedule_to_close)
 
     def decorate(handler: Callable) -> Callable:
-        task_name = name if name is not None else getattr(handler, "__name__", "")
-        if not isinstance(task_name, str) or not NAME_PATTERN.fullmatch(task_name):
-            raise TaskDefinitionError(
-                f"@task name must be 1..200 characters of [A-Za-z0-9_.:-], got {task_name!r}")
-        _check_handler(handler, task_name)
-        spec = TaskSpec(task_name, handler, retries, start_to_close, to_start, to_close)
-        try:
-            setattr(handler, SPEC_ATTR, spec)
-        except (AttributeError, TypeError):
-            raise TaskDefinitionError(f"task {task_name!r}: cannot attach a spec to {handler!r}") from None
+        task_name = checked_name(handler, name)
+        check_handler(handler, task_name)
+        attach(handler, TaskSpec(task_name, handler, policy, start_to_close, to_start, to_close))
         return handler
 
     return decorate(fn) if fn is not None else decorate

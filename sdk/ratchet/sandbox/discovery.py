@@ -55,5 +55,6 @@ def load_app(app_dir: str | os.PathLike, module: str | None = None) -> tuple[str
     specs = find_tasks(mod)
     if not specs:
         raise DiscoveryError(
-            f"module {name!r} in {root} declares no handlers; decorate functions with @ratchet.task")
+            f"module {name!r} in {root} declares no handlers; decorate functions with @ratchet.task or "
+            f"@ratchet.workflow")
     return name, mod, specs

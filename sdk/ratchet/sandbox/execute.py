@@ -10,6 +10,7 @@ import asyncio
 import dataclasses
 import json
 import traceback
+from collections.abc import Container
 from typing import Any
 
 from ratchet.context import TaskContext
@@ -40,11 +41,13 @@ class Outcome:
                 "error": self.error, "fatal": self.fatal, "retry_after_s": self.retry_after_s}
 
 
-def error_info(exc: BaseException, *, with_stack: bool = True) -> dict:
-    """{error_class, message, stack} of an exception, truncated to sane sizes."""
+def error_info(exc: BaseException, *, with_stack: bool = True, skip_files: Container[str] = ()) -> dict:
+    """{error_class, message, stack} of an exception, truncated to sane sizes. The stack
+    starts past the outermost frames of this file and of skip_files (the SDK's own)."""
     message = getattr(exc, "message", None) or str(exc)
     tb = exc.__traceback__
-    while tb is not None and tb.tb_frame.f_code.co_filename == __file__:
+    while tb is not None and (tb.tb_frame.f_code.co_filename == __file__
+                              or tb.tb_frame.f_code.co_filename in skip_files):
         tb = tb.tb_next  # the customer's stack starts at their handler, not in the stub
     stack = "".join(traceback.format_exception(type(exc), exc, tb)) if with_stack else ""
     if len(stack) > MAX_STACK_CHARS:

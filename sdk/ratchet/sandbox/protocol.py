@@ -6,16 +6,34 @@ JSON (one object with a "type"). Messages:
   stub -> agent  {"type": "ready", "pid", "handlers": [names]}
                  {"type": "heartbeat", "task_id"}
                  {"type": "checkpoint", "task_id", "value": JSON text (<= 64 KiB)}
-                 {"type": "done", "task_id", "outcome": "succeeded"|"failed"|"canceled",
+                 {"type": "done", "task_id", "outcome": "succeeded"|"failed"|"canceled"|"suspended",
                   "result": JSON text | null, "error": {error_class, message, stack} | null,
-                  "fatal": bool, "retry_after_s": float | null}
+                  "fatal": bool, "retry_after_s": float | null,
+                  with "suspended" also "suspend_position": int, "wake_after_s": float | null}
+                 {"type": "step", "task_id", "call": int (unique within the stub),
+                  "op": "begin"|"commit", "position": int, "name": str,
+                  "kind": "step"|"version"|"sleep"|"wait", "result": JSON text | null,
+                  "error": {error_class, message, stack} | null, "fatal": bool,
+                  "duration_s": float | null, "match": JSON text (an object) | null,
+                  "version": int | null}
   agent -> stub  {"type": "run", "task_id", "attempt", "max_attempts", "lease_epoch",
                   "task_type", "payload": JSON text, "last_checkpoint": JSON text | null,
                   "schedule_id": str | null, "scheduled_time": RFC 3339 UTC | null}
+                 {"type": "step_reply", "task_id", "call", "status": "run"|"done"|"suspend"|
+                  "mismatch"|"absent"|"lost"|"error", "attempt": int, "result": JSON text | null,
+                  "error": {error_class, message, stack} | null, "wake_after_s": float | null,
+                  "logged_name": str | null, "logged_kind": str | null, "message": str | null}
                  {"type": "cancel", "task_id"}
                  {"type": "shutdown"}
 
-The stub never receives a credential, a lease id or the dispatcher address.
+A workflow's activation sends step frames, one at a time, each blocking its thread
+until the step_reply with the same task_id and call (docs/design/workflows-protocol.md
+gives the rules the platform answers by). "lost": the lease is gone, the activation
+stops and its done frame (outcome "failed", error LeaseLost) is discarded; "error":
+the platform could not be reached, the activation fails and is retried.
+
+The stub never receives a credential, a lease id or the dispatcher address: the agent
+adds the lease it holds for task_id to each step.
 """
 
 from __future__ import annotations
@@ -28,7 +46,7 @@ HEADER = struct.Struct(">I")
 # A 256 KiB payload or result is escaped inside a JSON string; leave room for that and a stack.
 MAX_FRAME_BYTES = 4 * 1024 * 1024
 
-OUTCOMES = ("succeeded", "failed", "canceled")
+OUTCOMES = ("succeeded", "failed", "canceled", "suspended")
 
 
 class ProtocolError(Exception):

@@ -7,6 +7,11 @@ threads are started once and reused: starting a thread per task was a
 quarter of the stub's time in the drain profile. Frames going out are
 combined: a thread that finds another one writing leaves its frame for that
 writer, so a burst of done frames leaves in one sendall.
+
+A workflow runs on the same threads through ratchet.workflow's runner: its
+thread sends `step` frames and blocks on their replies, which the main thread
+routes to it (sandbox/steps.py). Workflows are looked up only when a task type
+is not a plain task's, so a plain task's path does no more than before.
 """
 
 from __future__ import annotations
@@ -22,7 +27,10 @@ import threading
 from ratchet.context import TaskContext, utc
 from ratchet.sandbox.execute import Outcome, execute, platform_failure
 from ratchet.sandbox.protocol import HEADER, ProtocolError, check_length, decode_body, encode
+from ratchet.sandbox.steps import REPLY_TIMEOUT_S, Replies, StubChannel
 from ratchet.task import TaskSpec
+from ratchet.workflow.context import WorkflowContext
+from ratchet.workflow.runner import run_workflow
 
 _READ_BUFFER = 256 * 1024
 
@@ -30,10 +38,14 @@ _READ_BUFFER = 256 * 1024
 class Stub:
     """Runs the handlers of one app version for the agent at the other end of sock."""
 
-    def __init__(self, sock: socket.socket, module: str, specs: list[TaskSpec], concurrency: int = 1):
+    def __init__(self, sock: socket.socket, module: str, specs: list[TaskSpec], concurrency: int = 1,
+                 step_timeout_s: float = REPLY_TIMEOUT_S):
         self._sock = sock
         self._module = module
-        self._specs = {s.name: s for s in specs}
+        self._specs = {s.name: s for s in specs if s.kind != "workflow"}
+        self._workflows = {s.name: s for s in specs if s.kind == "workflow"}
+        self._replies = Replies()
+        self._step_timeout_s = step_timeout_s
         self._concurrency = max(1, concurrency)
         self._out_lock = threading.Lock()
         self._out: list[bytes] = []
@@ -65,7 +77,7 @@ class Stub:
 
     def serve(self) -> None:
         """Announce readiness, then obey the agent until it hangs up or says shutdown."""
-        self.send({"type": "ready", "pid": os.getpid(), "handlers": sorted(self._specs)})
+        self.send({"type": "ready", "pid": os.getpid(), "handlers": sorted([*self._specs, *self._workflows])})
         reader = self._sock.makefile("rb", buffering=_READ_BUFFER)
         while True:
             message = _read_frame(reader)
@@ -73,6 +85,8 @@ class Stub:
                 return
             if message["type"] == "run":
                 self._start(message)
+            elif message["type"] == "step_reply":
+                self._replies.deliver(message)
             elif message["type"] == "cancel":
                 self._cancel(message.get("task_id"))
 
@@ -117,10 +131,7 @@ class Stub:
     def _run(self, ctx: TaskContext, payload: str) -> None:
         spec = self._specs.get(ctx.task_type)
         if spec is None:
-            outcome = platform_failure(
-                "UnknownTaskType",
-                f"task type {ctx.task_type!r} is not declared by module {self._module!r} of this app version "
-                f"(it declares {sorted(self._specs)}); deploy a version that declares it")
+            outcome = self._run_other(ctx, payload)
         else:
             outcome = execute(spec, ctx, payload)
         ctx._end()
@@ -129,6 +140,17 @@ class Stub:
             self._current.pop(ctx.task_id, None)
             self._idle_workers += 1
         self.send(outcome.frame(ctx.task_id))
+
+    def _run_other(self, ctx: TaskContext, payload: str) -> Outcome:
+        """A workflow's activation, or the failure of a task type this version does not declare."""
+        spec = self._workflows.get(ctx.task_type)
+        if spec is None:
+            return platform_failure(
+                "UnknownTaskType",
+                f"task type {ctx.task_type!r} is not declared by module {self._module!r} of this app version "
+                f"(it declares {sorted([*self._specs, *self._workflows])}); deploy a version that declares it")
+        channel = StubChannel(self._replies, self.send, ctx.task_id, self._step_timeout_s)
+        return run_workflow(spec, WorkflowContext.of(ctx, channel, spec.retry), payload)
 
     def _cancel(self, task_id: str | None) -> None:
         with self._state_lock:

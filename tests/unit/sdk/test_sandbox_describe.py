@@ -45,12 +45,12 @@ def test_describe_prints_handlers_and_policies(tmp_path):
     assert out.returncode == 0, out.stderr
     assert len(out.stdout.strip().splitlines()) == 1 and "imported" in out.stderr
     assert json.loads(out.stdout) == {"module": "app", "handlers": [
-        {"name": "reports.build",
+        {"name": "reports.build", "kind": "task",
          "retry": {"max_attempts": 5, "base_s": 1.0, "factor": 2.0, "cap_s": 3600.0, "jitter": True,
                    "non_retryable": [], "rules": {}},
          "timeouts": {"start_to_close_s": 600.0, "schedule_to_start_s": None, "schedule_to_close_s": 3600.0},
          "non_retryable": []},
-        {"name": "send_email",
+        {"name": "send_email", "kind": "task",
          "retry": {"max_attempts": 3, "base_s": 0.5, "factor": 2.0, "cap_s": 3600.0, "jitter": True,
                    "non_retryable": ["BadInput"],
                    "rules": {"TimeoutError": {"non_retryable": False, "max_attempts": 10, "base_s": 5.0,

@@ -22,6 +22,7 @@ def test_bare_decorator_uses_platform_defaults_and_keeps_the_function():
     assert spec.name == "resize"
     assert spec.describe() == {
         "name": "resize",
+        "kind": "task",
         "retry": {"max_attempts": 5, "base_s": 1.0, "factor": 2.0, "cap_s": 3600.0, "jitter": True,
                   "non_retryable": [], "rules": {}},
         "timeouts": {"start_to_close_s": 600.0, "schedule_to_start_s": None, "schedule_to_close_s": None},

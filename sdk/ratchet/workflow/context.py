@@ -1,0 +1,309 @@
+"""`ctx` of a workflow: a TaskContext plus the calls that checkpoint into the run's log.
+
+Every checkpoint call (`step`, `version`, `sleep`, `wait_for_event`) takes the
+next position of the log (0-based, in the order the code makes them; a version
+marker answered ABSENT takes none), so a resumed run re-executes its function
+from the top and each call meets its own earlier outcome: a finished step
+answers from the log instead of running again. The code must therefore make
+the same calls in the same order on every activation; when it changes under a
+live run, the first call that meets another entry raises WorkflowVersionError.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import threading
+from collections.abc import Callable
+from typing import Any, NoReturn
+
+from ratchet.context import TaskContext
+from ratchet.errors import (
+    FatalError,
+    LeaseLost,
+    ResultNotSerializable,
+    ResultTooLarge,
+    StepFailed,
+    StepUnavailable,
+    WorkflowSuspended,
+    WorkflowVersionError,
+)
+from ratchet.libs.durations import parse_duration
+from ratchet.retry import RetryPolicy
+from ratchet.task import NAME_PATTERN
+from ratchet.workflow import channel as ch
+
+# What the customer wrote, for messages: the log's kinds are the calls' short names.
+_CALL = {"step": "ctx.step", "version": "ctx.version", "sleep": "ctx.sleep", "wait": "ctx.wait_for_event"}
+_UNITS = (("seconds", 1.0), ("minutes", 60.0), ("hours", 3600.0), ("days", 86400.0))
+
+
+def check_name(kind: str, name: Any) -> str:
+    """name, if the platform accepts it as a step (or event) name; a clear ValueError if not."""
+    if not isinstance(name, str) or not NAME_PATTERN.fullmatch(name):
+        raise ValueError(f"{_CALL.get(kind, kind)}() name must be 1..200 characters of [A-Za-z0-9_.:-], "
+                         f"got {name!r}")
+    return name
+
+
+def sleep_seconds(duration: Any, units: dict[str, Any]) -> float:
+    """How long ctx.sleep() was asked to sleep: `duration` ("1d", or seconds) or the sum of
+    the keyword units, never both; ValueError naming what to write otherwise."""
+    given = {k: v for k, v in units.items() if v}
+    if duration is not None and given:
+        raise ValueError("ctx.sleep() takes a duration or seconds=/minutes=/hours=/days=, not both")
+    if duration is not None:
+        return parse_duration(duration)
+    if not given:
+        raise ValueError("ctx.sleep(name) needs how long: a duration such as '1d' or '90s', "
+                         "or seconds=, minutes=, hours=, days=")
+    total = 0.0
+    for unit, scale in _UNITS:
+        value = units.get(unit, 0)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0 or not math.isfinite(value):
+            raise ValueError(f"ctx.sleep() {unit}= must be a number of at least 0, got {value!r}")
+        total += value * scale
+    return total
+
+
+def encode_match(match: Any) -> str | None:
+    """The match filter of a wait as JSON text (an object), or None for none."""
+    if match is None:
+        return None
+    if not isinstance(match, dict):
+        raise ValueError(f"ctx.wait_for_event() match must be a dict of the fields an event's data must "
+                         f"contain, got {type(match).__name__}")
+    try:
+        return json.dumps(match, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"ctx.wait_for_event() match must be JSON ({e})") from None
+
+
+class WorkflowContext(TaskContext):
+    """The first argument of a workflow: everything a TaskContext has (task_id is the
+    run's id, attempt counts activations), plus checkpoint calls into the run's log.
+
+    `step_attempt` is, inside a step's function, which try of that step this is
+    (1 for the first); None outside a step. Make ctx calls from the workflow's
+    own thread, one at a time, and never from inside a step's function.
+    """
+
+    def __init__(self, *, channel: ch.StepChannel, policy: RetryPolicy | None = None, **fields: Any):
+        super().__init__(**fields)
+        self._channel = channel
+        self._policy = policy if policy is not None else RetryPolicy()
+        self._position = 0
+        self._halt: BaseException | None = None
+        self._in_step: str | None = None
+        # Positions follow call order, so calls from two threads would number at random.
+        self._thread = threading.get_ident()
+        self.step_attempt: int | None = None
+
+    @classmethod
+    def of(cls, ctx: TaskContext, channel: ch.StepChannel, policy: RetryPolicy | None = None) -> WorkflowContext:
+        """A WorkflowContext for the attempt ctx describes, sharing its cancel signal
+        (a cancel sent to ctx is seen by the workflow). Make it on the workflow's thread."""
+        return cls(channel=channel, policy=policy, task_id=ctx.task_id, attempt=ctx.attempt,
+                   max_attempts=ctx.max_attempts, lease_epoch=ctx.lease_epoch, task_type=ctx.task_type,
+                   on_heartbeat=ctx._on_heartbeat, cancel_event=ctx._cancel_event(),
+                   last_checkpoint=ctx.last_checkpoint, schedule_id=ctx.schedule_id,
+                   scheduled_time=ctx.scheduled_time, on_checkpoint=ctx._on_checkpoint)
+
+    @property
+    def position(self) -> int:
+        """The log position the next checkpoint call takes."""
+        return self._position
+
+    @property
+    def halted(self) -> BaseException | None:
+        """What stopped the activation (a WorkflowInterrupt or WorkflowVersionError), if anything;
+        it decides the outcome even when the workflow caught it."""
+        return self._halt
+
+    def step(self, name: str, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
+        """fn(*args, **kwargs) once per run: its value (JSON, up to 256 KiB) is logged, and
+        a later activation gets the logged value without calling fn again.
+
+        If fn raises, the error is logged and re-raised here: a FatalError or a class the
+        workflow's policy calls non-retryable is final (later activations raise StepFailed),
+        any other is retried when the activation is (`ctx.step_attempt` then grows).
+        """
+        self._enter("step", name)
+        if not callable(fn):
+            raise TypeError(f"ctx.step({name!r}, fn): fn must be callable, got {fn!r}")
+        position = self._position
+        reply = self._ask(ch.request("begin", "step", position, name), (ch.RUN, ch.DONE))
+        self._position += 1
+        if reply["status"] == ch.DONE:
+            return self._stored(name, reply)
+        return self._execute(position, name, int(reply.get("attempt") or 1), fn, args, kwargs)
+
+    def version(self, name: str, latest: int = 1) -> int:
+        """Which branch of changed code this run takes at marker `name`: `latest` for a run
+        reaching the marker for the first time (recorded, so it stays), the branch recorded
+        for a run that passed it, 0 for a run that passed this point before the marker
+        existed (old code). Branch on it: `if ctx.version("new-billing", latest=1) >= 1:`."""
+        self._enter("version", name)
+        if isinstance(latest, bool) or not isinstance(latest, int) or latest < 1:
+            raise ValueError(f"ctx.version({name!r}) latest must be an integer of at least 1, got {latest!r}")
+        position = self._position
+        reply = self._ask(ch.request("begin", "version", position, name, version=latest), (ch.DONE, ch.ABSENT))
+        if reply["status"] == ch.ABSENT:
+            return 0  # the run predates the marker; it takes no position (ABSENT wrote nothing)
+        self._position += 1
+        branch = self._decode(reply.get("result"), f"version marker {name!r}")
+        if isinstance(branch, bool) or not isinstance(branch, int) or not 1 <= branch <= latest:
+            self._poison(WorkflowVersionError(
+                f"run {self.task_id} recorded branch {branch!r} at version marker {name!r}, but this code's latest "
+                f"is {latest}: keep the code of every branch a live run may have recorded", position=position,
+                name=name, logged_name=name, logged_kind="version"))
+        return branch
+
+    def sleep(self, name: str, duration: str | int | float | None = None, *, seconds: float = 0,
+              minutes: float = 0, hours: float = 0, days: float = 0) -> None:
+        """Sleep durably: the run suspends (no sandbox is held) and resumes once the time
+        has passed, even across deploys and restarts. `duration` is "1d", "90m" or seconds;
+        or give seconds=, minutes=, hours=, days=."""
+        self._enter("sleep", name)
+        total = sleep_seconds(duration, {"seconds": seconds, "minutes": minutes, "hours": hours, "days": days})
+        position = self._position
+        reply = self._ask(ch.request("begin", "sleep", position, name, duration_s=total), (ch.DONE, ch.SUSPEND))
+        self._position += 1
+        if reply["status"] == ch.SUSPEND:
+            self._suspend(position, reply)
+
+    def wait_for_event(self, name: str, match: dict | None = None,
+                       timeout: str | int | float | None = None) -> Any:
+        """Wait durably for an event called `name` whose data contains every field of
+        `match`, and return its data (a dict). An event sent to this run before the wait
+        counts (oldest first); a broadcast counts only once the run waits. With `timeout`
+        ("3d", or seconds) raises the builtin TimeoutError when none came in time."""
+        self._enter("wait", name)
+        match_text = encode_match(match)
+        timeout_s = None if timeout is None else parse_duration(timeout)
+        position = self._position
+        reply = self._ask(ch.request("begin", "wait", position, name, match=match_text, duration_s=timeout_s),
+                          (ch.DONE, ch.SUSPEND))
+        self._position += 1
+        if reply["status"] == ch.SUSPEND:
+            self._suspend(position, reply)
+        error = reply.get("error")
+        if error:
+            if error.get("error_class") == "TimeoutError":
+                raise TimeoutError(error.get("message") or f"no event {name!r} came within {timeout!r}")
+            raise StepFailed(name, str(error.get("error_class")), str(error.get("message")))
+        return self._decode(reply.get("result"), f"the event {name!r}")
+
+    # ---- internals ------------------------------------------------------------------------
+
+    def _enter(self, kind: str, name: Any) -> None:
+        """Refuse a call the log could not number reliably, before it reaches the platform."""
+        if self._halt is not None:
+            raise self._halt  # code that caught the stop must not act past it
+        if self._ended:
+            raise RuntimeError(f"{_CALL[kind]}() called after activation {self.attempt} of run {self.task_id} "
+                               f"ended; make checkpoint calls from the workflow function itself")
+        if threading.get_ident() != self._thread:
+            raise RuntimeError(f"{_CALL[kind]}() called from another thread; make checkpoint calls from the "
+                               f"workflow's own thread, one at a time (their order numbers the log)")
+        if self._in_step is not None:
+            raise RuntimeError(f"{_CALL[kind]}() called inside step {self._in_step!r}; steps do not nest: "
+                               f"make it from the workflow function")
+        check_name(kind, name)
+
+    def _ask(self, request: dict, expected: tuple[str, ...]) -> dict:
+        """The platform's reply when its status is one of expected; else the activation stops."""
+        reply = self._channel.call(request)
+        status = reply.get("status") if isinstance(reply, dict) else None
+        if status in expected:
+            return reply
+        kind, name, position = request["kind"], request["name"], request["position"]
+        if status == ch.MISMATCH:
+            self._poison(self._mismatch(kind, name, position, reply))
+        message = reply.get("message") if isinstance(reply, dict) else None
+        if status == ch.LOST:
+            self._stop(LeaseLost(message or f"run {self.task_id}: the lease of activation {self.attempt} is gone"))
+        if status == ch.ERROR:
+            self._stop(StepUnavailable(message or f"the platform could not record {_CALL[kind]}({name!r})"))
+        self._stop(StepUnavailable(f"the platform answered {status!r} to {request['op']} of {_CALL[kind]}({name!r}) "
+                                   f"at position {position}, a reply it does not expect"))
+
+    def _mismatch(self, kind: str, name: str, position: int, reply: dict) -> WorkflowVersionError:
+        logged_name, logged_kind = reply.get("logged_name"), reply.get("logged_kind")
+        logged = f"{_CALL.get(str(logged_kind).lower(), str(logged_kind))}({logged_name!r})"
+        return WorkflowVersionError(
+            f"the code of workflow {self.task_type!r} no longer matches run {self.task_id}: its checkpoint call "
+            f"number {position} is {_CALL[kind]}({name!r}) but the run's log has {logged} there (a step was added, "
+            f"removed, renamed or reordered under a live run); put the change behind ctx.version() so runs that "
+            f"passed this point keep their path", position=position, name=name, logged_name=logged_name,
+            logged_kind=logged_kind)
+
+    def _poison(self, error: WorkflowVersionError) -> NoReturn:
+        self._halt = error
+        raise error
+
+    def _stop(self, interrupt: BaseException) -> NoReturn:
+        self._halt = interrupt
+        raise interrupt
+
+    def _suspend(self, position: int, reply: dict) -> NoReturn:
+        wake = reply.get("wake_after_s")
+        try:
+            wake_s = None if wake is None else max(0.0, float(wake))
+        except (TypeError, ValueError):
+            self._stop(StepUnavailable(f"the platform answered a wake_after_s of {wake!r}, not a number"))
+        self._stop(WorkflowSuspended(position, wake_s))
+
+    def _decode(self, text: Any, what: str) -> Any:
+        if text is None:
+            return None
+        try:
+            return json.loads(text)
+        except (TypeError, ValueError):
+            self._stop(StepUnavailable(f"the platform's log holds {what} as something that is not JSON: {text!r:.200}"))
+
+    def _stored(self, name: str, reply: dict) -> Any:
+        """The outcome the log holds for a step: its value, or its fatal error as StepFailed."""
+        error = reply.get("error")
+        if error:
+            raise StepFailed(name, str(error.get("error_class")), str(error.get("message")))
+        return self._decode(reply.get("result"), f"step {name!r}'s result")
+
+    def _execute(self, position: int, name: str, attempt: int, fn: Callable[..., Any], args: tuple,
+                 kwargs: dict) -> Any:
+        """Run a claimed step and commit what happened; an exception is committed and re-raised.
+        (A BaseException such as KeyboardInterrupt is not committed: the claim stays, and the
+        next activation runs the step again with a higher step_attempt.)"""
+        from ratchet.sandbox.execute import error_info  # (not at import: `import ratchet` stays light)
+
+        self.step_attempt, self._in_step = attempt, name
+        try:
+            text = self._encode(name, self._call_step(name, fn, args, kwargs))
+        except Exception as exc:
+            fatal = isinstance(exc, FatalError) or self._policy.is_non_retryable(exc)
+            self._commit(position, name, error=error_info(exc, skip_files=(__file__,)), fatal=fatal)
+            raise
+        finally:
+            self.step_attempt, self._in_step = None, None
+        self._commit(position, name, result=text)
+        return json.loads(text)  # the value as the log holds it: what a replay returns
+
+    def _call_step(self, name: str, fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
+        """Call a step's function (ratchet.testing overrides this to inject failures)."""
+        return fn(*args, **kwargs)
+
+    @staticmethod
+    def _encode(name: str, value: Any) -> str:
+        from ratchet.sandbox.execute import encode_result
+
+        try:
+            return encode_result(value)
+        except (ResultNotSerializable, ResultTooLarge) as e:
+            raise type(e)(e.message.replace("the handler", f"step {name!r}", 1)) from None
+
+    def _commit(self, position: int, name: str, **outcome: Any) -> None:
+        self._ask(ch.request("commit", "step", position, name, **outcome), (ch.DONE,))
+
+    def __repr__(self) -> str:
+        return (f"WorkflowContext(task_id={self.task_id!r}, task_type={self.task_type!r}, "
+                f"attempt={self.attempt}/{self.max_attempts}, position={self._position})")

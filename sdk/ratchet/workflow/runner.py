@@ -1,0 +1,54 @@
+"""Run one activation of a workflow and turn how it ended into an outcome.
+
+Shared by the sandbox stub and ratchet.testing, as execute() is for tasks: the
+function runs through execute() (the same payload decoding, result limits and
+cancel rules), then what stopped it, if anything, overrides what it returned
+or raised: a suspension, a lost lease, an unavailable platform, or a
+WorkflowVersionError, even when the workflow's code caught it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from ratchet.errors import WorkflowSuspended, WorkflowVersionError
+from ratchet.sandbox.execute import Outcome, error_info, execute
+from ratchet.task import TaskSpec
+from ratchet.workflow.context import WorkflowContext
+
+
+@dataclasses.dataclass
+class Suspension(Outcome):
+    """An activation that suspended: the run waits on the step at suspend_position, to be
+    woken by it or after wake_after_s seconds (None: only by it)."""
+
+    suspend_position: int = 0
+    wake_after_s: float | None = None
+
+    def frame(self, task_id: str) -> dict:
+        """The "done" message of a suspension."""
+        return {"type": "done", "task_id": task_id, "outcome": "suspended", "result": None, "error": None,
+                "fatal": False, "retry_after_s": None, "suspend_position": self.suspend_position,
+                "wake_after_s": self.wake_after_s}
+
+
+def halted_outcome(halt: BaseException) -> Outcome:
+    """The outcome an activation has because halt stopped it."""
+    if isinstance(halt, WorkflowSuspended):
+        return Suspension("suspended", suspend_position=halt.position, wake_after_s=halt.wake_after_s,
+                          exception=halt)
+    if isinstance(halt, WorkflowVersionError):
+        return Outcome("failed", error=error_info(halt), fatal=True, exception=halt)
+    # LeaseLost (the agent discards the outcome) and StepUnavailable (retried with backoff).
+    return Outcome("failed", error=error_info(halt), fatal=False, exception=halt)
+
+
+def run_workflow(spec: TaskSpec, ctx: WorkflowContext, payload_text: str) -> Outcome:
+    """Run one activation of spec's workflow on the JSON input with ctx, and end ctx
+    (a checkpoint call from a thread the workflow left behind is then refused)."""
+    try:
+        outcome = execute(spec, ctx, payload_text)
+    finally:
+        ctx._end()
+    halt = ctx.halted
+    return outcome if halt is None else halted_outcome(halt)
