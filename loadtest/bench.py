@@ -20,7 +20,7 @@ import time
 import traceback
 
 from loadtest import machine as machine_mod
-from loadtest import report, verdicts
+from loadtest import report, verdicts, workflows
 from loadtest.pgserver import BenchPostgres
 from loadtest.physical import Physical
 from loadtest.procs import Registry
@@ -34,8 +34,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m loadtest.bench", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true", help="short cells (~5-10 s each): the `make bench` run")
-    p.add_argument("--only", choices=("all", "phys", "ratchet", "peers"), default="all",
-                   help="which part to run (default all)")
+    p.add_argument("--only", choices=("all", "phys", "ratchet", "peers", "workflows"), default="all",
+                   help="which part to run (default all); workflows: only the workflow cells of Ratchet and "
+                        "of the peers that have them (loadtest/workflows.py), one round")
     p.add_argument("--peers", default="all",
                    help="comma-separated peers to run beside Ratchet (procrastinate, dbos, graphile-worker, "
                         "celery, temporal), 'all' (default: every installed one) or 'none'")
@@ -47,6 +48,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="seconds per pgbench/throughput cell (default 5 with --quick, 20 otherwise)")
     p.add_argument("--drain-tasks", type=int, default=None,
                    help="tasks preloaded for the drain cells (default 10000; full mode adds one --big-drain drain)")
+    p.add_argument("--workflow-runs", type=int, default=None,
+                   help="N runs of the workflow throughput cell (default 100 with --quick, 200 otherwise)")
+    p.add_argument("--workflow-steps", type=int, default=None, help="K no-op steps per workflow run (default 10)")
+    p.add_argument("--workflow-samples", type=int, default=None,
+                   help="runs of the idle workflow latency cell, one at a time (default 30 with --quick, 50 otherwise)")
     p.add_argument("--no-profile", action="store_true", help="skip the py-spy profile of the drain")
     p.add_argument("--native", action="store_true",
                    help="py-spy --native: show time inside C extensions (grpc, asyncpg, protobuf)")
@@ -72,7 +78,9 @@ class Run:
         # Extra report sections (title, Markdown lines): statements and profiles.
         self.sections: list[tuple[str, list[str]]] = []
         self.t0 = time.monotonic()
-        self.rounds = args.rounds or (1 if args.quick else 3)
+        self.rounds = args.rounds or (1 if args.quick or args.only == "workflows" else 3)
+        self.workflow_plan = workflows.plan(args.quick, runs=args.workflow_runs, steps=args.workflow_steps,
+                                            samples=args.workflow_samples)
         self.skipped: dict[str, str] = {}  # peer -> why it was not run
         self.peer_info: dict[str, dict[str, str]] = {}  # peer -> label, version, configuration
         self.charts: list[tuple[str, str]] = []  # (title, file name beside the report)
@@ -151,6 +159,8 @@ def selected_peers(run: Run) -> list:
             raise SystemExit(f"unknown peer {name!r}; known: {', '.join(peers.PEER_MODULES)}")
         try:
             cls = peers.load(name)
+            if run.args.only == "workflows" and not cls.supports_workflows:
+                continue
             out.append(cls)
             run.peer_info[name] = {"label": cls.label, "version": cls.version, "config": cls.config_note,
                                    "recovery": cls.recovery_note}
@@ -194,7 +204,7 @@ async def run_rounds(run: Run) -> None:
                 run.notes.append(f"{system} in round {r} failed: {e!r}")
                 traceback.print_exc()
             await quiesce(run, f"{system} (round {r})")
-    if "ratchet" in systems and not run.quick:
+    if "ratchet" in systems and not run.quick and run.args.only != "workflows":
         await ratchet_rounds.shard_sweep(run)
 
 
@@ -209,7 +219,7 @@ async def main_async(run: Run) -> int:
         only = run.args.only
         if part == "phys" and only not in ("all", "phys"):
             continue
-        if part == "rounds" and only not in ("all", "ratchet", "peers"):
+        if part == "rounds" and only not in ("all", "ratchet", "peers", "workflows"):
             continue
         if part == "phys_again" and only != "all":
             continue
@@ -242,6 +252,9 @@ def comparison_sections(run: Run, cells: list[Cell], chart_prefix: str) -> list[
             "", "▲: Ratchet better on that row, ▼: the peer better (for throughput a ratio above 1 is better, "
                 "for latency, recovery and amplification below 1). Celery's broker is Redis with persistence "
                 "off (not durable); Temporal's dev server keeps its state in SQLite, not on this Postgres."]))
+    wf = workflows.report_table(cells)
+    if wf:
+        out.append(("Workflows: durable no-op steps (issue 24)", wf))
     out.append(("Every system ÷ the physical reference", compare.reference_table(cells)))
     shards = compare.shards_table(cells)
     if shards:
@@ -299,6 +312,9 @@ def write_report(run: Run) -> pathlib.Path:
         print(f"BAR {b['bar']}: {b['measured']} vs {b['threshold']} -> {b['verdict']}")
     from loadtest import compare
     try:
+        wf = workflows.report_table(cells)
+        if wf:
+            print("\n" + "\n".join(wf))
         if compare.systems(cells):
             print("\n" + "\n".join(compare.comparison_table(cells)))
             for b in compare.peer_bars(cells):

@@ -3,6 +3,7 @@
 Order (each cell leaves the state the next one needs):
   idle                    the platform's own background cost, nothing enqueued
   schedule_to_start_idle  one task at a time on an idle queue, created -> started
+  workflow_*              the workflow cells on the same idle platform (ratchet_workflows.py)
   (host agent stopped: enqueued tasks stay put and become the drain's backlog)
   enqueue_single          closed loop, N concurrent producers, one task per call (SDK AsyncClient:
                           calls on its enqueue stream)
@@ -264,12 +265,17 @@ async def cell_enqueue_batch(b: Bench, batch: int, producers: int, seconds: floa
 
 async def run_cells(b: Bench) -> None:
     """Every cell, in the order the module docstring gives."""
-    from loadtest import ratchet_drain, ratchet_profiles
+    from loadtest import ratchet_drain, ratchet_profiles, ratchet_workflows
     run, quick = b.run, b.run.quick
     run.say(f"warm-up task succeeded in {await warmup(b):.2f}s")
+    if run.args.only == "workflows":
+        await ratchet_workflows.run_cells(b)
+        return
     await guarded(b, "idle", {}, lambda: cell_idle(b, 5.0 if quick else 15.0))
     samples = sizes.S2S_SAMPLES_QUICK if quick else sizes.S2S_SAMPLES_FULL
     await guarded(b, "schedule_to_start_idle", {}, lambda: cell_schedule_to_start(b, samples))
+    # Workflows on the same idle platform, before any cell leaves a backlog behind.
+    await ratchet_workflows.run_cells(b)
     await b.pt.stop_hostagent()
     rates = []
     for p in ((8, 32) if quick else (1, 8, 32)):

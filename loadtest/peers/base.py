@@ -44,6 +44,10 @@ class Peer:
     concurrency = 8            # handlers at once in the one worker process
     config_note = ""           # how it is configured, for the report
     recovery_note = ""         # what bounds its recovery after a killed worker
+    supports_workflows = False  # has the workflow cells' `steps` workflow (loadtest/workflows.py)
+    # Worker settings for the workflow throughput cell (env overrides), as pairs.
+    workflow_env: tuple[tuple[str, str], ...] = ()
+    workflow_note = ""         # how its workflow cells are run, for the report
 
     def __init__(self, pg, registry, workdir: pathlib.Path):
         self.pg = pg
@@ -90,6 +94,10 @@ class Peer:
         """Tasks enqueued and not yet finished."""
         raise NotImplementedError
 
+    async def start_run(self, n: int, payload: dict[str, Any]) -> None:
+        """Start one run of the `steps` workflow (when supports_workflows) with the peer's client."""
+        raise NotImplementedError
+
     async def reconnect(self) -> None:
         """Close and reopen the producer side, so its connections' statistics are flushed."""
 
@@ -124,11 +132,13 @@ class Peer:
             roots["postgres"] = pid
         return roots
 
-    def start_worker(self) -> int:
-        """Start the peer's worker process (not waiting for it to be ready)."""
+    def start_worker(self, env_overrides: dict[str, str] | None = None) -> int:
+        """Start the peer's worker process (not waiting for it to be ready); env_overrides
+        change its settings for one cell (the workflow cells' slots)."""
         if self.worker is not None and self.worker.poll() is None:
             return self.worker.pid
         args, env = self.worker_command()
+        env = {**env, **(env_overrides or {})}
         full_env = {**os.environ, "PYTHONUNBUFFERED": "1", PROBE_ENV: self.probes.path,
                     "PYTHONPATH": str(REPO), **env}
         # The child has its own copy of the log's descriptor: ours closes once it is started.

@@ -13,6 +13,7 @@ import threading
 from dbos import DBOS
 
 from loadtest.peers import probe
+from loadtest.peers.dbos_peer import WORKFLOW_POLL_S, WORKFLOW_QUEUE
 
 QUEUE = "bench"
 
@@ -21,6 +22,21 @@ QUEUE = "bench"
 def noop(payload: dict) -> None:
     """The workload: nothing, unless the bench asked for a probe or a sleep."""
     probe.record(payload)
+
+
+@DBOS.step(name="noop_step")
+def noop_step() -> None:
+    """One durable step that does nothing: DBOS checkpoints its (empty) output."""
+    return None
+
+
+@DBOS.workflow(name="steps")
+def steps(payload: dict) -> None:
+    """payload["steps"] no-op steps between the two probes the workflow cells time."""
+    probe.mark(payload, "b")
+    for _ in range(int(payload.get("steps", 10))):
+        noop_step()
+    probe.mark(payload, "e")
 
 
 def main() -> None:
@@ -32,6 +48,7 @@ def main() -> None:
     # free slots, so 8 slots and the default 1 s poll cap a worker at 8 workflows/s.
     limit = int(os.environ.get("RATCHET_BENCH_CONCURRENCY", "0")) or None
     DBOS.register_queue(QUEUE, worker_concurrency=limit)
+    DBOS.register_queue(WORKFLOW_QUEUE, worker_concurrency=limit, polling_interval_sec=WORKFLOW_POLL_S)
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
     stop.wait()

@@ -7,6 +7,13 @@ import asyncpg
 
 from loadtest.peers.base import PY, Peer, PeerUnavailable
 
+# The workflow cells' queue (dbos_app registers it). It polls every 0.1 s instead of the default
+# 1 s (Queue's documented polling_interval_sec): one run at a time would otherwise wait ~0.5 s for
+# its dequeue, which the task cells' schedule-to-start shows already, and the idle cell's runs
+# would take a second each.
+WORKFLOW_QUEUE = "bench_wf"
+WORKFLOW_POLL_S = 0.1
+
 
 class DbosPeer(Peer):
     name = "dbos"
@@ -16,6 +23,10 @@ class DbosPeer(Peer):
                    "its workflows), queue without a concurrency limit (with worker_concurrency 8 a 1 s poll "
                    "dequeues only the free slots: 8 workflows/s), polling_interval_sec 1.0 (default), "
                    "LISTEN/NOTIFY on (default); producer: DBOSClient.enqueue_async, no batch call")
+    supports_workflows = True
+    workflow_note = ("`@DBOS.workflow` calling K `@DBOS.step` functions in the worker process; runs enqueued "
+                     "with DBOSClient.enqueue_async on queue bench_wf: no concurrency limit, "
+                     "polling_interval_sec 0.1 (documented Queue setting; default 1.0)")
     recovery_note = ("the restarted worker (same executor_id) recovers its PENDING workflows at launch "
                      "(DBOS's documented local recovery)")
 
@@ -78,6 +89,9 @@ class DbosPeer(Peer):
         if delay_s is not None:
             opts["delay_seconds"] = max(0.0, delay_s)
         await self.client.enqueue_async(opts, self.payload(n, probe, sleep_s))
+
+    async def start_run(self, n, payload):
+        await self.client.enqueue_async({"queue_name": WORKFLOW_QUEUE, "workflow_name": "steps"}, payload)
 
     async def remaining(self) -> int:
         self.probe_queries += 1

@@ -35,6 +35,14 @@ def record(payload) -> None:
         time.sleep(float(sleep_s))
 
 
+def mark(payload, suffix: str) -> None:
+    """A workflow's checkpoint of its own progress: append "<probe>:<suffix> <unix time>" when
+    the payload carries "probe" ("b" on the workflow's first line, "e" on its last: the bench's
+    workflow cells time a run's steps between them, the same way on every system)."""
+    if isinstance(payload, dict) and payload.get("probe") is not None:
+        record({"probe": f"{payload['probe']}:{suffix}"})
+
+
 async def record_async(payload) -> None:
     """The same for async handlers: the sleep must not block the worker's event loop."""
     import asyncio

@@ -10,7 +10,7 @@ import traceback
 import asyncpg
 
 from loadtest import sizes
-from loadtest.peers import cells
+from loadtest.peers import cells, workflow_cells
 from loadtest.peers.cells import PeerBench
 from loadtest.results import Cell
 
@@ -68,7 +68,10 @@ async def peer_turn(run, peer_cls, round_no: int, p: Plan, *, big_drain: int = 0
             return
         run.say(f"{name} (round {round_no}) set up in {time.monotonic() - t0:.1f}s")
         b = PeerBench(run, peer, round_no, admin)
-        await _cells(b, p, round_no == 1, big_drain)
+        if run.args.only == "workflows":
+            await workflow_cells.turn(b, run.workflow_plan)
+        else:
+            await _cells(b, p, round_no == 1, big_drain)
     finally:
         try:
             peer.stop_worker()
@@ -93,6 +96,8 @@ async def _cells(b: PeerBench, p: Plan, first: bool, big_drain: int) -> None:
     peer = b.peer
     if first:
         await b.guarded("schedule_to_start_idle", b.params(), lambda: cells.schedule_to_start_idle(b, p.s2s_samples))
+        # On an empty queue with the worker up, as Ratchet's (ratchet_workflows.run_cells).
+        await workflow_cells.turn(b, b.run.workflow_plan)
     peer.stop_worker()
     rates = []
     for n in p.producers:

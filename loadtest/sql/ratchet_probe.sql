@@ -27,3 +27,15 @@ SELECT clock_timestamp();
 -- schedule-to-start under load, timer lateness and recovery.
 SELECT task_id::text AS task_id, state, created_at, started_at, finished_at, attempt
 FROM tasks WHERE task_id = ANY($1::uuid[]);
+
+-- name: workflow_run_summary
+-- Runs of workflow handler $1 created at or after $2 (shard clock): how they ended, the
+-- platform's own first start and last finish, their activations and the steps they logged.
+SELECT count(*) FILTER (WHERE t.state = 'SUCCEEDED') AS succeeded,
+       count(*) FILTER (WHERE t.state <> 'SUCCEEDED') AS other,
+       min(t.started_at) AS first_start,
+       max(t.finished_at) AS last_finish,
+       sum(t.attempt) AS attempts,
+       (SELECT count(*) FROM workflow_steps s WHERE s.workflow_id IN (
+            SELECT task_id FROM tasks WHERE task_type = $1 AND created_at >= $2)) AS steps_logged
+FROM tasks t WHERE t.task_type = $1 AND t.created_at >= $2;
