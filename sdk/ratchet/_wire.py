@@ -18,6 +18,7 @@ from google.protobuf import duration_pb2, json_format, struct_pb2, timestamp_pb2
 from ratchet._transport import invalid
 from ratchet.api.schedules.v1 import schedules_pb2
 from ratchet.api.tasks.v1 import breakers_pb2, tasks_pb2
+from ratchet.api.workflows.v1 import workflows_pb2
 from ratchet.libs.durations import parse_duration
 from ratchet.models import (
     OVERLAP_POLICIES,
@@ -26,9 +27,12 @@ from ratchet.models import (
     BreakerInfo,
     ItemFailure,
     OperationInfo,
+    PendingWait,
     ScheduleInfo,
     TaskError,
     TaskInfo,
+    WorkflowInfo,
+    WorkflowStep,
 )
 
 
@@ -194,6 +198,15 @@ def task_state(name: Any) -> tasks_pb2.TaskState:
         raise invalid(f"unknown task state {name!r}; use one of {', '.join(names)}") from None
 
 
+def event_data(data: Any, what: str = "data") -> struct_pb2.Struct:
+    """An event's data: a dict of JSON values (None: {}), as a Struct."""
+    if data is None:
+        return struct_pb2.Struct()
+    if not isinstance(data, dict):
+        raise invalid(f"{what} must be a dict (a JSON object), got {type(data).__name__}")
+    return to_value(data, what).struct_value
+
+
 def task_filter(state: Any = None, task_type: str | None = None, queue: str | None = None,
                 error_class: str | None = None, since: Any = None, until: Any = None) -> tasks_pb2.TaskFilter:
     """A TaskFilter; `state` is one name or several."""
@@ -301,3 +314,32 @@ def breaker_info(b: breakers_pb2.Breaker) -> BreakerInfo:
         task_type=b.task_type, state=_enum(breakers_pb2.BreakerState, b.state, "BREAKER_STATE_"),
         reason=b.reason, crashes=b.crashes, opened_at=_when(b, "opened_at"), probe_at=_when(b, "probe_at"),
         last_crashes=[BreakerCrash(c.task_id, c.error_class, c.message, _when(c, "at")) for c in b.last_crashes])
+
+
+def step_info(s: workflows_pb2.Step) -> WorkflowStep:
+    """WorkflowStep from the wire form."""
+    return WorkflowStep(
+        position=s.position, name=s.name, kind=_enum(workflows_pb2.StepKind, s.kind, "STEP_KIND_"),
+        state=_enum(workflows_pb2.StepState, s.state, "STEP_STATE_"), attempt=s.attempt,
+        result=_value(s, "result"), error=_error(s), fatal=s.fatal, started_at=_when(s, "started_at"),
+        finished_at=_when(s, "finished_at"), wake_at=_when(s, "wake_at"))
+
+
+def pending_wait(p: workflows_pb2.PendingWait) -> PendingWait:
+    """PendingWait from the wire form."""
+    return PendingWait(position=p.position, kind=_enum(workflows_pb2.StepKind, p.kind, "STEP_KIND_"), name=p.name,
+                       match=_ints(json_format.MessageToDict(p.match)) if p.HasField("match") else None,
+                       wake_at=_when(p, "wake_at"))
+
+
+def workflow_info(w: workflows_pb2.Workflow, steps: Iterable[workflows_pb2.Step] = (),
+                  next_step_page_token: str = "") -> WorkflowInfo:
+    """WorkflowInfo from the wire form (with a page of its steps, from GetWorkflow)."""
+    return WorkflowInfo(
+        workflow_id=w.workflow_id, workflow_type=w.workflow_type,
+        state=_enum(tasks_pb2.TaskState, w.state, "TASK_STATE_"), input=_value(w, "input"),
+        result=_value(w, "result"), error=_error(w), activations=w.activations, idempotency_key=w.idempotency_key,
+        cancel_requested=w.cancel_requested, created_at=_when(w, "created_at"), updated_at=_when(w, "updated_at"),
+        finished_at=_when(w, "finished_at"), step_count=w.step_count,
+        pending=pending_wait(w.pending) if w.HasField("pending") else None,
+        steps=[step_info(s) for s in steps], next_step_page_token=next_step_page_token or None)

@@ -24,13 +24,15 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import grpc
 
+from ratchet import _workflows as wf
 from ratchet._transport import (
     TRANSIENT,
+    UNSENT,
     DeadlineExceeded,
     RatchetError,
     Unavailable,
@@ -40,10 +42,11 @@ from ratchet._transport import (
 )
 from ratchet._wire import task_info
 from ratchet.api.tasks.v1 import tasks_pb2, tasks_pb2_grpc
+from ratchet.api.workflows.v1 import workflows_pb2, workflows_pb2_grpc
 from ratchet.client import Poll, batch_request, enqueue_request
 from ratchet.libs.rpc.callstream import CallStream, StreamBroken
 from ratchet.libs.rpc.client import aio_channel
-from ratchet.models import TaskInfo
+from ratchet.models import TaskInfo, WorkflowInfo, WorkflowPage, WorkflowStep
 
 __all__ = ["AsyncClient"]
 
@@ -51,8 +54,10 @@ __all__ = ["AsyncClient"]
 class AsyncClient:
     """An asyncio connection to a Ratchet gateway ("host:port") with an app's API key.
 
-    enqueue, enqueue_batch, get, cancel, wait; close (or `async with`). `stream=False`
-    sends each enqueue as a unary call instead of a message on the enqueue stream.
+    enqueue, enqueue_batch, get, cancel, wait; workflows as Client has them (start_workflow,
+    get_workflow, iter_workflow_steps, list_workflows, cancel_workflow, send_event,
+    send_workflow_event); close (or `async with`). `stream=False` sends each enqueue as a
+    unary call instead of a message on the enqueue stream.
     """
 
     def __init__(self, endpoint: str, api_key: str, *, timeout: float = 10.0, max_retries: int = 4,
@@ -68,6 +73,7 @@ class AsyncClient:
         # otherwise be tied to no loop, or to the wrong one).
         self._channel: grpc.aio.Channel | None = None
         self._stub: tasks_pb2_grpc.TaskServiceStub | None = None
+        self._wf_stub: workflows_pb2_grpc.WorkflowServiceStub | None = None
         self._stream = CallStream(
             lambda metadata: self._tasks.EnqueueTaskStream(metadata=self._metadata + metadata),
             _wrap, _answers, self._enqueue_unary, peer="gateway", method="EnqueueTask", enabled=stream)
@@ -86,12 +92,19 @@ class AsyncClient:
             self._stub = tasks_pb2_grpc.TaskServiceStub(self._channel)
         return self._stub
 
+    @property
+    def _workflows(self) -> workflows_pb2_grpc.WorkflowServiceStub:
+        if self._wf_stub is None:
+            self._tasks  # noqa: B018 - makes the channel, in this loop
+            self._wf_stub = workflows_pb2_grpc.WorkflowServiceStub(self._channel)
+        return self._wf_stub
+
     async def close(self) -> None:
         """End the enqueue stream and the channel; calls still waiting fail Unavailable."""
         await self._stream.close()
         if self._channel is not None:
             await self._channel.close()
-            self._channel, self._stub = None, None
+            self._channel, self._stub, self._wf_stub = None, None, None
 
     async def enqueue(self, task_type: str, payload: Any = None, *, queue: str | None = None,
                       delay: Any = None, run_at: Any = None, idempotency_key: str | None = None,
@@ -140,6 +153,51 @@ class AsyncClient:
                 return info
             await self.sleep(poll.pause(info))
 
+    # -- workflows (ratchet._workflows: the requests, the retry rules) -----------------
+    async def _wf(self, rpc: str, req: Any, retry_on: frozenset = TRANSIENT) -> Any:
+        return await self._retrying(lambda: self._unary(getattr(self._workflows, rpc), req), retry_on)
+
+    async def start_workflow(self, workflow_type: str, input: Any = None, *,
+                             idempotency_key: str | None = None, delay: Any = None, queue: str | None = None) -> str:
+        """Start a run of a @workflow handler; returns its id (see Client.start_workflow)."""
+        req = wf.start_request(workflow_type, input, idempotency_key=idempotency_key, delay=delay, queue=queue)
+        return (await self._wf("StartWorkflow", req)).workflow_id
+
+    async def get_workflow(self, workflow_id: str, step_page_size: int | None = None,
+                           step_page_token: str | None = None) -> WorkflowInfo:
+        """The run with one page of its step log and its pending wait (see Client.get_workflow)."""
+        return wf.run_of(await self._wf("GetWorkflow", wf.get_request(workflow_id, step_page_size, step_page_token)))
+
+    async def iter_workflow_steps(self, workflow_id: str, page_size: int | None = None) -> AsyncIterator[WorkflowStep]:
+        """Every entry of the run's step log in position order, following the pages."""
+        token = None
+        while True:
+            run = await self.get_workflow(workflow_id, page_size, token)
+            for step in run.steps:
+                yield step
+            if not run.next_step_page_token:
+                return
+            token = run.next_step_page_token
+
+    async def list_workflows(self, *, state: str | None = None, workflow_type: str | None = None,
+                             page_size: int | None = None, page_token: str | None = None) -> WorkflowPage:
+        """One page of the app's runs, newest first (see Client.list_workflows)."""
+        return wf.page_of(await self._wf("ListWorkflows", wf.list_request(state, workflow_type, page_size,
+                                                                          page_token)))
+
+    async def cancel_workflow(self, workflow_id: str) -> str:
+        """Cancel a run; its state after the request."""
+        resp = await self._wf("CancelWorkflow", workflows_pb2.CancelWorkflowRequest(workflow_id=workflow_id))
+        return wf.state_name(resp.state)
+
+    async def send_event(self, name: str, data: Any = None) -> int:
+        """Wake the tenant's runs waiting now for this event; how many woke (see Client.send_event)."""
+        return (await self._wf("SendEvent", wf.event_request(name, data), UNSENT)).delivered
+
+    async def send_workflow_event(self, workflow_id: str, name: str, data: Any = None) -> bool:
+        """Deliver an event to one run: True when a wait took it now, False when kept in its inbox."""
+        return (await self._wf("SendWorkflowEvent", wf.run_event_request(workflow_id, name, data), UNSENT)).delivered
+
     # -- transport -----------------------------------------------------------------
     async def _enqueue_once(self, req):
         """One EnqueueTask (or EnqueueTasks) call on the stream: its response, or its error raised."""
@@ -173,15 +231,15 @@ class AsyncClient:
         except grpc.aio.AioRpcError as e:
             raise error_from_rpc(e) from None
 
-    async def _retrying(self, once: Callable[[], Awaitable[Any]]) -> Any:
-        """once(), retried on the transient failures with capped, jittered backoff; the
-        request is resent unchanged, so an enqueue keeps its key or task id."""
+    async def _retrying(self, once: Callable[[], Awaitable[Any]], retry_on: frozenset = TRANSIENT) -> Any:
+        """once(), retried on the transient failures (retry_on) with capped, jittered backoff;
+        the request is resent unchanged, so an enqueue keeps its key or task id."""
         delay = 0.1
         for attempt in range(self.max_retries + 1):
             try:
                 return await once()
             except RatchetError as e:
-                if getattr(grpc.StatusCode, e.code, None) not in TRANSIENT or attempt == self.max_retries:
+                if getattr(grpc.StatusCode, e.code, None) not in retry_on or attempt == self.max_retries:
                     raise
             await self.sleep(random.uniform(delay / 2, delay))
             delay = min(delay * 2, 2.0)

@@ -54,10 +54,12 @@ from ratchet._transport import (
     new_request_id,
 )
 from ratchet._wire import duration, from_value, retry_message, task_info, timeouts_message, timestamp, to_json, to_value
+from ratchet._workflows import WorkflowCalls
 from ratchet.api.apps.v1 import apps_pb2, apps_pb2_grpc
 from ratchet.api.schedules.v1 import schedules_pb2_grpc
 from ratchet.api.tasks.v1 import breakers_pb2_grpc, tasks_pb2, tasks_pb2_grpc
 from ratchet.api.tenants.v1 import tenants_pb2, tenants_pb2_grpc
+from ratchet.api.workflows.v1 import workflows_pb2_grpc
 from ratchet.libs.shardmap import new_task_id, new_task_ids
 from ratchet.models import (
     TERMINAL_STATES,
@@ -71,6 +73,9 @@ from ratchet.models import (
     TaskInfo,
     TaskPage,
     TriggerResult,
+    WorkflowInfo,
+    WorkflowPage,
+    WorkflowStep,
 )
 
 __all__ = [
@@ -96,6 +101,9 @@ __all__ = [
     "TriggerResult",
     "Unauthenticated",
     "Unavailable",
+    "WorkflowInfo",
+    "WorkflowPage",
+    "WorkflowStep",
     "error_from_rpc",
     "from_value",
     "new_idempotency_key",
@@ -107,7 +115,7 @@ __all__ = [
 ]
 
 
-class Client(TaskSearchCalls, ScheduleCalls):
+class Client(TaskSearchCalls, ScheduleCalls, WorkflowCalls):
     """A connection to a Ratchet gateway ("host:port") with an app's API key.
 
     Tasks: enqueue, enqueue_batch, get, cancel, wait. Dead letters and bulk
@@ -115,7 +123,9 @@ class Client(TaskSearchCalls, ScheduleCalls):
     get_operation, cancel_operation, wait_operation. Schedules:
     create_schedule, get_schedule, list_schedules, iter_schedules,
     pause_schedule, resume_schedule, delete_schedule, trigger_schedule.
-    Circuit breakers: list_breakers, reset_breaker.
+    Circuit breakers: list_breakers, reset_breaker. Workflows: start_workflow,
+    get_workflow, iter_workflow_steps, list_workflows, iter_workflows,
+    cancel_workflow, send_event, send_workflow_event.
     """
 
     def __init__(self, endpoint: str, api_key: str, *, timeout: float = 10.0, max_retries: int = 4,
@@ -128,6 +138,7 @@ class Client(TaskSearchCalls, ScheduleCalls):
         self._apps = apps_pb2_grpc.AppServiceStub(self._t.channel)
         self._schedules = schedules_pb2_grpc.ScheduleServiceStub(self._t.channel)
         self._breakers = breakers_pb2_grpc.BreakerServiceStub(self._t.channel)
+        self._workflows = workflows_pb2_grpc.WorkflowServiceStub(self._t.channel)
 
     @property
     def endpoint(self) -> str:

@@ -206,3 +206,78 @@ class BreakerInfo(_Record):
     opened_at: dt.datetime | None
     probe_at: dt.datetime | None
     last_crashes: list[BreakerCrash]
+
+
+@dataclasses.dataclass(frozen=True)
+class WorkflowStep(_Record):
+    """One entry of a run's step log: `kind` "STEP", "VERSION", "SLEEP" or "WAIT"; `state`
+    "RUNNING" (claimed, or a sleep or wait not over), "COMPLETED" or "FAILED". `result` is the
+    step's value (a version's branch, a wait's event data); `wake_at` a sleep's end or a
+    wait's timeout."""
+
+    position: int
+    name: str
+    kind: str
+    state: str
+    attempt: int
+    result: Any
+    error: TaskError | None
+    fatal: bool
+    started_at: dt.datetime | None
+    finished_at: dt.datetime | None
+    wake_at: dt.datetime | None
+
+
+@dataclasses.dataclass(frozen=True)
+class PendingWait(_Record):
+    """What a WAITING run waits on: a sleep or a wait (`kind` "SLEEP" or "WAIT") at `position`,
+    a wait's `match` fields, and when it ends or times out (`wake_at`; None: no timeout)."""
+
+    position: int
+    kind: str
+    name: str
+    match: dict | None
+    wake_at: dt.datetime | None
+
+
+@dataclasses.dataclass(frozen=True)
+class WorkflowInfo(_Record):
+    """A workflow run. `state` is its task state ("ENQUEUED", "LEASED" while an activation
+    runs, "WAITING" while suspended, "RETRY_WAIT", or terminal); `activations` counts its
+    leases. From get_workflow: `steps` is one page of the step log (position order, the first
+    page unless a token was given), `next_step_page_token` the next page's (None: the last),
+    `pending` the sleep or wait a WAITING run is suspended on. From list_workflows: no steps,
+    step_count 0 and no pending (lists carry no step logs)."""
+
+    workflow_id: str
+    workflow_type: str
+    state: str
+    input: Any
+    result: Any
+    error: TaskError | None
+    activations: int
+    idempotency_key: str
+    cancel_requested: bool
+    created_at: dt.datetime | None
+    updated_at: dt.datetime | None
+    finished_at: dt.datetime | None
+    step_count: int
+    pending: PendingWait | None
+    steps: list[WorkflowStep]
+    next_step_page_token: str | None = None
+
+    @property
+    def terminal(self) -> bool:
+        return self.state in TERMINAL_STATES
+
+    @property
+    def succeeded(self) -> bool:
+        return self.state == "SUCCEEDED"
+
+
+@dataclasses.dataclass(frozen=True)
+class WorkflowPage(_Record):
+    """One page of runs; pass next_page_token (None on the last page) to get the next."""
+
+    workflows: list[WorkflowInfo]
+    next_page_token: str | None

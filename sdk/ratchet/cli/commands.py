@@ -37,11 +37,31 @@ def tenants_create(target: Target, name: str) -> int:
     return 0
 
 
+_KINDS = {"task": apps_pb2.HANDLER_KIND_TASK, "workflow": apps_pb2.HANDLER_KIND_WORKFLOW}
+_RESUMES = {"latest": apps_pb2.WORKFLOW_RESUME_LATEST, "pinned": apps_pb2.WORKFLOW_RESUME_PINNED}
+
+
+def _kind_fields(h: dict, msg: apps_pb2.Handler) -> None:
+    """describe's "kind" ("task" when absent: an SDK before workflows) and, for a workflow,
+    "resume" ("latest" when absent), as Handler.kind and Handler.resume."""
+    kind = h.get("kind") or "task"
+    if kind not in _KINDS:
+        raise CLIError(f"handler {h['name']!r} has kind {kind!r}; this CLI knows 'task' and 'workflow' "
+                       f"(upgrade the ratchet package)")
+    msg.kind = _KINDS[kind]
+    if kind != "workflow":
+        return
+    resume = h.get("resume") or "latest"
+    if resume not in _RESUMES:
+        raise CLIError(f"workflow {h['name']!r} has resume {resume!r}; use 'latest' or 'pinned'")
+    msg.resume = _RESUMES[resume]
+
+
 def handler_messages(description: dict) -> list[apps_pb2.Handler]:
     """The describe output's handlers as the wire form CreateDeployment takes
     (retry.non_retryable and retry.rules -> RetryPolicy.non_retryable and
     ErrorRule entries; non_retryable also on the Handler, where older
-    gateways read it)."""
+    gateways read it; kind and resume as Handler.kind and Handler.resume)."""
     out = []
     for h in description.get("handlers") or []:
         names = h.get("non_retryable") or (h.get("retry") or {}).get("non_retryable") or []
@@ -50,9 +70,10 @@ def handler_messages(description: dict) -> list[apps_pb2.Handler]:
             msg.retry.CopyFrom(retry_message(h["retry"]))
         if h.get("timeouts"):
             msg.timeouts.CopyFrom(timeouts_message(h["timeouts"]))
+        _kind_fields(h, msg)
         out.append(msg)
     if not out:
-        raise CLIError("the app registers no handlers: decorate functions with @task in app.py "
+        raise CLIError("the app registers no handlers: decorate functions with @task or @workflow in app.py "
                        "(or the module named in ratchet.toml)")
     return out
 

@@ -1,4 +1,4 @@
-"""`ratchet`: run a local platform, deploy apps, create tenants, work with tasks.
+"""`ratchet`: run a local platform, deploy apps, create tenants, work with tasks and workflows.
 
     ratchet dev up [--state-dir DIR] [--shards N] [--detach]
     ratchet dev down | status | env
@@ -12,6 +12,11 @@
     ratchet schedules create CRON TYPE [--payload JSON] [--timezone TZ] [--overlap skip] [--catchup-window 10m]
     ratchet schedules get|list|pause|resume|delete|trigger [ID]
     ratchet breakers list | reset TYPE
+    ratchet workflows start TYPE [--input JSON] [--key K] [--delay 30s] [--queue Q]
+    ratchet workflows get ID [--page-size N] [--page-token T | --all-steps]
+    ratchet workflows cancel ID
+    ratchet workflows list [--state WAITING] [--type T] [--page-size N] [--page-token T | --all]
+    ratchet events send NAME [--data JSON] [--workflow ID]
 
 Commands find the platform from --state-dir, else RATCHET_ENDPOINT and
 RATCHET_API_KEY (RATCHET_ADMIN_KEY for tenants), else ./.ratchet.
@@ -30,14 +35,14 @@ import argparse
 import pathlib
 import sys
 
-from ratchet.cli import bulk, schedules
+from ratchet.cli import bulk, schedules, workflows
 from ratchet.cli.args import state_dir_arg as _state_dir_arg
 from ratchet.cli.discovery import DEFAULT_STATE_DIR, discover
 from ratchet.cli.errors import CLIError
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="ratchet", description="Ratchet: durable background tasks.")
+    parser = argparse.ArgumentParser(prog="ratchet", description="Ratchet: durable background tasks and workflows.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _add_dev(sub)
     tenants = sub.add_parser("tenants", help="create tenants (admin key)").add_subparsers(
@@ -54,6 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_tasks(sub)
     bulk.add_commands(sub)
     schedules.add_commands(sub)
+    workflows.add_commands(sub)
     return parser
 
 

@@ -1,0 +1,101 @@
+"""`ratchet workflows start|get|cancel|list` and `ratchet events send` against a fake
+gateway (their JSON, exit codes and one-line errors), and the deploy command's handler
+kinds from the describe output."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from ratchet.api.apps.v1 import apps_pb2
+from ratchet.cli import commands
+from ratchet.cli.errors import CLIError
+from ratchet.cli.main import main
+from tests.unit.sdk.fake_workflows import FakeGateway
+
+pytestmark = pytest.mark.timeout(30)
+
+
+@pytest.fixture
+def gw(monkeypatch, tmp_path):
+    g = FakeGateway(steps_per_run=3)
+    monkeypatch.setenv("RATCHET_ENDPOINT", g.endpoint)
+    monkeypatch.setenv("RATCHET_API_KEY", "rk_test")
+    monkeypatch.chdir(tmp_path)
+    yield g
+    g.stop()
+
+
+def run(capsys, *argv: str) -> tuple[int, object, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, (json.loads(out) if out.strip() else None), err
+
+
+def test_start_get_list_cancel(gw, capsys):
+    code, out, _ = run(capsys, "workflows", "start", "onboard", "--input", '{"user": "ada"}', "--key", "k-1",
+                       "--delay", "5s", "--queue", "flows")
+    assert code == 0 and out == {"workflow_id": "wf-1"}
+    req = gw.workflows.requests[-1]
+    assert (req.idempotency_key, req.queue, req.delay.seconds) == ("k-1", "flows", 5)
+    assert dict(req.input.struct_value) == {"user": "ada"}
+    code, out, _ = run(capsys, "workflows", "get", "wf-1", "--page-size", "2")
+    assert code == 0 and out["state"] == "WAITING" and [s["name"] for s in out["steps"]] == ["s0", "s1"]
+    assert out["pending"]["name"] == "approved" and out["pending"]["match"] == {"user": "ada"}
+    assert out["next_step_page_token"]
+    code, out, _ = run(capsys, "workflows", "get", "wf-1", "--page-size", "2", "--all-steps")
+    assert code == 0 and [s["position"] for s in out["steps"]] == [0, 1, 2, 3] and out["next_step_page_token"] is None
+    run(capsys, "workflows", "start", "approve")
+    code, out, _ = run(capsys, "workflows", "list", "--page-size", "1")
+    assert code == 0 and [w["workflow_id"] for w in out["workflows"]] == ["wf-2"] and out["next_page_token"]
+    code, out, _ = run(capsys, "workflows", "list", "--all", "--page-size", "1", "--type", "onboard",
+                       "--state", "WAITING")
+    assert code == 0 and [w["workflow_id"] for w in out["workflows"]] == ["wf-1"]
+    code, out, _ = run(capsys, "workflows", "cancel", "wf-1")
+    assert code == 0 and out == {"workflow_id": "wf-1", "state": "CANCELED"}
+
+
+def test_events_send_broadcasts_or_delivers_to_one_run(gw, capsys):
+    run(capsys, "workflows", "start", "onboard")
+    run(capsys, "workflows", "start", "onboard")
+    code, out, _ = run(capsys, "events", "send", "approved", "--workflow", "wf-1", "--data", '{"user": "ada"}')
+    assert code == 0 and out == {"workflow_id": "wf-1", "name": "approved", "delivered": True}
+    code, out, _ = run(capsys, "events", "send", "approved", "--data", '{"user": "ada"}')
+    assert code == 0 and out == {"name": "approved", "delivered": 1}
+    assert gw.workflows.inbox == [("wf-1", "approved", {"user": "ada"})]
+
+
+@pytest.mark.parametrize("argv, fragment", [
+    (["workflows", "start", "onboard", "--input", "{nope"], "--input is not valid JSON"),
+    (["workflows", "start", "echo"], "INVALID_ARGUMENT: workflow_type 'echo' is a task handler"),
+    (["workflows", "get", "wf-none"], "NOT_FOUND: workflow wf-none not found"),
+    (["workflows", "get", "wf-1", "--page-size", "0"], "--page-size must be between 1 and 1000"),
+    (["workflows", "get", "wf-1", "--all-steps", "--page-token", "x"], "give --all-steps or --page-token"),
+    (["workflows", "list", "--all", "--page-token", "x"], "give --all or --page-token, not both"),
+    (["workflows", "list", "--state", "ASLEEP"], "unknown task state 'ASLEEP'"),
+    (["events", "send", "go", "--data", "[1]"], "--data must be a JSON object"),
+    (["events", "send", "go", "--data", "{"], "--data is not valid JSON"),
+])
+def test_bad_flags_fail_in_one_line(gw, capsys, argv, fragment):
+    code, out, err = run(capsys, *argv)
+    assert code == 1 and out is None and err.startswith("error: ") and fragment in err and err.count("\n") == 1
+
+
+def test_deploy_sends_each_handlers_kind_and_resume():
+    described = {"module": "app", "handlers": [
+        {"name": "send"}, {"name": "resize", "kind": "task"},
+        {"name": "onboard", "kind": "workflow", "resume": "latest", "retry": {"max_attempts": 3}},
+        {"name": "old_flow", "kind": "workflow"}]}
+    hs = commands.handler_messages(described)
+    assert [(h.name, h.kind, h.resume) for h in hs] == [
+        ("send", apps_pb2.HANDLER_KIND_TASK, 0), ("resize", apps_pb2.HANDLER_KIND_TASK, 0),
+        ("onboard", apps_pb2.HANDLER_KIND_WORKFLOW, apps_pb2.WORKFLOW_RESUME_LATEST),
+        ("old_flow", apps_pb2.HANDLER_KIND_WORKFLOW, apps_pb2.WORKFLOW_RESUME_LATEST)]
+    assert hs[2].retry.max_attempts == 3
+    pinned = commands.handler_messages({"handlers": [{"name": "p", "kind": "workflow", "resume": "pinned"}]})
+    assert pinned[0].resume == apps_pb2.WORKFLOW_RESUME_PINNED  # the gateway decides whether it serves it
+    with pytest.raises(CLIError, match="kind 'actor'"):
+        commands.handler_messages({"handlers": [{"name": "a", "kind": "actor"}]})
+    with pytest.raises(CLIError, match="resume 'sometimes'"):
+        commands.handler_messages({"handlers": [{"name": "a", "kind": "workflow", "resume": "sometimes"}]})
