@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from ratchet.libs.taskstate import AttemptOutcome, CancelReason, ErrorClass, TaskState
-from ratchet.services.history.model import CompletionIn, ErrorInfo, TaskView, TimerDue, Transition
+from ratchet.services.history.model import CompletionIn, ErrorInfo, SuspendIn, TaskView, TimerDue, Transition
 from ratchet.services.history.policy import backoff_delay
 
 if TYPE_CHECKING:  # (names only: the decisions import nothing of the store's I/O)
@@ -114,6 +114,24 @@ def _ended_otherwise(task: TaskView, c: CompletionIn, rand: Rand) -> Transition:
                        retry_after_s=c.retry_after_s, rand=rand)
 
 
+WAKE_TIMER_REASON = "woken: the sleep ended or the wait timed out"
+
+
+def on_suspend(task: TaskView, c: SuspendIn) -> Transition:
+    """The transition for a SUSPENDED completion that matched the current lease. A cancel asked
+    for while the activation ran decides first, as for any other end of an attempt: a user cancel
+    ends the run CANCELED, a schedule_to_close one FAILED (its timer has fired: nothing would
+    expire a WAITING run later). Otherwise the run goes WAITING (a start_to_close cancel is moot:
+    the activation stopped)."""
+    if task.cancel_reason == CancelReason.USER:
+        return end_attempt(task, AttemptOutcome.CANCELED, CANCELED_ERROR)
+    if task.cancel_reason == CancelReason.SCHEDULE_TO_CLOSE:
+        return end_attempt(task, AttemptOutcome.TIMED_OUT, SCHEDULE_TO_CLOSE_ERROR)
+    return Transition(task_id=task.task_id, from_state=TaskState.LEASED, to_state=TaskState.WAITING,
+                      lease_epoch=task.lease_epoch, reason=f"suspended at step {c.suspend_position}",
+                      attempt_outcome=AttemptOutcome.SUSPENDED, checkpoint=c.checkpoint)
+
+
 @dataclasses.dataclass
 class TimerPlan:
     """What firing a task's due timers does, in order."""
@@ -151,7 +169,7 @@ def _fire_lease(task: TaskView, due: TimerDue, plan: TimerPlan, rand: Rand) -> T
 
 
 def _fire_schedule_to_close(task: TaskView, plan: TimerPlan) -> Transition | None:
-    if task.state in (TaskState.ENQUEUED, TaskState.RETRY_WAIT):
+    if task.state in (TaskState.ENQUEUED, TaskState.RETRY_WAIT, TaskState.WAITING):
         return Transition(task_id=task.task_id, from_state=task.state, to_state=TaskState.EXPIRED,
                           lease_epoch=task.lease_epoch, reason="schedule_to_close passed",
                           error=SCHEDULE_TO_CLOSE_ERROR)
@@ -180,6 +198,12 @@ def fire_timer(task: TaskView, due: TimerDue, plan: TimerPlan, *, rand: Rand = r
         t = _fire_schedule_to_close(task, plan)
     elif due.kind == "lease":
         t = _fire_lease(task, due, plan, rand)
+    elif due.kind == "wake":
+        # A suspended run's sleep ended or its wait timed out. The epoch fences the timer to the
+        # suspension that set it: a run woken, leased and suspended again has a new one.
+        if task.state == TaskState.WAITING and task.lease_epoch == due.timer_epoch:
+            t = Transition(task_id=task.task_id, from_state=TaskState.WAITING, to_state=TaskState.ENQUEUED,
+                           lease_epoch=task.lease_epoch, reason=WAKE_TIMER_REASON)
     else:
         raise ValueError(f"unknown timer kind {due.kind!r}")
     if t is not None:
@@ -187,7 +211,7 @@ def fire_timer(task: TaskView, due: TimerDue, plan: TimerPlan, *, rand: Rand = r
         _advance(task, t)
     if task.state != TaskState.LEASED:
         plan.cancel_reason, plan.reschedule_lease = None, False
-    plan.ready = task.state == TaskState.ENQUEUED and (due.due_now or due.kind == "retry")
+    plan.ready = task.state == TaskState.ENQUEUED and (due.due_now or due.kind in ("retry", "wake"))
 
 
 def plan_timers(task: TaskView, dues: list[TimerDue], *, rand: Rand = random.random) -> TimerPlan:
@@ -199,9 +223,9 @@ def plan_timers(task: TaskView, dues: list[TimerDue], *, rand: Rand = random.ran
 
 
 def cancel_now(task_id: str, state: TaskState, lease_epoch: int, reason: str = "canceled by user") -> Transition | None:
-    """A user cancel of a waiting task (ENQUEUED/RETRY_WAIT -> CANCELED); None
+    """A user cancel of a task that is not running (ENQUEUED/RETRY_WAIT/WAITING -> CANCELED); None
     for other states (LEASED gets a cancel request, terminal stays as it is)."""
-    if state not in (TaskState.ENQUEUED, TaskState.RETRY_WAIT):
+    if state not in (TaskState.ENQUEUED, TaskState.RETRY_WAIT, TaskState.WAITING):
         return None
     return Transition(task_id=task_id, from_state=state, to_state=TaskState.CANCELED,
                       lease_epoch=lease_epoch, reason=reason)

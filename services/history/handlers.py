@@ -8,6 +8,7 @@ import logging
 import random
 from collections.abc import Callable
 
+from ratchet.api.tasks.v1 import tasks_pb2
 from ratchet.internal.history.v1 import history_pb2, history_pb2_grpc
 from ratchet.internal.worker.v1 import worker_pb2
 from ratchet.libs import gates, taskstate
@@ -23,12 +24,22 @@ from ratchet.services.history.reads import tasks
 from ratchet.services.history.ready import ReadyHub, Watcher
 from ratchet.services.history.shards import ShardSet
 from ratchet.services.history.store import Store
+from ratchet.services.history.workflows import convert as wfconvert
+from ratchet.services.history.workflows import events, reads, steps
 
 log = logging.getLogger(__name__)
 
 MAX_LEASE_BATCH = 1000
 WATCH_FIRST_REQUEST_S = 10.0  # a WatchReady stream names its shards at once
 MAX_WATCH_S = 600.0  # a WatchReady stream ends after this (the dispatcher reopens it every 300 s)
+
+_STEP_STATUS = {
+    "RUN": worker_pb2.STEP_STATUS_RUN,
+    "DONE": worker_pb2.STEP_STATUS_DONE,
+    "SUSPEND": worker_pb2.STEP_STATUS_SUSPEND,
+    "MISMATCH": worker_pb2.STEP_STATUS_MISMATCH,
+    "ABSENT": worker_pb2.STEP_STATUS_ABSENT,
+}
 
 _ACTIONS = {
     "CONTINUE": worker_pb2.LEASE_ACTION_CONTINUE,
@@ -47,6 +58,17 @@ def _create_answer(call, response, error) -> history_pb2.CreateTasksAnswer:
 
 def _create_frame(answers: list[history_pb2.CreateTasksAnswer]) -> history_pb2.CreateTasksStreamResponse:
     return history_pb2.CreateTasksStreamResponse(answers=answers)
+
+
+def _step_response(a: steps.StepAnswer) -> worker_pb2.StepResponse:
+    out = worker_pb2.StepResponse(status=_STEP_STATUS[a.status], attempt=a.attempt, result_json=a.result or b"",
+                                  logged_name=a.logged_name, logged_kind=wfconvert.KIND_VALUES.get(a.logged_kind, 0))
+    if a.error is not None:
+        out.error.CopyFrom(tasks_pb2.TaskError(error_class=a.error.error_class, message=a.error.message,
+                                               stack=a.error.stack))
+    if a.wake_after_s is not None:
+        out.wake_after.CopyFrom(policy.duration(max(0.0, a.wake_after_s)))
+    return out
 
 
 def _batch(items, what: str, limit: int = convert.MAX_BATCH) -> None:
@@ -191,13 +213,20 @@ class HistoryServicer(history_pb2_grpc.HistoryServiceServicer):
         """See history.proto: apply attempt outcomes fenced by the lease epoch."""
         shard = self.shards.get(request.shard_id)
         _batch(request.completions, "completions")
-        items = [convert.completion(p, i, shard.id) for i, p in enumerate(request.completions)]
+        try:
+            items = [convert.completion(p, i, shard.id) for i, p in enumerate(request.completions)]
+            suspensions = False
+        except InvalidArgument:  # SUSPENDED completions (or a bad one): off the ordinary path
+            items = [wfconvert.completion(p, i, shard.id) for i, p in enumerate(request.completions)]
+            suspensions = True
         if not items:
             return history_pb2.CompleteTasksResponse()
         async with shard.conn() as conn:
-            results = await lifecycle.complete_tasks(conn, self.store, items, self.rand)
+            results = await lifecycle.complete_tasks(conn, self.store, items, self.rand, suspensions=suspensions)
         self.hub.timer_due(shard.id, min((r.retry_in_s for r in results if r.retry_in_s is not None),
                                          default=None))
+        if suspensions and any(r.accepted and r.state == taskstate.TaskState.ENQUEUED for r in results):
+            self.hub.publish(shard.id)  # a run woke at once: the event that completed its wait came first
         return history_pb2.CompleteTasksResponse(results=[
             worker_pb2.CompletionResult(task_id=r.task_id, accepted=r.accepted, reason=r.reason,
                                         state=taskstate.to_proto(r.state) if r.state else 0)
@@ -295,3 +324,45 @@ class HistoryServicer(history_pb2_grpc.HistoryServiceServicer):
         async with shard.conn() as conn:
             row, failures = await operations.cancel(conn, self.store, operation_id, tenant_id)
         return history_pb2.CancelBulkOperationResponse(operation=convert.bulk_to_proto(row, failures))
+
+    @rpc
+    async def WorkflowStep(self, request, context):
+        """See history.proto: one step op of a workflow run, fenced by its lease."""
+        op = wfconvert.step_request(request.step)
+        shard = self.shards.get(op.shard_id)
+        async with shard.conn() as conn:
+            answer = await steps.run_step(conn, self.store, op)
+        return history_pb2.WorkflowStepResponse(step=_step_response(answer))
+
+    @rpc
+    async def GetWorkflowSteps(self, request, context):
+        """See history.proto: a page of a run's step log and its pending sleep or wait."""
+        shard = self.shards.get(request.shard_id)
+        workflow_id = convert.task_id(request.workflow_id, "workflow_id")
+        if not request.tenant_id:
+            raise InvalidArgument("tenant_id is required")
+        if request.from_position < 0:
+            raise InvalidArgument(f"from_position must be 0 or more, got {request.from_position}")
+        size = wfconvert.step_page_size(request.page_size)
+        async with shard.conn() as conn:
+            page = await reads.step_page(conn, self.store, workflow_id, request.tenant_id, request.from_position,
+                                         size)
+        out = history_pb2.GetWorkflowStepsResponse(steps=[wfconvert.step_to_proto(s) for s in page.steps],
+                                                   step_count=page.step_count, next_position=page.next_position)
+        if page.pending is not None:
+            out.pending.CopyFrom(wfconvert.pending_to_proto(page.pending))
+        return out
+
+    @rpc
+    async def DeliverEvent(self, request, context):
+        """See history.proto: an event into one run's inbox, or to the shard's matching waits."""
+        e = wfconvert.event(request)
+        shard = self.shards.get(e.shard_id)
+        async with shard.conn() as conn:
+            if e.workflow_id is not None:
+                out = await events.deliver_to_run(conn, self.store, e)
+            else:
+                out = await events.broadcast(conn, self.store, e)
+        if out.woken:
+            self.hub.publish(shard.id)  # after commit: the woken runs are ready now
+        return history_pb2.DeliverEventResponse(delivered=out.delivered)

@@ -114,12 +114,22 @@ class CompletionIn:
 
     task_id: str
     lease_epoch: int
-    outcome: str  # SUCCEEDED | FAILED | CANCELED | CRASHED
+    outcome: str  # SUCCEEDED | FAILED | CANCELED | CRASHED (SUSPENDED: a SuspendIn)
     result: bytes | None = None
     error: ErrorInfo | None = None
     fatal: bool = False
     retry_after_s: float | None = None
     checkpoint: bytes | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class SuspendIn(CompletionIn):
+    """A SUSPENDED completion: a workflow activation stopped at the sleep or wait at
+    suspend_position (outcome "SUSPENDED"). Its own type, so the fields an ordinary completion
+    never has cost the completion path nothing."""
+
+    suspend_position: int = 0
+    wake_after_s: float | None = None  # None: only the awaited step's completion wakes the run
 
 
 @dataclasses.dataclass(frozen=True)

@@ -17,8 +17,9 @@ from ratchet.libs import gates
 from ratchet.libs.taskstate import CancelReason, TaskState
 from ratchet.services.history.decide import Rand, cancel_now, on_completion
 from ratchet.services.history.errors import TaskNotFound
-from ratchet.services.history.model import CompletionIn, TaskView, Transition
+from ratchet.services.history.model import CompletionIn, SuspendIn, TaskView, Transition
 from ratchet.services.history.store import Store, Tx
+from ratchet.services.history.workflows.suspend import apply_suspensions
 
 
 @dataclasses.dataclass(frozen=True)
@@ -70,12 +71,15 @@ class CompletionOut:
     accepted: bool
     state: TaskState | None
     reason: str = ""
-    retry_in_s: float | None = None  # accepted into RETRY_WAIT: its retry timer is due in this long
+    # Accepted into RETRY_WAIT (or WAITING with a wake-up): its retry (wake) timer is due in this long.
+    retry_in_s: float | None = None
 
 
 async def complete_tasks(conn: asyncpg.Connection, store: Store, items: Sequence[CompletionIn],
-                         rand: Rand = random.random) -> list[CompletionOut]:
-    """Apply completions whose lease is current; reject the rest without effect."""
+                         rand: Rand = random.random, *, suspensions: bool = False) -> list[CompletionOut]:
+    """Apply completions whose lease is current; reject the rest without effect. suspensions:
+    some items are SUSPENDED completions (SuspendIn, workflows/suspend.py); without it the
+    items are ordinary and nothing looks for one."""
     first: dict[str, int] = {}
     for i, c in enumerate(items):
         first.setdefault(c.task_id, i)
@@ -83,7 +87,10 @@ async def complete_tasks(conn: asyncpg.Connection, store: Store, items: Sequence
     retry_in: dict[str, float] = {}
     await gates.reach("history.complete.received")  # fault tests: before any lock is taken
     async with store.tx(conn) as tx:
-        applied = await _apply_optimistic(tx, uniq, rand, retry_in)
+        if suspensions:
+            applied = await _apply_with_suspensions(tx, uniq, rand, retry_in)
+        else:
+            applied = await _apply_optimistic(tx, uniq, rand, retry_in)
         others = [c.task_id for c in uniq if c.task_id not in applied]
         states = await tx.task_state_batch(others) if others else {}
         await gates.reach("history.complete.before_commit")  # fault tests: applied, not committed
@@ -114,6 +121,16 @@ async def _apply_optimistic(tx: Tx, uniq: Sequence[CompletionIn], rand: Rand, re
     if raced:
         locked = await tx.task_complete_lock([c.task_id for c in raced], [c.lease_epoch for c in raced])
         applied.update(await _decide_and_apply(tx, raced, locked, rand, optimistic=False, retry_in=retry_in))
+    return applied
+
+
+async def _apply_with_suspensions(tx: Tx, uniq: Sequence[CompletionIn], rand: Rand,
+                                  retry_in: dict[str, float]) -> dict:
+    """A request that holds suspensions: its ordinary completions as always, then the
+    suspensions by their own statements, in the same transaction."""
+    plain = [c for c in uniq if not isinstance(c, SuspendIn)]
+    applied = await _apply_optimistic(tx, plain, rand, retry_in) if plain else {}
+    applied.update(await apply_suspensions(tx, [c for c in uniq if isinstance(c, SuspendIn)], retry_in))
     return applied
 
 
@@ -154,7 +171,9 @@ async def cancel_task(conn: asyncpg.Connection, store: Store, task_id: str, tena
         state = TaskState(row.state)
         t = cancel_now(task_id, state, row.lease_epoch)
         if t is not None:
-            await tx.task_transition_apply([t])
+            await tx.task_transition_apply([t])  # (its timers go with it, a WAITING run's wake too)
+            if state == TaskState.WAITING:  # no event completes a step of a run that ended
+                await tx.workflow_waits_delete_batch([task_id])
             return TaskState.CANCELED, False
         if state == TaskState.LEASED:
             await tx.task_cancel_request_batch([task_id], [row.lease_epoch], [CancelReason.USER.value], grace_s)

@@ -31,7 +31,17 @@ import asyncpg
 from ratchet.libs.fastcheck import copy_rows
 from ratchet.libs.pg.queries import load_queries
 from ratchet.services.history.enqueue import Batch, Row
-from ratchet.services.history.model import DAWN, MAX_ID, NEVER, NIL_ID, TaskFilter, TaskView, TimerDue, Transition
+from ratchet.services.history.model import (
+    DAWN,
+    MAX_ID,
+    NEVER,
+    NIL_ID,
+    ErrorInfo,
+    TaskFilter,
+    TaskView,
+    TimerDue,
+    Transition,
+)
 from ratchet.services.history.store.rows import (
     AttemptRow,
     BulkOperationRow,
@@ -40,7 +50,10 @@ from ratchet.services.history.store.rows import (
     HeldLease,
     LeasedRow,
     LockedTask,
+    PendingRow,
     RetryCandidate,
+    StepRow,
+    SuspendedRow,
     TaskRow,
     TransitionRow,
 )
@@ -494,6 +507,117 @@ class Tx:
     async def timer_next_in(self) -> float | None:
         """Seconds until the earliest timer (negative if overdue), or None."""
         return await self._run("timer_next_in", fetch="val")
+
+    # -- workflows (workflows.sql) ---------------------------------------------
+    async def workflow_lease_share(self, task_id: str, lease_epoch: int) -> str | None:
+        """Lock a run's task row FOR SHARE while LEASED under lease_epoch; its tenant, or None
+        when the lease is not current."""
+        return await self._run("workflow_lease_share", task_id, lease_epoch, fetch="val")
+
+    async def workflow_step_lock(self, task_id: str, position: int) -> StepRow | None:
+        """The log's row at position, locked; None when the log holds none there."""
+        r = await self._run("workflow_step_lock", task_id, position, fetch="row")
+        return StepRow.of(r) if r is not None else None
+
+    async def workflow_step_exists(self, task_id: str, position: int) -> bool:
+        """Whether the log holds a row at position."""
+        return await self._run("workflow_step_exists", task_id, position, fetch="val")
+
+    async def workflow_step_insert(self, task_id: str, position: int, name: str, kind: str, state: str,
+                                   lease_epoch: int, result: bytes | None = None,
+                                   wake_in_s: float | None = None) -> StepRow | None:
+        """Insert a row of the log; None when a concurrent op inserted that position first."""
+        r = await self._run("workflow_step_insert", task_id, position, name, kind, state, lease_epoch, result,
+                            wake_in_s, fetch="row")
+        return StepRow.of(r) if r is not None else None
+
+    async def workflow_step_reclaim(self, task_id: str, position: int, lease_epoch: int) -> int | None:
+        """Claim a STEP row again for lease_epoch (attempt + 1); the new attempt, or None."""
+        return await self._run("workflow_step_reclaim", task_id, position, lease_epoch, fetch="val")
+
+    async def workflow_step_commit(self, task_id: str, position: int, lease_epoch: int, state: str,
+                                   result: bytes | None, error: ErrorInfo | None, fatal: bool) -> int | None:
+        """Store a claimed STEP's outcome (compare-and-set on RUNNING under lease_epoch); its attempt,
+        or None when the claim is not this lease's."""
+        e = error
+        return await self._run("workflow_step_commit", task_id, position, lease_epoch, state, result,
+                               e.error_class if e else None, e.message if e else None, e.stack if e else None,
+                               fatal, fetch="val")
+
+    async def workflow_step_close(self, task_id: str, position: int, state: str, result: bytes | None = None,
+                                  error: ErrorInfo | None = None) -> bool:
+        """End a RUNNING sleep or wait (and its open wait); False if it was not RUNNING."""
+        n = await self._run("workflow_step_close", task_id, position, state, result,
+                            error.error_class if error else None, error.message if error else None, fetch="val")
+        return n == 1
+
+    async def workflow_wait_insert(self, task_id: str, position: int, tenant_id: str, name: str,
+                                   match_json: str) -> None:
+        """Open the wait of a RUNNING wait row."""
+        await self._run("workflow_wait_insert", task_id, position, tenant_id, name, match_json)
+
+    async def workflow_inbox_take(self, task_id: str, name: str, match_json: str, position: int) -> bytes | None:
+        """Consume the oldest matching inbox event into the wait at position; its data, or None."""
+        data = await self._run("workflow_inbox_take", task_id, name, match_json, position, fetch="val")
+        return bytes(data) if data is not None else None
+
+    async def workflow_suspend_batch(self, ts: Sequence[Transition], positions: Sequence[int],
+                                     wake_after_s: Sequence[float | None],
+                                     checkpoints: Sequence[bytes | None]) -> list[SuspendedRow]:
+        """LEASED -> WAITING for the locked runs (each t a Transition of that edge), with their wake
+        timers; per run applied, whether its awaited step is still RUNNING."""
+        recs = await self._run("workflow_suspend_batch", [t.task_id for t in ts], [t.lease_epoch for t in ts],
+                               list(positions), list(wake_after_s), list(checkpoints), [t.reason for t in ts])
+        return [SuspendedRow.of(r) for r in recs]
+
+    async def workflow_wake_batch(self, ids: Sequence[str], reason: str) -> dict[str, int]:
+        """WAITING -> ENQUEUED (due now, wake timer deleted) for the ids still WAITING;
+        {task_id: version} of those woken."""
+        recs = await self._run("workflow_wake_batch", _uuids(ids), reason)
+        return {str(r["task_id"]): r["version"] for r in recs}
+
+    async def workflow_waits_delete_batch(self, ids: Sequence[str]) -> None:
+        """Drop the open waits of runs that ended."""
+        await self._run("workflow_waits_delete_batch", _uuids(ids))
+
+    async def workflow_task_owner(self, task_id: str) -> tuple[str, str] | None:
+        """(tenant_id, state) of a task, or None."""
+        r = await self._run("workflow_task_owner", task_id, fetch="row")
+        return (r["tenant_id"], r["state"]) if r is not None else None
+
+    async def workflow_step_page(self, task_id: str, from_position: int, limit: int) -> list[StepRow]:
+        """Up to limit rows of the log from from_position, in position order."""
+        return [StepRow.of(r) for r in await self._run("workflow_step_page", task_id, from_position, limit)]
+
+    async def workflow_step_count(self, task_id: str) -> int:
+        """How many rows the run's log holds."""
+        return await self._run("workflow_step_count", task_id, fetch="val")
+
+    async def workflow_pending(self, task_id: str) -> PendingRow | None:
+        """The last RUNNING sleep or wait of the log, or None."""
+        r = await self._run("workflow_pending", task_id, fetch="row")
+        return PendingRow.of(r) if r is not None else None
+
+    async def workflow_inbox_deliver(self, task_id: str, name: str, data_json: str) -> int | None:
+        """Put an event into a (locked) run's inbox; the position of the open wait it completed, or
+        None (kept for a later wait)."""
+        return await self._run("workflow_inbox_deliver", task_id, name, data_json, fetch="val")
+
+    async def workflow_waits_probe(self, tenant_id: str, name: str, data_json: str, after: str,
+                                   limit: int) -> list[str]:
+        """The next runs (workflow_id order, after `after`) with an open wait the event may match."""
+        recs = await self._run("workflow_waits_probe", tenant_id, name, data_json, uuid.UUID(after), limit)
+        return [str(r["workflow_id"]) for r in recs]
+
+    async def workflow_tasks_lock(self, ids: Sequence[str]) -> list[str]:
+        """Lock these task rows in task_id order; the ids that exist."""
+        return [str(r["task_id"]) for r in await self._run("workflow_tasks_lock", _uuids(ids))]
+
+    async def workflow_broadcast_apply(self, ids: Sequence[str], tenant_id: str, name: str,
+                                       data_json: str) -> list[tuple[str, int]]:
+        """Complete the locked runs' open waits the event matches; [(run, position)] completed."""
+        recs = await self._run("workflow_broadcast_apply", _uuids(ids), tenant_id, name, data_json)
+        return [(str(r["workflow_id"]), r["position"]) for r in recs]
 
     # -- idempotency keys -----------------------------------------------------
     async def idempotency_key_expire_batch(self, keys: Sequence[Key]) -> None:

@@ -237,3 +237,65 @@ class DueTask:
 
     view: TaskView
     dues: list[TimerDue]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class StepRow:
+    """One row of a workflow run's step log (workflow_steps), with, from the statements that
+    read it for a decision, the seconds until its wake_at on the shard clock."""
+
+    position: int
+    name: str
+    kind: str  # STEP | VERSION | SLEEP | WAIT
+    state: str  # RUNNING | COMPLETED | FAILED
+    lease_epoch: int
+    attempt: int
+    result: bytes | None
+    error_class: str | None
+    error_message: str | None
+    error_stack: str | None
+    fatal: bool
+    wake_at: dt.datetime | None
+    started_at: dt.datetime
+    finished_at: dt.datetime | None
+    wake_in_s: float | None = None
+
+    @classmethod
+    def of(cls, r) -> StepRow:
+        return cls(position=r["position"], name=r["name"], kind=r["kind"], state=r["state"],
+                   lease_epoch=r["lease_epoch"], attempt=r["attempt"],
+                   result=bytes(r["result"]) if r["result"] is not None else None, error_class=r["error_class"],
+                   error_message=r["error_message"], error_stack=r["error_stack"], fatal=r["fatal"],
+                   wake_at=r["wake_at"], started_at=r["started_at"], finished_at=r["finished_at"],
+                   wake_in_s=r["wake_in_s"])
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class PendingRow:
+    """The sleep or wait a suspended run waits on (the last RUNNING one of its log)."""
+
+    position: int
+    name: str
+    kind: str  # SLEEP | WAIT
+    wake_at: dt.datetime | None
+    match: dict | None  # a wait's match fields
+
+    @classmethod
+    def of(cls, r) -> PendingRow:
+        return cls(position=r["position"], name=r["name"], kind=r["kind"], wake_at=r["wake_at"],
+                   match=_json(r["match"]))
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class SuspendedRow:
+    """A run workflow_suspend_batch moved to WAITING; awaiting: its awaited step is still RUNNING
+    (False: an event completed it first, so the run wakes at once)."""
+
+    task_id: str
+    state: str
+    version: int
+    awaiting: bool
+
+    @classmethod
+    def of(cls, r) -> SuspendedRow:
+        return cls(task_id=str(r["task_id"]), state=r["state"], version=r["version"], awaiting=r["awaiting"])

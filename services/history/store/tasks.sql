@@ -406,7 +406,7 @@ SELECT t.task_id, t.state, t.lease_epoch, t.attempt, t.max_attempts, t.retry_pol
    FOR NO KEY UPDATE OF t
 
 -- name: task_transition_apply
--- transitions: LEASED->SUCCEEDED, LEASED->RETRY_WAIT, LEASED->FAILED, LEASED->CANCELED, RETRY_WAIT->ENQUEUED, RETRY_WAIT->CANCELED, RETRY_WAIT->EXPIRED, ENQUEUED->CANCELED, ENQUEUED->EXPIRED
+-- transitions: LEASED->SUCCEEDED, LEASED->RETRY_WAIT, LEASED->FAILED, LEASED->CANCELED, RETRY_WAIT->ENQUEUED, RETRY_WAIT->CANCELED, RETRY_WAIT->EXPIRED, ENQUEUED->CANCELED, ENQUEUED->EXPIRED, WAITING->CANCELED, WAITING->EXPIRED
 -- Apply a batch of decided transitions, each a compare-and-set on
 -- (task_id, from_state, lease_epoch) and, when cancel_seen is given, on the
 -- cancel request the decision read ('' none, 'requested:<reason>'), for
@@ -418,7 +418,10 @@ SELECT t.task_id, t.state, t.lease_epoch, t.attempt, t.max_attempts, t.retry_pol
 -- task row: migration 0008), timers (a lease ends:
 -- its check, lease_check_at, is cleared; a terminal task: all its timers
 -- go; RETRY_WAIT: a retry timer at the new run_at), and a completion's
--- checkpoint when it has one.
+-- checkpoint when it has one. A suspended workflow run (WAITING) ends here
+-- too, by a cancel or its schedule_to_close (its `wake` timer goes with the
+-- others); it enters and leaves WAITING otherwise by workflows.sql's
+-- workflow_suspend_batch and workflow_wake_batch.
 WITH now AS (SELECT clock_timestamp() AS t),
 i AS (
     -- $2..$16 come as one element when every transition of the batch has that value (a batch

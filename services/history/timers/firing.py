@@ -16,9 +16,11 @@ import random
 import asyncpg
 
 from ratchet.libs import gates
-from ratchet.services.history.decide import Rand, TimerPlan, plan_timers
-from ratchet.services.history.model import TaskView
-from ratchet.services.history.store import DueTask, Store
+from ratchet.libs.taskstate import TaskState
+from ratchet.services.history.decide import WAKE_TIMER_REASON, Rand, TimerPlan, plan_timers
+from ratchet.services.history.model import TaskView, Transition
+from ratchet.services.history.store import DueTask, Store, Tx
+from ratchet.services.history.workflows.suspend import wake
 
 
 @dataclasses.dataclass(frozen=True)
@@ -33,6 +35,20 @@ class FireOut:
 
 def _plans(claimed: list[DueTask], rand: Rand) -> dict[str, tuple[TaskView, TimerPlan]]:
     return {d.view.task_id: (d.view, plan_timers(d.view, d.dues, rand=rand)) for d in claimed}
+
+
+async def _apply_round(tx: Tx, ts: list[Transition]) -> None:
+    """One round of transitions. A suspended workflow run woken by its `wake` timer goes by the
+    wake statement (due now, logged); one that expires loses its open waits with it."""
+    wakes = [t.task_id for t in ts if t.from_state == TaskState.WAITING and t.to_state == TaskState.ENQUEUED]
+    rest = [t for t in ts if t.from_state != TaskState.WAITING or t.to_state != TaskState.ENQUEUED] if wakes else ts
+    if wakes:
+        await wake(tx, wakes, WAKE_TIMER_REASON)
+    if rest:
+        applied = await tx.task_transition_apply(rest)
+        ended = [t.task_id for t in rest if t.from_state == TaskState.WAITING and t.task_id in applied]
+        if ended:
+            await tx.workflow_waits_delete_batch(ended)
 
 
 async def fire_timers(conn: asyncpg.Connection, store: Store, *, max_timers: int, grace_s: float,
@@ -51,7 +67,7 @@ async def fire_timers(conn: asyncpg.Connection, store: Store, *, max_timers: int
         plans = _plans(claimed, rand)
         rounds = max((len(p.transitions) for _, p in plans.values()), default=0)
         for k in range(rounds):
-            await tx.task_transition_apply([p.transitions[k] for _, p in plans.values() if len(p.transitions) > k])
+            await _apply_round(tx, [p.transitions[k] for _, p in plans.values() if len(p.transitions) > k])
         cancels = [(tid, v.lease_epoch, p.cancel_reason.value) for tid, (v, p) in plans.items() if p.cancel_reason]
         if cancels:
             await tx.task_cancel_request_batch([c[0] for c in cancels], [c[1] for c in cancels],

@@ -326,7 +326,7 @@ async def test_migrations_0012_and_0013_keep_every_task_row(fresh_db, tmp_path):
         before = [{k: v for k, v in dict(r).items() if k not in ("queue", "retry_policy", "timeouts")}
                   for r in await conn.fetch(read)]
         logs = await _logs_and_attempts(conn)
-        assert await migrate.apply(dsn, "history", HISTORY / "migrations") == [12, 13, 14, 15]
+        assert await migrate.apply(dsn, "history", HISTORY / "migrations") == [12, 13, 14, 15, 16]
         after = [dict(r) for r in await conn.fetch(read)]
         assert [{k: v for k, v in r.items() if k not in ("queue", "retry_policy", "timeouts")}
                 for r in after] == before
