@@ -264,7 +264,12 @@ class Agent:
     async def _step_call(self, lease: Lease, sandbox: Sandbox, frame: StepFrame) -> None:
         # The lease is the agent's, added here: the stub never sees shard, task lease or epoch.
         request = frame.under(lease.ref(with_checkpoint=False))
-        reply = await self._steps.step(request, held=lambda: not lease.lost)
+        try:
+            reply = await self._steps.step(request, held=lambda: not lease.lost)
+        except Exception as e:  # the stub waits for an answer: a bug here must still give one
+            log.exception("task %s: step at position %d failed in the agent", lease.task.task_id,
+                          frame.request.position)
+            reply = steps.Reply("error", message=f"the host agent failed to send the step: {type(e).__name__}")
         if lease.lost and reply.status != "lost":
             reply = steps.lost("the run's lease was lost while the step was answered")
         sandbox.send(reply.frame(frame.task_id, frame.call))

@@ -66,7 +66,7 @@ def _seconds(done: dict, field: str) -> duration_pb2.Duration | None:
 
 def from_done(task: worker_pb2.LeasedTask, done: dict) -> worker_pb2.Completion:
     """The completion a done frame reports; BadDone if it breaks the protocol."""
-    outcome = _OUTCOMES.get(done.get("outcome"))
+    outcome = _OUTCOMES.get(str(done.get("outcome")))  # (str: an unhashable value is just unknown)
     if outcome is None:
         raise BadDone(f"unknown outcome {done.get('outcome')!r}")
     if outcome == worker_pb2.COMPLETION_OUTCOME_SUSPENDED:

@@ -206,7 +206,7 @@ class Sandbox:
             self.handlers = [str(h) for h in message.get("handlers", [])]
             self._ready.set_result(None)
         elif kind == "done":
-            run = self._runs.get(message.get("task_id"))  # untrusted: it can only end a task it was handed
+            run = self._run_of(message)  # untrusted: it can only end a task it was handed
             if run is not None and not run.future.done():
                 run.future.set_result(RunEnd(done=message))
         elif kind == "heartbeat":
@@ -217,6 +217,11 @@ class Sandbox:
             self._on_step(message)
         else:
             raise ProtocolError(f"unexpected {kind!r} frame from sandbox {self.sandbox_id}")
+
+    def _run_of(self, message: dict) -> _Run | None:
+        # A task_id that is not a string names no run (and a list must not raise TypeError).
+        task_id = message.get("task_id")
+        return self._runs.get(task_id) if isinstance(task_id, str) else None
 
     def _on_checkpoint(self, message: dict) -> None:
         # Untrusted input: checked here so only well-formed JSON within the limit ever reaches history.
@@ -230,7 +235,7 @@ class Sandbox:
             json.loads(value, parse_constant=_no_constant)
         except (json.JSONDecodeError, ValueError) as e:
             raise ProtocolError(f"a checkpoint's value is not valid JSON: {e}") from None
-        run = self._runs.get(message.get("task_id"))
+        run = self._run_of(message)
         if run is None or run.on_checkpoint is None:
             # A thread a previous handler left behind: it cannot touch another task's progress.
             log.info("sandbox %s: ignoring a checkpoint for task %r, which it is not running",

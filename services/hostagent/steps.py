@@ -108,7 +108,8 @@ def parse_frame(message: dict) -> StepFrame:
     if not isinstance(task_id, str) or not task_id:
         raise ProtocolError("a step frame's task_id must be a non-empty string")
     call = _integer(message, "call", INT64_MAX)
-    op, kind = OPS.get(message.get("op")), KINDS.get(message.get("kind"))
+    # str(): a list or an object (unhashable) must be a protocol error, not a TypeError.
+    op, kind = OPS.get(str(message.get("op"))), KINDS.get(str(message.get("kind")))
     if op is None:
         raise ProtocolError(f"a step frame's op must be 'begin' or 'commit', got {message.get('op')!r}")
     if kind is None:

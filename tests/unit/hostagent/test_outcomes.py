@@ -84,7 +84,7 @@ def test_malformed_suspended_and_timed_frames_become_protocol_failures():
                  {"outcome": "suspended", "suspend_position": 1, "wake_after_s": -5},
                  {"outcome": "suspended", "suspend_position": 1, "wake_after_s": float("nan")},
                  {"outcome": "failed", "retry_after_s": float("nan")},
-                 {"outcome": "failed", "retry_after_s": 1e300}):
+                 {"outcome": "failed", "retry_after_s": 1e300}, {"outcome": ["suspended"]}):
         c = outcomes.from_end(LEASED, RunEnd(done=done))
         assert c.outcome == worker_pb2.COMPLETION_OUTCOME_FAILED, done
         assert c.error.error_class == "SandboxProtocolError", done

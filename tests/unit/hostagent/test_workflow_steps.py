@@ -306,6 +306,8 @@ def test_frames_of_each_kind_become_the_request_fields():
     ({"call": "1"}, "call must be an integer"),
     ({"call": True}, "call must be an integer"),
     ({"op": "rollback"}, "op must be 'begin' or 'commit'"),
+    ({"op": ["begin"]}, "op must be 'begin' or 'commit'"),
+    ({"kind": {"step": 1}}, "kind must be one of"),
     ({"kind": "parallel"}, "kind must be one of"),
     ({"position": -1}, "position must be an integer in 0..2147483647"),
     ({"position": 2**31}, "position must be an integer in 0..2147483647"),
@@ -328,3 +330,10 @@ def test_malformed_step_frames_break_the_protocol(sandbox, fields, fragment):
     with pytest.raises(ProtocolError, match=re.escape(fragment)):
         box._on_message(frame)
     assert wire.frames() == []  # nothing answered, nothing sent on
+
+
+def test_frames_naming_no_task_by_a_string_end_nothing_and_raise_nothing_else(sandbox):
+    box, wire = sandbox
+    box._on_message({"type": "done", "task_id": ["t1"], "outcome": "succeeded"})
+    box._on_message({"type": "checkpoint", "task_id": {"t": 1}, "value": "1"})
+    assert wire.frames() == []
