@@ -36,6 +36,8 @@ from ratchet.workflow import channel as ch
 # What the customer wrote, for messages: the log's kinds are the calls' short names.
 _CALL = {"step": "ctx.step", "version": "ctx.version", "sleep": "ctx.sleep", "wait": "ctx.wait_for_event"}
 _UNITS = (("seconds", 1.0), ("minutes", 60.0), ("hours", 3600.0), ("days", 86400.0))
+# The longest duration the platform stores (protobuf's Duration: 10,000 years).
+MAX_DURATION_S = 315_576_000_000.0
 
 
 def check_name(kind: str, name: Any) -> str:
@@ -53,7 +55,7 @@ def sleep_seconds(duration: Any, units: dict[str, Any]) -> float:
     if duration is not None and given:
         raise ValueError("ctx.sleep() takes a duration or seconds=/minutes=/hours=/days=, not both")
     if duration is not None:
-        return parse_duration(duration)
+        return checked_duration("ctx.sleep()", parse_duration(duration))
     if not given:
         raise ValueError("ctx.sleep(name) needs how long: a duration such as '1d' or '90s', "
                          "or seconds=, minutes=, hours=, days=")
@@ -63,7 +65,14 @@ def sleep_seconds(duration: Any, units: dict[str, Any]) -> float:
         if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0 or not math.isfinite(value):
             raise ValueError(f"ctx.sleep() {unit}= must be a number of at least 0, got {value!r}")
         total += value * scale
-    return total
+    return checked_duration("ctx.sleep()", total)
+
+
+def checked_duration(call: str, seconds: float) -> float:
+    """seconds, unless it is past what the platform can store (ValueError)."""
+    if not math.isfinite(seconds) or seconds > MAX_DURATION_S:
+        raise ValueError(f"{call} duration of {seconds:g} s is longer than the platform's limit of 10,000 years")
+    return seconds
 
 
 def encode_match(match: Any) -> str | None:
@@ -180,7 +189,8 @@ class WorkflowContext(TaskContext):
         ("3d", or seconds) raises the builtin TimeoutError when none came in time."""
         self._enter("wait", name)
         match_text = encode_match(match)
-        timeout_s = None if timeout is None else parse_duration(timeout)
+        timeout_s = None if timeout is None else checked_duration("ctx.wait_for_event() timeout",
+                                                                  parse_duration(timeout))
         position = self._position
         reply = self._ask(ch.request("begin", "wait", position, name, match=match_text, duration_s=timeout_s),
                           (ch.DONE, ch.SUSPEND))

@@ -178,7 +178,7 @@ def sleeper(ctx, input):
     ctx.step("before", record, "x")
     try:
         ctx.sleep("grace", days=1)
-    except Exception:  # a broad except does not catch the suspension
+    except Exception:  # noqa: BLE001 -- the point: a broad except does not catch the suspension
         return "swallowed"
     return "woke"
 
@@ -187,7 +187,7 @@ def sleeper(ctx, input):
 def swallower(ctx, input):
     try:
         ctx.sleep("grace", "1d")
-    except BaseException:  # even this cannot turn a suspension into a result
+    except BaseException:  # noqa: BLE001 -- the point: even this cannot turn a suspension into a result
         pass
     return "swallowed"
 
