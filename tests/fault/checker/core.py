@@ -25,6 +25,7 @@ MODULES = [
     "tests.fault.checker.invariants.clients",
     "tests.fault.checker.invariants.timers",
     "tests.fault.checker.invariants.cron",
+    "tests.fault.checker.invariants.workflows",
 ]
 MAX_EXAMPLES = 5  # counterexamples kept per invariant (the total is still counted)
 

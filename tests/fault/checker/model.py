@@ -7,7 +7,9 @@ Formats (one JSON object per line for the two streams):
   operations are ``enqueue`` (value: ``{op, key?, mode?, ...}``; ok value
   ``{op, task_id}``), ``enqueue_batch`` (value ``{items: [...]}``; ok value
   ``{task_ids: [...]}``), ``get`` (ok value ``{task_id, state, version}``),
-  ``cancel`` (ok value ``{task_id, state}``). The process ``nemesis`` logs
+  ``cancel`` (ok value ``{task_id, state}``); workflows: ``start_workflow`` (as
+  ``enqueue``: value ``{op, workflow_type, ...}``, ok value ``{op, task_id}``),
+  ``send_workflow_event`` (value ``{task_id, name, data}``). The process ``nemesis`` logs
   fault actions in the same stream; its ``heal`` op marks the final heal.
 * ledger: ``{task_id, attempt, lease_epoch, pid, time, phase, ...}`` appended
   by the test handlers; phase ``start`` is one execution, ``end`` carries
@@ -34,8 +36,11 @@ from collections.abc import Iterable
 from typing import Any
 
 NEMESIS = "nemesis"
-_STATES = ["UNSPECIFIED", "ENQUEUED", "LEASED", "RETRY_WAIT", "SUCCEEDED", "FAILED", "CANCELED", "EXPIRED"]
-_OUTCOMES = ["UNSPECIFIED", "RUNNING", "SUCCEEDED", "FAILED", "LEASE_EXPIRED", "TIMED_OUT", "CRASHED", "CANCELED"]
+_STATES = ["UNSPECIFIED", "ENQUEUED", "LEASED", "RETRY_WAIT", "SUCCEEDED", "FAILED", "CANCELED", "EXPIRED", "WAITING"]
+_OUTCOMES = ["UNSPECIFIED", "RUNNING", "SUCCEEDED", "FAILED", "LEASE_EXPIRED", "TIMED_OUT", "CRASHED", "CANCELED",
+             "SUSPENDED"]
+# Client operations that ask for one task: a workflow run is a task (its start is an enqueue of it).
+SINGLE_ENQUEUES = ("enqueue", "start_workflow")
 
 
 def norm_state(value: Any) -> str | None:
@@ -300,7 +305,7 @@ def enqueue_items(ops: list[Op]) -> list[EnqueueItem]:
     """Every task asked for, one per single enqueue and one per batch item."""
     items: list[EnqueueItem] = []
     for op in ops:
-        if op.f == "enqueue":
+        if op.f in SINGLE_ENQUEUES:
             req = op.value or {}
             tid = (op.result or {}).get("task_id") if op.ok else None
             items.append(EnqueueItem(op, str(req.get("op")), req, tid))

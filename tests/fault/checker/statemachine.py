@@ -13,8 +13,9 @@ CREATE = None  # from_state of the first transition (the task did not exist)
 _FALLBACK_ALLOWED = {
     CREATE: {"ENQUEUED"},
     "ENQUEUED": {"LEASED", "CANCELED", "EXPIRED"},
-    "LEASED": {"SUCCEEDED", "RETRY_WAIT", "FAILED", "CANCELED"},
+    "LEASED": {"SUCCEEDED", "RETRY_WAIT", "FAILED", "CANCELED", "WAITING"},
     "RETRY_WAIT": {"ENQUEUED", "CANCELED", "EXPIRED"},
+    "WAITING": {"ENQUEUED", "CANCELED", "EXPIRED"},  # workflows (issue 24)
 }
 _FALLBACK_TERMINAL = {"SUCCEEDED", "FAILED", "CANCELED", "EXPIRED"}
 

@@ -1,5 +1,6 @@
 """The final dump: every row of the checker's tables on every shard (the tasks'
-schedule_id and scheduled_time columns included), and the cron database's
+schedule_id and scheduled_time columns included, and the workflow tables when the
+shards have them), and the cron database's
 schedules and slots, as JSON."""
 
 from __future__ import annotations
@@ -11,7 +12,9 @@ import json
 import pathlib
 import uuid
 
-TABLES = ("tasks", "task_attempts", "task_transitions", "timers", "idempotency_keys")
+TABLES = ("tasks", "task_attempts", "task_transitions", "timers", "idempotency_keys",
+          # workflows (migration 0016): the step log, the open waits, the inbox
+          "workflow_steps", "workflow_waits", "workflow_inbox")
 # services/cron/migrations/0001_schedules.sql
 CRON_TABLES = ("schedules", "schedule_slots")
 

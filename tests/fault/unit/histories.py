@@ -31,7 +31,7 @@ class Builder:
         self.history: list[dict] = []
         self.ledger: list[dict] = []
         self.tables = {"tasks": [], "task_transitions": [], "task_attempts": [], "timers": [],
-                       "idempotency_keys": []}
+                       "idempotency_keys": [], "workflow_steps": [], "workflow_waits": [], "workflow_inbox": []}
         self._clock = itertools.count(1)
         self._pid = itertools.count(1000)
         self.cron: dict | None = None  # the cron database's tables, when the run had schedules
