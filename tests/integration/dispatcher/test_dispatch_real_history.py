@@ -219,3 +219,55 @@ async def test_a_short_lease_expires_on_time(real):
     # Nobody heartbeats: the lease check is due in 0.5 s and the retry right after it.
     (again,) = await asyncio.wait_for(poll(real.dispatch, capacity=1, max_wait=8), 10)
     assert again.task_id == task_id and again.attempt == 2
+
+
+def _step(task: wpb.LeasedTask, op: int, kind: int, position: int, name: str, epoch: int | None = None,
+          **fields) -> wpb.StepRequest:
+    lease = wpb.LeaseRef(shard_id=task.shard_id, task_id=task.task_id,
+                         lease_epoch=task.lease_epoch if epoch is None else epoch)
+    return wpb.StepRequest(lease=lease, op=op, kind=kind, position=position, name=name, **fields)
+
+
+async def _refused(call) -> grpc.aio.AioRpcError:
+    with pytest.raises(grpc.aio.AioRpcError) as info:
+        await call
+    return info.value
+
+
+async def test_workflow_steps_and_a_suspension_through_the_dispatcher_reach_the_real_history(real):
+    # A run is a task (history knows it by its step log only): step, commit, sleep, suspend.
+    task_id = await real.create(1, "tenant-wf")
+    (task,) = await poll(real.dispatch, capacity=1, max_wait=5)
+    assert task.task_id == task_id
+    begin, commit = wpb.STEP_OP_BEGIN, wpb.STEP_OP_COMMIT
+    run = await real.dispatch.Step(_step(task, begin, wpb.STEP_KIND_STEP, 0, "charge"), metadata=AUTH, timeout=10)
+    assert (run.status, run.attempt) == (wpb.STEP_STATUS_RUN, 1)
+    done = await real.dispatch.Step(_step(task, commit, wpb.STEP_KIND_STEP, 0, "charge", result_json=b'{"paid": 1}'),
+                                    metadata=AUTH, timeout=10)
+    assert done.status == wpb.STEP_STATUS_DONE
+    again = await real.dispatch.Step(_step(task, begin, wpb.STEP_KIND_STEP, 0, "charge"), metadata=AUTH, timeout=10)
+    assert (again.status, json.loads(again.result_json)) == (wpb.STEP_STATUS_DONE, {"paid": 1})  # memoized
+    nap = await real.dispatch.Step(_step(task, begin, wpb.STEP_KIND_SLEEP, 1, "nap", duration=seconds(60)),
+                                   metadata=AUTH, timeout=10)
+    assert nap.status == wpb.STEP_STATUS_SUSPEND and 50 < nap.wake_after.ToTimedelta().total_seconds() <= 60
+    # History's refusals come through the dispatcher with their codes and messages.
+    stale = await _refused(real.dispatch.Step(_step(task, begin, wpb.STEP_KIND_STEP, 2, "ship",
+                                                    epoch=task.lease_epoch + 3), metadata=AUTH, timeout=10))
+    assert stale.code() == grpc.StatusCode.FAILED_PRECONDITION and "not current" in stale.details()
+    gap = await _refused(real.dispatch.Step(_step(task, begin, wpb.STEP_KIND_STEP, 9, "ship"), metadata=AUTH,
+                                            timeout=10))
+    assert gap.code() == grpc.StatusCode.INVALID_ARGUMENT, gap.details()
+    suspended = wpb.Completion(shard_id=task.shard_id, task_id=task.task_id, lease_epoch=task.lease_epoch,
+                               outcome=wpb.COMPLETION_OUTCOME_SUSPENDED, suspend_position=1,
+                               wake_after=nap.wake_after, tenant_id=task.tenant_id, app_id=task.app_id,
+                               task_type=task.task_type)
+    reply = await real.dispatch.Complete(wpb.CompleteRequest(worker_id="agent-1", completions=[suspended]),
+                                         metadata=AUTH, timeout=10)
+    assert [(r.accepted, r.state) for r in reply.results] == [(True, tpb.TASK_STATE_WAITING)]
+    got = await real.history.GetTask(hpb.GetTaskRequest(shard_id=1, task_id=task_id, tenant_id="tenant-wf"),
+                                     timeout=10)
+    assert got.task.state == tpb.TASK_STATE_WAITING
+    # The suspended activation's lease is gone: a late step of it writes nothing.
+    late = await _refused(real.dispatch.Step(_step(task, begin, wpb.STEP_KIND_STEP, 2, "ship"), metadata=AUTH,
+                                             timeout=10))
+    assert late.code() == grpc.StatusCode.FAILED_PRECONDITION

@@ -1,6 +1,7 @@
-"""A checkpointed task killed mid-run resumes from its cursor, through the
-real dispatcher (in process) and the real history service (its own process)
-on real shard databases; only the gateway's ControlService is a fake."""
+"""A checkpointed task killed mid-run resumes from its cursor, and a workflow
+suspends at its sleep and resumes from its step log, through the real
+dispatcher (in process) and the real history service (its own process) on
+real shard databases; only the gateway's ControlService is a fake."""
 
 from __future__ import annotations
 
@@ -29,6 +30,7 @@ from ratchet.services.hostagent.server import HostAgent
 from tests.integration.hostagent.conftest import agent_config
 from tests.integration.hostagent.fakes import SAMPLE_APP, TOKEN, serve_fakes
 from tests.integration.hostagent.test_agent_stops_tasks import sandbox_of, until
+from tests.integration.hostagent.test_agent_workflow_steps import WORKFLOW_APP
 
 pytestmark = pytest.mark.timeout(90)
 HISTORY_MAIN = pathlib.Path(__file__).resolve().parents[3] / "services" / "history" / "__main__.py"
@@ -59,7 +61,7 @@ async def mesh(pg_cluster, fresh_db, work_dir, tmp_path):
         proc = subprocess.Popen([sys.executable, "-m", "ratchet.services.history", "--config", str(config)],
                                 stdout=log, stderr=subprocess.STDOUT)
     server, port, _dispatcher, control = await serve_fakes()
-    control.deploy("app-1", {"app.py": SAMPLE_APP})
+    control.deploy("app-1", {"app.py": SAMPLE_APP + WORKFLOW_APP})
     dispatcher = agent = channel = None
     try:
         await until(lambda: _serving(hport, proc), timeout=30, what="history SERVING")
@@ -137,3 +139,26 @@ async def _at_least(value, n: int) -> bool:
 async def _terminal(task_coro):
     t = await task_coro
     return t if t.state in (tasks_pb2.TASK_STATE_SUCCEEDED, tasks_pb2.TASK_STATE_FAILED) else None
+
+
+async def test_a_workflow_suspends_at_its_sleep_and_its_next_activation_answers_from_the_log(mesh):
+    history, _agent = mesh
+    new = _new_task("nap_briefly", 1.0)
+    await history.CreateTasks(history_pb2.CreateTasksRequest(shard_id=SHARD, tasks=[new]), timeout=10)
+
+    async def task() -> tasks_pb2.Task:
+        reply = await history.GetTask(history_pb2.GetTaskRequest(shard_id=SHARD, task_id=new.task_id,
+                                                                 tenant_id="tenant-1"), timeout=10)
+        return reply.task
+
+    final = await until(lambda: _terminal(task()), timeout=30, what="the workflow finished")
+    assert final.state == tasks_pb2.TASK_STATE_SUCCEEDED, final
+    first, second = final.attempts
+    # The first activation suspended at the sleep (no attempt used up); the wake timer woke it.
+    assert first.outcome == tasks_pb2.ATTEMPT_OUTCOME_SUSPENDED
+    assert second.outcome == tasks_pb2.ATTEMPT_OUTCOME_SUCCEEDED
+    result = json_format.MessageToDict(final.result)
+    assert result["at"] - result["stepped_at"] >= 0.9  # the stamp came from the log, not a second run
+    steps = await history.GetWorkflowSteps(history_pb2.GetWorkflowStepsRequest(
+        shard_id=SHARD, workflow_id=new.task_id, tenant_id="tenant-1"), timeout=10)
+    assert [(s.name, s.attempt) for s in steps.steps] == [("stamp", 1), ("nap", 1)]

@@ -25,6 +25,8 @@ from tests.integration.hostagent.fakes import FakeControl, FakeDispatcher, _auth
 pytestmark = pytest.mark.timeout(60)
 
 WORKFLOW_APP = '''
+import time
+
 from ratchet import workflow
 
 
@@ -37,6 +39,14 @@ def nap(ctx, payload):
     n = ctx.step("double", double, payload)
     ctx.sleep("nap", seconds=60)
     return {"n": n}
+
+
+@workflow
+def nap_briefly(ctx, payload):
+    """Stamps the time in a step, sleeps payload seconds: a step answered from the log keeps its stamp."""
+    stepped_at = ctx.step("stamp", time.time)
+    ctx.sleep("nap", seconds=payload)
+    return {"stepped_at": stepped_at, "at": time.time()}
 '''
 
 
