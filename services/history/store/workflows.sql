@@ -124,9 +124,10 @@ RETURNING convert_to(i.data::text, 'UTF8') AS data
 -- attempt; both counters only grow), the lease's columns cleared, the
 -- attempt logged with its end (outcome SUSPENDED, the lease read off the
 -- row as task_transition_apply does), and a `wake` timer under the run's
--- lease epoch at now + $4 when given. Returns, per run, whether the awaited
--- step is still RUNNING (awaiting): when it is not, an event completed it
--- first and the caller wakes the run at once (workflow_wake_batch).
+-- lease epoch at now + $4 when given (else at the awaited step's wake_at).
+-- Returns, per run, whether the awaited step is still RUNNING (awaiting):
+-- when it is not, an event completed it first and the caller wakes the run
+-- at once (workflow_wake_batch).
 WITH now AS (SELECT clock_timestamp() AS t),
 i AS (
     SELECT * FROM unnest($1::uuid[], $2::bigint[], $3::int[], $4::float8[], $5::bytea[], $6::text[])
@@ -161,10 +162,18 @@ tr AS (
       FROM upd JOIN i ON i.task_id = upd.task_id CROSS JOIN now
 ),
 wake AS (
+    -- Without $4 the awaited step's own wake_at (a sleep's end, a wait's timeout) is the
+    -- wake-up, so a suspension that leaves wake_after out still wakes; a wait without a
+    -- timeout has none: only its event wakes the run.
     INSERT INTO timer_queue (task_id, kind, fire_at, lease_epoch)
-    SELECT upd.task_id, 'wake', now.t + make_interval(secs => i.wake_after_s), upd.lease_epoch
+    SELECT upd.task_id, 'wake', w.fire_at, upd.lease_epoch
       FROM upd JOIN i ON i.task_id = upd.task_id CROSS JOIN now
-     WHERE i.wake_after_s IS NOT NULL
+     CROSS JOIN LATERAL (
+           SELECT COALESCE(now.t + make_interval(secs => i.wake_after_s),
+                           (SELECT s.wake_at FROM workflow_steps s
+                             WHERE s.workflow_id = i.task_id AND s.position = i.position AND s.state = 'RUNNING'))
+               AS fire_at) w
+     WHERE w.fire_at IS NOT NULL
     ON CONFLICT (task_id, kind) DO UPDATE SET fire_at = EXCLUDED.fire_at, lease_epoch = EXCLUDED.lease_epoch
 )
 SELECT upd.task_id, upd.state, upd.version,

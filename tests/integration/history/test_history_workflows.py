@@ -5,6 +5,7 @@ pages (GetWorkflowSteps). A run is a task whose type history does not look at.""
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 import grpc
@@ -455,3 +456,64 @@ async def test_the_step_log_of_an_unknown_or_foreign_run_is_not_found(hist):
         assert code == grpc.StatusCode.INVALID_ARGUMENT and "page_size" in details
     code, _ = await _code_of(_page(hist, leased.task_id, tenant, -1))
     assert code == grpc.StatusCode.INVALID_ARGUMENT
+
+
+# -- ready work ----------------------------------------------------------------------------
+
+async def _announced(w) -> bool:
+    """Whether shard 1 was announced since the last look (a short wait for the event)."""
+    try:
+        return 1 in await asyncio.wait_for(w.next(), 0.3)
+    except TimeoutError:
+        return False
+
+
+async def test_every_way_a_run_wakes_announces_ready_work(make_hist):
+    hist = await make_hist(timer_loop=False)
+    w = hist.server.hub.watch([1], wanted=True)
+    try:
+        tenant, app, leased = await _run(hist)
+        await _announced(w)  # (the create's)
+        await _step(hist, leased, "BEGIN", 0, "e", "WAIT")
+        await _suspend(hist, leased, 0)
+        assert not await _announced(w)  # WAITING: nothing ready
+        assert await _deliver(hist, tenant, "e", {}, leased.task_id) == 1
+        assert await _announced(w)  # the inbox event woke it
+        second = await hist.lease_one(app, lease_s=LEASE_S)
+        await _step(hist, second, "BEGIN", 1, "b", "WAIT")
+        await _suspend(hist, second, 1)
+        assert await _deliver(hist, tenant, "b", {}) == 1 and await _announced(w)  # the broadcast woke it
+        third = await hist.lease_one(app, lease_s=LEASE_S)
+        await _step(hist, third, "BEGIN", 2, "c", "WAIT")
+        await _deliver(hist, tenant, "c", {})
+        assert not await _announced(w)  # LEASED: completed, not woken
+        assert (await _suspend(hist, third, 2)).state == tasks_pb2.TASK_STATE_ENQUEUED and await _announced(w)
+        fourth = await hist.lease_one(app, lease_s=LEASE_S)
+        await _step(hist, fourth, "BEGIN", 3, "nap", "SLEEP", duration=duration(0.05))
+        await _suspend(hist, fourth, 3, 0.05)
+        await asyncio.sleep(0.1)
+        assert (await hist.fire()).ready and await _announced(w)  # the wake timer woke it
+        assert await hist.state(leased.task_id, tenant) == "ENQUEUED"
+    finally:
+        hist.server.hub.unwatch(w)
+
+
+async def test_concurrent_begins_of_one_position_claim_it_once(hist):
+    _, _, leased = await _run(hist)
+    answers = await asyncio.gather(*(_step(hist, leased, "BEGIN", 0, "once") for _ in range(6)))
+    assert {(a.status, a.attempt) for a in answers} == {(wpb.STEP_STATUS_RUN, 1)}
+    assert len(await _steps(hist, leased.task_id)) == 1
+
+
+async def test_an_event_racing_the_suspension_never_leaves_the_run_waiting(hist):
+    tenant = unique("t")
+    runs = []
+    for i in range(8):
+        _, _, leased = await _run(hist, tenant)
+        await _step(hist, leased, "BEGIN", 0, f"race{i}", "WAIT")
+        runs.append(leased)
+    for i, leased in enumerate(runs):  # the event (inbox or broadcast) and the suspension at once
+        event = _deliver(hist, tenant, f"race{i}", {}, leased.task_id if i % 2 else "")
+        delivered, _ = await asyncio.gather(event, _suspend(hist, leased, 0))
+        assert delivered == 1
+        assert await hist.state(leased.task_id, tenant) == "ENQUEUED", i
