@@ -67,7 +67,6 @@ class DispatchServicer(wgrpc.DispatchServiceServicer):
             self._breakers.observe(request.completions)
         return wpb.CompleteResponse(results=results)
 
-
     @rpc
     async def Step(self, request: wpb.StepRequest, context) -> wpb.StepResponse:
         """One workflow step operation, forwarded to the shard its lease names. History's
