@@ -535,14 +535,14 @@ class Tx:
         """Claim a STEP row again for lease_epoch (attempt + 1); the new attempt, or None."""
         return await self._run("workflow_step_reclaim", task_id, position, lease_epoch, fetch="val")
 
-    async def workflow_step_commit(self, task_id: str, position: int, lease_epoch: int, state: str,
+    async def workflow_step_commit(self, task_id: str, position: int, name: str, lease_epoch: int, state: str,
                                    result: bytes | None, error: ErrorInfo | None, fatal: bool) -> int | None:
         """Store a claimed STEP's outcome (compare-and-set on RUNNING under lease_epoch); its attempt,
         or None when the claim is not this lease's."""
         e = error
         return await self._run("workflow_step_commit", task_id, position, lease_epoch, state, result,
                                e.error_class if e else None, e.message if e else None, e.stack if e else None,
-                               fatal, fetch="val")
+                               fatal, name, fetch="val")
 
     async def workflow_step_close(self, task_id: str, position: int, state: str, result: bytes | None = None,
                                   error: ErrorInfo | None = None) -> bool:

@@ -62,14 +62,15 @@ UPDATE workflow_steps s
 RETURNING s.attempt
 
 -- name: workflow_step_commit
--- COMMIT of a claimed STEP: a compare-and-set on (position, RUNNING, lease
--- epoch $3) to COMPLETED with result $5, or FAILED with the error ($6..$8,
--- $9 fatal). Returns the attempt; nothing when the claim is not this lease's.
+-- COMMIT of a claimed STEP named $10: a compare-and-set on (position,
+-- RUNNING, lease epoch $3) to COMPLETED with result $5, or FAILED with the
+-- error ($6..$8, $9 fatal). Returns the attempt; nothing when the claim is
+-- not this lease's (or the row is another step).
 UPDATE workflow_steps s
    SET state = $4::text, result = $5::bytea, error_class = $6::text, error_message = $7::text,
        error_stack = $8::text, fatal = $9::bool, finished_at = clock_timestamp()
  WHERE s.workflow_id = $1::uuid AND s.position = $2::int AND s.kind = 'STEP' AND s.state = 'RUNNING'
-   AND s.lease_epoch = $3::bigint
+   AND s.lease_epoch = $3::bigint AND s.name = $10::text
 RETURNING s.attempt
 
 -- name: workflow_step_close

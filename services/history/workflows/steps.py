@@ -171,8 +171,8 @@ async def _wait_on(tx: Tx, op: StepOp, row: StepRow, tenant: str, *, opened: boo
 async def _commit(tx: Tx, op: StepOp) -> StepAnswer:
     """Store a claimed step's outcome; a resent commit answers what the first stored."""
     state = "FAILED" if op.error is not None else "COMPLETED"
-    attempt = await tx.workflow_step_commit(op.task_id, op.position, op.lease_epoch, state, op.result, op.error,
-                                            op.fatal)
+    attempt = await tx.workflow_step_commit(op.task_id, op.position, op.name, op.lease_epoch, state, op.result,
+                                            op.error, op.fatal)
     if attempt is not None:
         return StepAnswer("DONE", attempt=attempt, result=op.result, error=op.error)
     row = await tx.workflow_step_lock(op.task_id, op.position)

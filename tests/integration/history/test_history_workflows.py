@@ -152,6 +152,8 @@ async def test_another_step_at_a_logged_position_is_a_mismatch_that_writes_nothi
     assert (r.status, r.logged_name, r.logged_kind) == (wpb.STEP_STATUS_MISMATCH, "charge", wpb.STEP_KIND_STEP)
     r = await _step(hist, leased, "BEGIN", 0, "charge", "SLEEP", duration=duration(1))
     assert (r.status, r.logged_kind) == (wpb.STEP_STATUS_MISMATCH, wpb.STEP_KIND_STEP)
+    code, _ = await _code_of(_step(hist, leased, "COMMIT", 0, "refund", result_json=b"1"))  # not its claim
+    assert code == grpc.StatusCode.FAILED_PRECONDITION
     assert await _workflow_rows(hist, leased.task_id) == before
 
 
