@@ -105,7 +105,7 @@ class WorkflowHandlers:
 
     async def ListWorkflows(self, req: workflows_pb2.ListWorkflowsRequest,
                             call: Call) -> workflows_pb2.ListWorkflowsResponse:
-        return await self.workflows.list(await self.auth.app(call.metadata), req, call.timeout)
+        return await self.workflows.list_runs(await self.auth.app(call.metadata), req, call.timeout)
 
     async def CancelWorkflow(self, req: workflows_pb2.CancelWorkflowRequest,
                              call: Call) -> workflows_pb2.CancelWorkflowResponse:

@@ -225,7 +225,8 @@ class WorkflowApi:
                 f"send it again to reach the rest", shard_id=",".join(map(str, down)))
         return wpb.SendEventResponse(delivered=woke)
 
-    async def list(self, p: Principal, req: wpb.ListWorkflowsRequest, timeout: float) -> wpb.ListWorkflowsResponse:
+    async def list_runs(self, p: Principal, req: wpb.ListWorkflowsRequest,
+                        timeout: float) -> wpb.ListWorkflowsResponse:
         """One page of the app's runs newest first, merged over every (shard, workflow type)."""
         types = self._list_types(await self.deployments.handlers_for(p.app_id), req.workflow_type)
         f = _state_filter(req.state)
@@ -274,7 +275,7 @@ class WorkflowApi:
                 for kind, page in zip(by_shard[s], pages, strict=True)}
 
 
-def _state_filter(state: int) -> tasks_pb2.TaskFilter:
+def _state_filter(state: tasks_pb2.TaskState) -> tasks_pb2.TaskFilter:
     """ListWorkflows' state as a checked filter (unset: every state)."""
     f = tasks_pb2.TaskFilter()
     if state:
