@@ -66,9 +66,9 @@ def register(handler: apps_pb2.Handler) -> Registered:
 
 
 def _check_kind(h: apps_pb2.Handler, where: str) -> None:
-    """A known kind (unset: a task, as every deployment before workflows); `resume` only on a
-    workflow, and only LATEST for now: PINNED runs would need the bundle they started on kept
-    and leased to them, which this release does not do, so it is refused rather than ignored."""
+    """A known kind (unset: a task, as every deployment before workflows), and `resume` only on
+    a workflow. PINNED is stored as given: until pinned resume exists a resumed run executes the
+    active deployment, as LATEST does (docs/workflows.md, "Not yet")."""
     if h.kind not in apps_pb2.HandlerKind.values():
         raise InvalidArgument(f"{where}.kind must be HANDLER_KIND_TASK or HANDLER_KIND_WORKFLOW, got {h.kind}")
     if h.resume not in apps_pb2.WorkflowResume.values():
@@ -77,9 +77,6 @@ def _check_kind(h: apps_pb2.Handler, where: str) -> None:
     if h.kind != apps_pb2.HANDLER_KIND_WORKFLOW and h.resume != apps_pb2.WORKFLOW_RESUME_UNSPECIFIED:
         raise InvalidArgument(f"{where}.resume is set on {h.name!r}, a task handler: only a workflow resumes; "
                               f"drop resume or declare it with @workflow")
-    if h.resume == apps_pb2.WORKFLOW_RESUME_PINNED:
-        raise InvalidArgument(f"{where}: workflow {h.name!r} asks for resume='pinned', which this platform does "
-                              f"not support yet; use resume='latest' (and ctx.version() to branch)")
 
 
 def check_handlers(handlers, module: str) -> None:

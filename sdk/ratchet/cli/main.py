@@ -12,11 +12,11 @@
     ratchet schedules create CRON TYPE [--payload JSON] [--timezone TZ] [--overlap skip] [--catchup-window 10m]
     ratchet schedules get|list|pause|resume|delete|trigger [ID]
     ratchet breakers list | reset TYPE
-    ratchet workflows start TYPE [--input JSON] [--key K] [--delay 30s] [--queue Q]
+    ratchet workflows start TYPE [INPUT_JSON] [--key K] [--delay 30s] [--queue Q]
     ratchet workflows get ID [--page-size N] [--page-token T | --all-steps]
     ratchet workflows cancel ID
     ratchet workflows list [--state WAITING] [--type T] [--page-size N] [--page-token T | --all]
-    ratchet events send NAME [--data JSON] [--workflow ID]
+    ratchet events send NAME [DATA_JSON] [--workflow ID]
 
 Commands find the platform from --state-dir, else RATCHET_ENDPOINT and
 RATCHET_API_KEY (RATCHET_ADMIN_KEY for tenants), else ./.ratchet.

@@ -20,6 +20,7 @@ def add_commands(sub: Any) -> None:
         dest="workflows_command", required=True, metavar="start|get|cancel|list")
     start = wf.add_parser("start", help="start a run of a @workflow handler; prints its id")
     start.add_argument("workflow_type", metavar="TYPE")
+    start.add_argument("input_json", metavar="INPUT", nargs="?", help="JSON input of the run (or --input)")
     start.add_argument("--input", help="JSON input of the run")
     start.add_argument("--key", help="idempotency key: the same start again returns the same run "
                                      "(default: a fresh one)")
@@ -51,7 +52,9 @@ def add_commands(sub: Any) -> None:
         dest="events_command", required=True, metavar="send")
     send = ev.add_parser("send", help="wake the runs waiting for this event (or deliver it to one run)")
     send.add_argument("name", metavar="NAME")
-    send.add_argument("--data", help="JSON object: the event's data, matched against each wait's fields")
+    send.add_argument("data_json", metavar="DATA", nargs="?", help="JSON object: the event's data, matched "
+                                                                   "against each wait's fields (or --data)")
+    send.add_argument("--data", help="JSON object: the event's data")
     send.add_argument("--workflow", metavar="ID", help="deliver to this run's inbox (kept until a wait takes it)")
     state_dir_arg(send)
     send.set_defaults(func=events_send)
@@ -63,8 +66,15 @@ def _client(target: Target) -> Any:
     return Client(target.grpc, target.need_api_key())
 
 
+def _one(positional: str | None, flag_value: str | None, flag: str) -> str | None:
+    """A JSON value given as the positional argument or as its flag, not both."""
+    if positional is not None and flag_value is not None:
+        raise CLIError(f"give the JSON as an argument or as {flag}, not both")
+    return positional if positional is not None else flag_value
+
+
 def _json(text: str | None, flag: str, example: str) -> Any:
-    """A JSON flag's value, or CLIError saying how to quote it."""
+    """A JSON argument's value, or CLIError saying how to quote it."""
     if text is None:
         return None
     try:
@@ -79,7 +89,7 @@ def _page_size(value: int | None) -> None:
 
 
 def workflows_start(target: Target, args: argparse.Namespace) -> int:
-    data = _json(args.input, "--input", '{"user": "ada"}')
+    data = _json(_one(args.input_json, args.input, "--input"), "--input", '{"user": "ada"}')
     with _client(target) as client:
         emit({"workflow_id": client.start_workflow(args.workflow_type, data, idempotency_key=args.key,
                                                    delay=args.delay, queue=args.queue)})
@@ -124,7 +134,7 @@ def workflows_list(target: Target, args: argparse.Namespace) -> int:
 
 
 def events_send(target: Target, args: argparse.Namespace) -> int:
-    data = _json(args.data, "--data", '{"user": "ada"}')
+    data = _json(_one(args.data_json, args.data, "--data"), "--data", '{"user": "ada"}')
     if data is not None and not isinstance(data, dict):
         raise CLIError(f"--data must be a JSON object (the fields a wait matches on), got {type(data).__name__}")
     with _client(target) as client:

@@ -40,7 +40,7 @@ class App:
 HANDLERS = [apps_pb2.Handler(name="send"), apps_pb2.Handler(name="legacy", kind=TASK),
             apps_pb2.Handler(name="onboard", kind=WORKFLOW, resume=LATEST,
                              retry=tasks_pb2.RetryPolicy(max_attempts=7)),
-            apps_pb2.Handler(name="approve", kind=WORKFLOW)]
+            apps_pb2.Handler(name="approve", kind=WORKFLOW, resume=apps_pb2.WORKFLOW_RESUME_PINNED)]
 
 
 @pytest_asyncio.fixture(scope="module")
@@ -341,7 +341,8 @@ async def test_handler_kinds_are_stored_with_the_deployment_and_returned(env):
     t = await env.new_tenant("wf-kinds")
     dep = (await env.deploy(t.api_key, handlers=HANDLERS, files={"app.py": b"# kinds\n"})).deployment
     kinds = {h.name: (h.kind, h.resume) for h in dep.handlers}
-    assert kinds == {"send": (0, 0), "legacy": (TASK, 0), "onboard": (WORKFLOW, LATEST), "approve": (WORKFLOW, 0)}
+    assert kinds == {"send": (0, 0), "legacy": (TASK, 0), "onboard": (WORKFLOW, LATEST),
+                     "approve": (WORKFLOW, apps_pb2.WORKFLOW_RESUME_PINNED)}  # (pinned: stored, runs as latest)
     stub = control_pb2_grpc.ControlServiceStub(env.channel)
     active = await stub.GetActiveDeployment(control_pb2.GetActiveDeploymentRequest(app_id=t.app_id),
                                             metadata=(("authorization", f"Bearer {HOST_TOKEN}"),), timeout=5)
@@ -350,8 +351,6 @@ async def test_handler_kinds_are_stored_with_the_deployment_and_returned(env):
 
 @pytest.mark.parametrize("handler, needle", [
     (apps_pb2.Handler(name="t", resume=LATEST), "handlers[0].resume is set on 't', a task handler"),
-    (apps_pb2.Handler(name="w", kind=WORKFLOW, resume=apps_pb2.WORKFLOW_RESUME_PINNED),
-     "asks for resume='pinned', which this platform does not support yet"),
     (apps_pb2.Handler(name="w", kind=7), "handlers[0].kind must be HANDLER_KIND_TASK or HANDLER_KIND_WORKFLOW"),
     (apps_pb2.Handler(name="w", kind=WORKFLOW, resume=9), "handlers[0].resume must be WORKFLOW_RESUME_LATEST"),
 ])
