@@ -128,6 +128,9 @@ def _spec(handler: Callable) -> TaskSpec:
     if spec is None:  # a plain function: run it with the platform defaults, leaving it undecorated
         spec = TaskSpec(getattr(handler, "__name__", "handler"), handler, RetryPolicy(),
                         parse_duration(DEFAULT_TIMEOUT), None, None)
+    elif spec.kind == "workflow":
+        raise TypeError(f"{spec.name!r} is a workflow: run it with testing.WorkflowEnv().start({spec.name}, input) "
+                        f"and env.run_until_blocked()")
     return spec
 
 

@@ -242,10 +242,10 @@ class WorkflowContext(TaskContext):
         logged_name, logged_kind = reply.get("logged_name"), reply.get("logged_kind")
         logged = f"{_CALL.get(str(logged_kind).lower(), str(logged_kind))}({logged_name!r})"
         return WorkflowVersionError(
-            f"the code of workflow {self.task_type!r} no longer matches run {self.task_id}: its checkpoint call "
-            f"number {position} is {_CALL[kind]}({name!r}) but the run's log has {logged} there (a step was added, "
-            f"removed, renamed or reordered under a live run); put the change behind ctx.version() so runs that "
-            f"passed this point keep their path", position=position, name=name, logged_name=logged_name,
+            f"the code of workflow {self.task_type!r} no longer matches run {self.task_id}: its checkpoint call at "
+            f"log position {position} is {_CALL[kind]}({name!r}) but the run's log has {logged} there (a step was "
+            f"added, removed, renamed or reordered under a live run); put the change behind ctx.version() so runs "
+            f"that passed this point keep their path", position=position, name=name, logged_name=logged_name,
             logged_kind=logged_kind)
 
     def _poison(self, error: WorkflowVersionError) -> NoReturn:

@@ -138,11 +138,11 @@ class StepLog:
         if row is None or row.kind != "step" or row.name != request["name"] or row.epoch != epoch:
             return reply(ch.LOST, message=f"no claim of step {request['name']!r} at position {position} under "
                                           f"lease {epoch}")
-        if row.status == RUNNING:
-            error = request.get("error")
-            row.status = FAILED if error else COMPLETED
-            row.result_json, row.error, row.fatal = (None if error else request.get("result")), error, bool(
-                error and request.get("fatal"))
+        error = request.get("error")
+        if row.status == RUNNING and error:
+            row.status, row.error, row.fatal = FAILED, error, bool(request.get("fatal"))
+        elif row.status == RUNNING:
+            row.status, row.result_json = COMPLETED, request.get("result")
         return reply(ch.DONE, attempt=row.attempt)  # (a resend of the same commit answers DONE too)
 
     def _sleep(self, row: StepRecord | None, request: dict, epoch: int, now: float) -> dict:

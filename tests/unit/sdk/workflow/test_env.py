@@ -306,3 +306,32 @@ def test_start_refuses_a_plain_task():
     with pytest.raises(TypeError, match="@workflow"):
         testing.WorkflowEnv().start(t)
     assert issubclass(StepFailed, FatalError)
+
+
+def test_a_recorded_branch_the_code_no_longer_knows_is_a_versioning_error():
+    @workflow(name="p")
+    def p_v2(ctx, input):
+        ctx.version("fast-path", latest=2)
+        ctx.sleep("s", seconds=5)
+
+    @workflow(name="p")
+    def p_v1(ctx, input):  # rolled back: knows branches up to 1
+        return ctx.version("fast-path", latest=1)
+
+    env = testing.WorkflowEnv()
+    run = env.start(p_v2)
+    env.run_until_blocked()
+    assert run.step("fast-path").result == 2
+    env.deploy(p_v1)
+    env.advance(5)
+    assert run.state == "FAILED" and run.error["error_class"] == "WorkflowVersionError"
+    assert "branch 2" in run.error["message"]
+
+
+def test_testing_run_points_a_workflow_to_the_env():
+    @workflow
+    def w(ctx, input):
+        return None
+
+    with pytest.raises(TypeError, match="WorkflowEnv"):
+        testing.run(w, {})
