@@ -359,3 +359,14 @@ async def test_bad_kinds_are_refused_at_deploy(env, handler, needle):
     with pytest.raises(grpc.aio.AioRpcError) as e:
         await env.deploy(t.api_key, handlers=[handler])
     assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT and needle in e.value.details()
+
+
+async def test_a_schedule_of_a_workflow_is_refused_for_now(env, app):
+    """Schedules enqueue tasks (EnqueueScheduled): a workflow's name in a template is refused at
+    create, naming the field, and reaches neither cron nor history."""
+    before = (len(env.history.calls), len(env.cron.calls))
+    r = await env.http.post("/v1/schedules", json={"cron": "*/5 * * * *", "task_template": {"task_type": "onboard"}},
+                            headers=_auth(app))
+    assert r.status_code == 400, r.text
+    assert "task_template.task_type 'onboard' is a workflow" in r.json()["error"]["message"]
+    assert (len(env.history.calls), len(env.cron.calls)) == before
