@@ -4,7 +4,7 @@ its payload so one deployment serves every scenario."""
 import os
 import time
 
-from ratchet import FatalError, RetryableError, RetryPolicy, task
+from ratchet import FatalError, RetryableError, RetryPolicy, task, workflow
 
 FAST_RETRY = RetryPolicy(max_attempts=3, base="100ms", cap="200ms")
 
@@ -52,3 +52,71 @@ def sleepy(ctx, payload):
             return {"attempt": ctx.attempt, "cancelled": True}
         time.sleep(0.02)
     return {"attempt": ctx.attempt, "slept": payload.get("seconds", 1.0)}
+
+
+# ---- workflows (tests/e2e/test_workflows.py) --------------------------------------------------
+# Each step's side effect appends a line to a file under payload["dir"], so a test can count
+# how often a step really ran (the step log says what was committed).
+
+# test_workflows rewrites this line in a copy of the app to deploy "the next release".
+WORKFLOW_RELEASE = 1
+
+
+def _effect(folder: str, name: str) -> int:
+    """Append one line to folder/name; the number of lines it now holds."""
+    path = os.path.join(folder, name)
+    with open(path, "a") as f:
+        f.write("x\n")
+    with open(path) as f:
+        return len(f.readlines())
+
+
+@workflow(retries=FAST_RETRY)
+def onboard(ctx, payload):
+    """A step, a sleep, a wait for an event, a version branch: the issue's example."""
+    folder = payload["dir"]
+    account = ctx.step("create_account", lambda: {"id": payload["user"], "runs": _effect(folder, "create")})
+    ctx.sleep("cool_off", seconds=payload.get("sleep_s", 0.5))
+    try:
+        approval = ctx.wait_for_event("approved", match={"user": payload["user"]},
+                                      timeout=payload.get("timeout", "30s"))
+    except TimeoutError:
+        approval = None
+    if ctx.version("activation-v2") >= 1:
+        activated = ctx.step("activate_v2", lambda: "v2")
+    else:
+        activated = ctx.step("activate", lambda: "v1")
+    return {"account": account, "approval": approval, "activated": activated}
+
+
+@workflow(retries=FAST_RETRY)
+def crash_after_effect(ctx, payload):
+    """The first try of `charge` dies after its side effect and before its checkpoint."""
+    folder = payload["dir"]
+    first = ctx.step("first", lambda: _effect(folder, "first"))
+
+    def charge():
+        runs = _effect(folder, "charge")
+        if ctx.step_attempt == 1:
+            os._exit(17)  # the sandbox dies: the effect happened, the commit did not
+        return {"runs": runs, "step_attempt": ctx.step_attempt}
+
+    return {"first": first, "charge": ctx.step("charge", charge)}
+
+
+@workflow(retries=FAST_RETRY)
+def release_steps(ctx, payload):
+    """Release 1 logs a, b; release 2 drops the completed step b (a deploy under a live run)."""
+    folder = payload["dir"]
+    ctx.step("a", lambda: _effect(folder, "a"))
+    if WORKFLOW_RELEASE == 1:
+        ctx.step("b", lambda: _effect(folder, "b"))
+    ctx.sleep("pause", seconds=payload.get("sleep_s", 3))
+    ctx.step("c", lambda: _effect(folder, "c"))
+    return "done"
+
+
+@workflow(retries=FAST_RETRY)
+def many_steps(ctx, payload):
+    """payload["n"] memoized no-op steps."""
+    return sum(ctx.step(f"s{i}", lambda i=i: i) for i in range(payload["n"]))
