@@ -38,7 +38,7 @@ broadcasts, timeouts, versioning errors), so a day's sleep takes milliseconds:
         run = env.start(onboard, {...}); env.run_until_blocked()
         assert run.step("create_account").attempt == 2     # ctx.step_attempt was 2
 
-    def test_old_runs_survive_the_new_code():
+    def test_new_code_that_drops_a_step_fails_live_runs():
         env = testing.WorkflowEnv(); run = env.start(onboard_v1, {...}); env.run_until_blocked()
         env.deploy(onboard_v2)                     # same workflow name, new code
         env.advance("1d")

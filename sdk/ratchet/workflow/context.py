@@ -11,6 +11,7 @@ live run, the first call that meets another entry raises WorkflowVersionError.
 
 from __future__ import annotations
 
+import inspect
 import json
 import math
 import threading
@@ -306,6 +307,10 @@ class WorkflowContext(TaskContext):
     def _encode(name: str, value: Any) -> str:
         from ratchet.sandbox.execute import encode_result
 
+        if inspect.iscoroutine(value):  # an async def passed as fn: it never ran
+            value.close()
+            raise ResultNotSerializable(f"step {name!r} returned a coroutine: its async function never ran; "
+                                        f"pass a plain function, e.g. `lambda: asyncio.run(fetch(url))`")
         try:
             return encode_result(value)
         except (ResultNotSerializable, ResultTooLarge) as e:

@@ -335,3 +335,18 @@ def test_testing_run_points_a_workflow_to_the_env():
 
     with pytest.raises(TypeError, match="WorkflowEnv"):
         testing.run(w, {})
+
+
+def test_an_async_step_function_is_refused_with_what_to_write():
+    async def fetch():
+        return 1
+
+    @workflow
+    def w(ctx, input):
+        return ctx.step("fetch", fetch)
+
+    env = testing.WorkflowEnv()
+    run = env.start(w)
+    env.run_until_blocked()
+    assert run.state == "FAILED" and run.attempt == 1 and run.step("fetch").fatal
+    assert "asyncio.run" in run.error["message"]
