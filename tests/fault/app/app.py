@@ -13,15 +13,38 @@ payload: {op, ledger, mode, sleep?, succeed_on?}
        hang   -> ignores cancellation and sleeps `sleep` s (for start_to_close)
 The result carries the lease epoch it ran under, so the checker can tell
 which lease's completion was accepted.
+
+One workflow, `flow` (its checkpoint calls by position are LAYOUTS["flow"], which
+the harness hands the checker): a version marker, a step, a short durable sleep,
+a step the payload scripts, a wait for the event "go" whose data holds the run's
+op (fed by the harness, or timed out: the workflow goes on either way), a last
+step. Each step's side effect appends `step` (with ctx.step_attempt) and
+`step_end` lines, and returns who ran it (lease epoch, step attempt); the
+workflow appends `step_done` once ctx.step gave it the step's outcome, which the
+platform answers only for a committed step (tests/fault/checker/wfmodel.py).
+
+payload (flow): {op, ledger, mode, nap?, wait_s?, step_s?}
+  mode ok     -> every step returns after `step_s` s (default 0.05)
+       slow   -> `reserve` takes 1 s (a fault lands inside it more often)
+       flaky  -> `reserve` raises RetryableError on its first try: the activation fails and
+                 the next one runs it again (step attempt 2)
+       fatal  -> `reserve` raises FatalError, which the workflow catches and goes on
+       crash  -> the sandbox dies inside `reserve` on its first try
 """
 
 import json
 import os
 import time
 
-from ratchet import FatalError, RetryableError, RetryPolicy, task
+from ratchet import FatalError, RetryableError, RetryPolicy, WorkflowVersionError, task, workflow
 
 FAST = RetryPolicy(max_attempts=5, base="100ms", cap="400ms")
+# Activations that fail for a fault (a crash, an unreachable platform) use attempts; suspensions do not.
+WF_RETRIES = RetryPolicy(max_attempts=8, base="100ms", cap="400ms")
+LAYOUTS = {"flow": [["v", "VERSION"], ["charge", "STEP"], ["nap", "SLEEP"], ["reserve", "STEP"], ["go", "WAIT"],
+                    ["ship", "STEP"]]}
+# What of a run's payload its wait's match holds (the checker rebuilds the match from it).
+EVENT_MATCH = {"go": ["op"]}
 
 
 def _ledger(payload, ctx, phase, **extra):
@@ -70,3 +93,54 @@ def _run(ctx, payload):
         time.sleep(0.02)
     _ledger(payload, ctx, "end", outcome="ok")
     return {"op": payload.get("op"), "lease_epoch": ctx.lease_epoch, "attempt": ctx.attempt, "pid": os.getpid()}
+
+
+@workflow(retries=WF_RETRIES, timeout="30s")
+def flow(ctx, payload):
+    """Steps around a durable sleep and a wait for the harness's event (LAYOUTS["flow"])."""
+    out = {"op": payload.get("op"), "steps": {}}
+    ctx.version("v", latest=1)
+    out["steps"]["1"] = _checkpoint(ctx, payload, 1, "charge")
+    ctx.sleep("nap", seconds=float(payload.get("nap", 0.3)))
+    out["steps"]["3"] = _checkpoint(ctx, payload, 3, "reserve")
+    try:
+        out["event"] = ctx.wait_for_event("go", match={"op": payload.get("op")},
+                                          timeout=float(payload.get("wait_s", 2.5)))
+    except TimeoutError:
+        out["event"] = None
+    out["steps"]["5"] = _checkpoint(ctx, payload, 5, "ship")
+    return out
+
+
+def _checkpoint(ctx, payload, position, name):
+    """ctx.step, then a `step_done` line: the platform answered the step's committed outcome."""
+    try:
+        value = ctx.step(name, _effect, ctx, payload, position, name)
+    except WorkflowVersionError:
+        raise  # the code no longer matches the log: the run must fail
+    except FatalError:  # (StepFailed on later activations)
+        _ledger(payload, ctx, "step_done", position=position, name=name, outcome="fatal")
+        return None
+    _ledger(payload, ctx, "step_done", position=position, name=name, outcome="ok",
+            result_epoch=value.get("lease_epoch"), result_attempt=value.get("step_attempt"))
+    return value
+
+
+def _effect(ctx, payload, position, name):
+    """A step's side effect: recorded, then scripted (only `reserve` follows the mode)."""
+    _ledger(payload, ctx, "step", position=position, name=name, step_attempt=ctx.step_attempt)
+    mode = payload.get("mode", "ok") if name == "reserve" else "ok"
+    first = ctx.step_attempt < 2
+    if mode == "crash" and first:
+        os._exit(3)
+    if mode == "flaky" and first:
+        _ledger(payload, ctx, "step_end", position=position, name=name, step_attempt=ctx.step_attempt,
+                outcome="raise")
+        raise RetryableError(f"step {name}: try {ctx.step_attempt} fails on purpose")
+    if mode == "fatal":
+        _ledger(payload, ctx, "step_end", position=position, name=name, step_attempt=ctx.step_attempt,
+                outcome="fatal")
+        raise FatalError(f"step {name} fails fatally on purpose")
+    time.sleep(1.0 if mode == "slow" else float(payload.get("step_s", 0.05)))
+    _ledger(payload, ctx, "step_end", position=position, name=name, step_attempt=ctx.step_attempt, outcome="ok")
+    return {"position": position, "name": name, "lease_epoch": ctx.lease_epoch, "step_attempt": ctx.step_attempt}

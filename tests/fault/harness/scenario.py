@@ -88,6 +88,18 @@ def deploy_app(platform: FaultPlatform, app_dir: pathlib.Path = APP_DIR, app: st
     return bundle.digest(data)
 
 
+def workflow_meta() -> dict:
+    """What the workflow invariants need of the app's code: each workflow's checkpoint calls by
+    position, and which payload fields a wait's match holds (tests/fault/app/app.py)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("fault_app", APP_DIR / "app.py")
+    assert spec is not None and spec.loader is not None
+    app = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(app)
+    return {"workflow_layouts": app.LAYOUTS, "workflow_event_match": app.EVENT_MATCH}
+
+
 def run_scenario(sc: Scenario, seed: int, root: str | os.PathLike) -> dict:
     """Run one scenario; returns the checker's verdict plus a `harness` section."""
     run_dir = pathlib.Path(root) / f"{sc.name}-{seed}"
@@ -106,7 +118,7 @@ def run_scenario(sc: Scenario, seed: int, root: str | os.PathLike) -> dict:
                              log_level="INFO")
     env = _Env(platform, rec)
     harness: dict = {"errors": [], "skipped_nemeses": {}}
-    extra = {"recorder_wall0": rec.wall0}
+    extra = {"recorder_wall0": rec.wall0, **workflow_meta()}
     schedules = None
     started = time.monotonic()
     try:

@@ -3,7 +3,11 @@ them, and record every operation as invoke / ok / fail / info.
 
 Mix: immediate, delayed, retried (flaky), failing, fatal, crashing, cancelled
 and idempotent (a keyed request sent again) enqueues, small batches (keyed, or
-plain: no keys, one type, no options), reads and cancels. Each logical request
+plain: no keys, one type, no options), reads and cancels; with
+`workflow_every`, workflow starts too (the app's `flow`: steps, a durable
+sleep, a wait for an event), each then sent its event "go" at a random moment
+(before, during or after its wait; some never, so the wait times out) and a
+few cancelled, all recorded like the rest. Each logical request
 has an op id carried in its payload, which is how the checker finds the task
 of an ambiguous enqueue. An error that proves
 nothing happened (invalid, not found, conflict) is `fail`; a timeout or an
@@ -14,6 +18,7 @@ retried later with the same key and request.
 from __future__ import annotations
 
 import dataclasses
+import heapq
 import random
 import threading
 import time
@@ -40,6 +45,16 @@ MIX: dict[str, tuple[int, dict, tuple[str, ...], dict]] = {
 }
 
 
+WORKFLOW_TYPE = "flow"
+# The workflow's script for its `reserve` step (tests/fault/app/app.py) -> weight; every run is expected
+# to succeed (a fatal step is caught by the workflow), or to be CANCELED when the client cancels it.
+WORKFLOW_MODES = {"ok": 50, "slow": 20, "flaky": 12, "fatal": 10, "crash": 4}
+EVENT_SHARE = 0.75  # runs sent their event (the others' waits time out)
+CANCEL_SHARE = 0.1  # runs cancelled by their client
+EVENT_AFTER_S = (0.0, 3.0)  # when the event is sent after the start: before, during or after the wait
+CANCEL_AFTER_S = (0.5, 2.5)
+
+
 @dataclasses.dataclass
 class WorkloadConfig:
     clients: int = 3
@@ -47,6 +62,8 @@ class WorkloadConfig:
     request_timeout_s: float = 5.0
     batch_every: int = 9  # about one op in this many is a small batch
     mix: dict = dataclasses.field(default_factory=lambda: dict(MIX))
+    workflow_every: int = 0  # about one op in this many starts a workflow run (0: none)
+    workflow_modes: dict = dataclasses.field(default_factory=lambda: dict(WORKFLOW_MODES))
 
 
 class ClientProcess:
@@ -59,7 +76,8 @@ class ClientProcess:
         self.acked: list[str] = []
         self.cancellable: list[str] = []
         self.keyed: list[dict] = []  # requests that may be sent again with the same key
-        self.retry_later: list[dict] = []  # ambiguous keyed enqueues
+        self.retry_later: list[dict] = []  # ambiguous keyed enqueues and workflow starts
+        self.due: list[tuple[float, int, str, str, str]] = []  # (when, seq, "event"|"cancel", run id, op id)
 
     # -- one operation ---------------------------------------------------------------
     def call(self, f: str, value: dict, fn) -> tuple[str, Any]:
@@ -81,6 +99,61 @@ class ClientProcess:
         op_id = f"{self.name}-{next(self.counter)}"
         return {"op": op_id, "kind": kind, "task_type": TASK_TYPE, "expect": list(expect),
                 "key": f"k-{op_id}", "payload": {"op": op_id, "ledger": self.ledger, **fields}, **options}
+
+    def submit(self, req: dict) -> None:
+        """A request sent again (an ambiguous one, or an idempotent duplicate): same key, same op."""
+        if req.get("kind") == "workflow":
+            self.start_workflow(req)
+        else:
+            self.enqueue(req)
+
+    def new_workflow(self) -> dict:
+        modes = self.cfg.workflow_modes
+        mode = self.rng.choices(list(modes), weights=list(modes.values()))[0]
+        op_id = f"{self.name}-{next(self.counter)}"
+        cancel = self.rng.random() < CANCEL_SHARE
+        return {"op": op_id, "kind": "workflow", "workflow_type": WORKFLOW_TYPE, "cancel": cancel,
+                "expect": ["SUCCEEDED", "CANCELED"] if cancel else ["SUCCEEDED"], "key": f"k-{op_id}",
+                "event": self.rng.random() < EVENT_SHARE,
+                "payload": {"op": op_id, "ledger": self.ledger, "mode": mode, "nap": 0.3, "wait_s": 2.5}}
+
+    def start_workflow(self, req: dict) -> None:
+        """Start a run (keyed: a resend returns the same run), then plan its event and cancel."""
+        kind, res = self.call("start_workflow", _public(req), lambda: {"op": req["op"], "task_id": (
+            self.client.start_workflow(req["workflow_type"], req["payload"], idempotency_key=req["key"]))})
+        if kind == "info":
+            self.retry_later.append(req)
+        if kind != "ok":
+            return
+        run_id = res["task_id"]
+        if run_id not in self.acked:
+            self.acked.append(run_id)
+            self.keyed.append({**req, "task_id": run_id})
+            now = time.monotonic()
+            if req["event"]:
+                self._plan(now + self.rng.uniform(*EVENT_AFTER_S), "event", run_id, req["op"])
+            if req["cancel"]:
+                self._plan(now + self.rng.uniform(*CANCEL_AFTER_S), "cancel", run_id, req["op"])
+
+    def _plan(self, when: float, what: str, run_id: str, op_id: str) -> None:
+        heapq.heappush(self.due, (when, next(self.counter), what, run_id, op_id))
+
+    def send_event(self, run_id: str, op_id: str) -> None:
+        """The run's event "go", whose data its wait matches (op); n makes each send's data unique."""
+        data = {"op": op_id, "n": next(self.counter)}
+        self.call("send_workflow_event", {"task_id": run_id, "name": "go", "data": data},
+                  lambda: {"task_id": run_id, "delivered": self.client.send_workflow_event(run_id, "go", data)})
+
+    def due_now(self) -> bool:
+        """Send the first planned event or cancel whose time has come; False if none has."""
+        if not self.due or self.due[0][0] > time.monotonic():
+            return False
+        _, _, what, run_id, op_id = heapq.heappop(self.due)
+        if what == "event":
+            self.send_event(run_id, op_id)
+        else:
+            self.cancel(run_id)
+        return True
 
     def enqueue(self, req: dict) -> None:
         kind, res = self.call("enqueue", _public(req), lambda: {"op": req["op"], "task_id": self.client.enqueue(
@@ -150,15 +223,19 @@ class ClientProcess:
 
     def step(self) -> None:
         """One operation chosen by the RNG."""
+        if self.due_now():
+            return
         r = self.rng.random()
         if self.retry_later and r < 0.5:
-            self.enqueue(self.retry_later.pop(0))  # same op id, key and request: at most one task
+            self.submit(self.retry_later.pop(0))  # same op id, key and request: at most one task
         elif self.cancellable and r < 0.12:
             self.cancel(self.cancellable.pop(self.rng.randrange(len(self.cancellable))))
         elif self.keyed and r < 0.18:
-            self.enqueue(dict(self.rng.choice(self.keyed)))  # an idempotent duplicate
+            self.submit(dict(self.rng.choice(self.keyed)))  # an idempotent duplicate
         elif self.acked and r < 0.40:
             self.get(self.rng.choice(self.acked[-20:]))
+        elif self.cfg.workflow_every and self.rng.randrange(self.cfg.workflow_every) == 0:
+            self.start_workflow(self.new_workflow())
         elif self.rng.randrange(self.cfg.batch_every) == 0:
             self.enqueue_batch()
         else:
@@ -221,8 +298,9 @@ class Workload:
         of its newest task, so its last operations show the platform is live again."""
         for proc in self.procs:
             for req in list(proc.retry_later):
-                proc.enqueue(req)
+                proc.submit(req)
             proc.retry_later.clear()
+            proc.due.clear()  # unsent events: those runs' waits time out
             if proc.acked:
                 proc.get(proc.acked[-1])
 

@@ -19,7 +19,8 @@ What a mutation changes:
   made while one function runs (a timer firing's transitions, not the completions').
 * PyCut: a function recompiled from its shipped source without the guard, seen only by one
   caller: the caller is the shipped code object itself, bound to globals in which the
-  function's name means the cut copy.
+  function's name means the cut copy (and a module-level dispatch table holding the
+  function, such as history's `_BEGIN` of step kinds, is a copy holding the cut one).
 """
 
 from __future__ import annotations
@@ -76,6 +77,7 @@ class Mutation:
 _TRANSITION_CAS = ("\n       AND t.state = i.from_state AND t.lease_epoch = i.lease_epoch"
                    " AND t.version = COALESCE(lease.version, t.version)")
 _FIRE_TIMERS = "ratchet.services.history.timers.firing:fire_timers"
+_STEPS = "ratchet.services.history.workflows.steps"
 
 MUTATIONS: dict[str, Mutation] = {m.name: m for m in (
     Mutation(
@@ -116,6 +118,22 @@ MUTATIONS: dict[str, Mutation] = {m.name: m for m in (
                   "            plan.skipped += 1\n"
                   "            continue\n",
                   caller="ratchet.services.history.bulk.operations:_retry_batch"),)),
+    Mutation(
+        "step_begin_memoized",
+        "A BEGIN of a step the log holds COMPLETED claims it again (attempt + 1, under this lease) "
+        "instead of answering DONE with the stored result, so a committed step's function runs again "
+        "on every later activation: the BEGIN's check of the row loses its COMPLETED case, and the "
+        "reclaim statement its RUNNING condition (it then takes a completed row of an older lease).",
+        sql=(SqlCut("workflow_step_reclaim", "s.state = 'RUNNING' AND "),),
+        py=(PyCut(f"{_STEPS}:_begin_step", 'row.state == "COMPLETED" or ', caller=f"{_STEPS}:run_step"),)),
+    Mutation(
+        "step_lease_fence",
+        "A step op is not fenced by the activation's lease: the run's task row is locked whatever its "
+        "state and lease epoch, and a COMMIT's compare-and-set is on (position, RUNNING) alone, so an "
+        "activation whose lease expired (a zombie) still begins steps and commits its result onto the "
+        "claim of the activation that took over.",
+        sql=(SqlCut("workflow_lease_share", " AND t.state = 'LEASED' AND t.lease_epoch = $2::bigint"),
+             SqlCut("workflow_step_commit", " AND s.lease_epoch = $3::bigint"))),
 )}
 
 
@@ -227,13 +245,21 @@ def cut_function(c: PyCut) -> Callable:
     return compile_function(c.function, cut_source(c)[1])
 
 
+def dispatch_tables(module: types.ModuleType, fn: Callable) -> list[str]:
+    """The module's globals that are dicts holding fn as a value (a caller may reach fn through one)."""
+    return [k for k, v in vars(module).items() if isinstance(v, dict) and k != "__builtins__"
+            and any(x is fn for x in v.values())]
+
+
 def rebound_caller(c: PyCut, replacement: Callable) -> Callable:
     """The shipped caller's own code object, bound to globals in which the cut function's name
-    means `replacement`."""
+    means `replacement`, as does its entry in any dispatch table of the caller's module."""
     module, _, caller = resolve(c.caller)
-    _, name, _ = resolve(c.function)
+    _, name, shipped = resolve(c.function)
     namespace = dict(module.__dict__)
     namespace[name] = replacement
+    for table in dispatch_tables(module, shipped):
+        namespace[table] = {k: replacement if v is shipped else v for k, v in namespace[table].items()}
     out = types.FunctionType(caller.__code__, namespace, caller.__name__, caller.__defaults__, caller.__closure__)
     out.__kwdefaults__ = caller.__kwdefaults__
     out.__qualname__, out.__doc__, out.__module__ = caller.__qualname__, caller.__doc__, caller.__module__

@@ -41,7 +41,7 @@ def _pure_deletion(shipped: str, mutated: str, removed: int) -> None:
 
 def test_every_mutation_names_a_guard_and_cuts_something():
     assert set(MUTATIONS) == {"epoch_check_on_complete", "charge_attempt_at_lease", "timer_skip_locked",
-                              "retry_link_once"}
+                              "retry_link_once", "step_begin_memoized", "step_lease_fence"}
     for name, m in MUTATIONS.items():
         assert m.name == name and m.doc and (m.sql or m.py), name
         assert all(c.text.strip() and c.times >= 1 for c in (*m.sql, *m.py)), name
@@ -97,7 +97,14 @@ def test_the_caller_is_the_shipped_code_seeing_only_the_cut_function(c):
     assert (rebound.__defaults__, rebound.__kwdefaults__, rebound.__name__) == (
         caller.__defaults__, caller.__kwdefaults__, caller.__name__)
     changed = {k for k in module.__dict__ if rebound.__globals__[k] is not module.__dict__[k]}
-    assert changed == {fn_name} and rebound.__globals__[fn_name] is replacement
+    shipped = mut.resolve(c.function)[2]
+    tables = set(mut.dispatch_tables(module, shipped))
+    assert changed == {fn_name} | tables and rebound.__globals__[fn_name] is replacement
+    for table in tables:  # a dispatch table differs by that one entry
+        ours, theirs = rebound.__globals__[table], module.__dict__[table]
+        assert ours.keys() == theirs.keys()
+        assert {k for k in ours if ours[k] is not theirs[k]} == {k for k in theirs if theirs[k] is shipped}
+        assert all(ours[k] is replacement for k in theirs if theirs[k] is shipped)
     assert set(rebound.__globals__) == set(module.__dict__)
 
 
@@ -212,3 +219,75 @@ def test_the_harness_runs_known_mutations():
 
     assert {sc.mutation for sc, _ in RUNS.values()} <= set(MUTATIONS)
     assert all(sc.mutation for sc, _ in RUNS.values())
+
+
+class _StepTx:
+    """The statements a step BEGIN runs, answered from one row held in memory (the reclaim as the
+    statement decides it: the shipped one takes RUNNING rows of an older lease and retryable failures)."""
+
+    def __init__(self, row, statement: str):
+        self.row, self.statement, self.reclaims = row, statement, 0
+
+    async def workflow_lease_share(self, task_id, epoch):
+        return "tenant"
+
+    async def workflow_step_lock(self, task_id, position):
+        return self.row
+
+    async def workflow_step_exists(self, task_id, position):
+        return True
+
+    async def workflow_step_reclaim(self, task_id, position, epoch):
+        running_cond = "s.state = 'RUNNING' AND s.lease_epoch < $3::bigint" in self.statement
+        older = self.row.lease_epoch < epoch
+        if (older and (self.row.state == "RUNNING" or not running_cond)) or (
+                self.row.state == "FAILED" and not self.row.fatal):
+            self.reclaims += 1
+            return self.row.attempt + 1
+        return None
+
+
+class _StepStore:
+    def __init__(self, tx):
+        self._tx = tx
+
+    def tx(self, conn):
+        import contextlib
+
+        @contextlib.asynccontextmanager
+        async def opened():
+            yield self._tx
+        return opened()
+
+
+def _begin_completed(statement: str):
+    import datetime as dt
+
+    from ratchet.services.history.store.rows import StepRow
+    from ratchet.services.history.workflows import steps
+    from ratchet.services.history.workflows.convert import StepOp
+
+    row = StepRow(position=1, name="charge", kind="STEP", state="COMPLETED", lease_epoch=1, attempt=1,
+                  result=b'{"v": 1}', error_class=None, error_message=None, error_stack=None, fatal=False,
+                  wake_at=None, started_at=dt.datetime.now(dt.UTC), finished_at=dt.datetime.now(dt.UTC))
+    tx = _StepTx(row, statement)
+    op = StepOp(shard_id=0, task_id="t1", lease_epoch=2, op="BEGIN", position=1, name="charge", kind="STEP")
+    return asyncio.run(steps.run_step(None, _StepStore(tx), op)), tx
+
+
+def test_a_completed_step_is_claimed_again_without_the_memo_guard():
+    m = MUTATIONS["step_begin_memoized"]
+    shipped, tx = _begin_completed(QUERIES["workflow_step_reclaim"])
+    assert (shipped.status, shipped.result, tx.reclaims) == ("DONE", b'{"v": 1}', 0)
+    statement = mut.mutated_statements(m)["workflow_step_reclaim", None]
+    with installed("step_begin_memoized"):
+        mutant, tx = _begin_completed(statement)
+    assert (mutant.status, mutant.attempt, tx.reclaims) == ("RUN", 2, 1)
+    assert _begin_completed(QUERIES["workflow_step_reclaim"])[0].status == "DONE"  # undone
+
+
+def test_the_step_fence_mutant_drops_both_fences():
+    s = mut.mutated_statements(MUTATIONS["step_lease_fence"])
+    share, commit = s["workflow_lease_share", None], s["workflow_step_commit", None]
+    assert "lease_epoch" not in share and "FOR SHARE" in share and "t.task_id = $1::uuid" in share
+    assert "lease_epoch" not in commit.split("WHERE", 1)[1] and "s.state = 'RUNNING'" in commit

@@ -351,7 +351,7 @@ def test_wait_timing_out_over_an_unconsumed_event_is_caught():
     received = iso(BASE + r.clock - 100)  # long before the wait's deadline
     b.tables["workflow_inbox"].append({"workflow_id": r.id, "seq": 98, "name": "go", "data": {"op": "wf-2"},
                                        "received_at": received, "consumed_by": None, "consumed_at": None})
-    b.meta["workflow_event_match"] = {"go": {"op": "wf-2"}}
+    b.meta["workflow_event_match"] = {"go": ["op"]}
     res = assert_fails(verdict_of(b), "wf_events", "timed out at")
     assert res["counterexamples"][0]["task_id"] == r.id
 

@@ -17,7 +17,9 @@ from ..model import Run
 _EXPLAINED = {"LEASE_EXPIRED": "lease_expired", "CRASHED": "sandbox_crashed", "TIMED_OUT": "timed_out",
               "FAILED": "handler_failed_retry"}
 _EXPLAINED_CLASSES = {"LeaseExpired": "lease_expired", "SandboxCrashed": "sandbox_crashed",
-                      "StartToCloseTimeout": "timed_out", "SandboxStartFailed": "sandbox_start_failed"}
+                      "StartToCloseTimeout": "timed_out", "SandboxStartFailed": "sandbox_start_failed",
+                      # a workflow activation that could not reach the platform to record a step
+                      "StepUnavailable": "step_unavailable"}
 # Attempts that ended for a platform reason, not because of the handler's code.
 PLATFORM_OUTCOMES = {"CRASHED", "LEASE_EXPIRED", "TIMED_OUT"}
 

@@ -403,17 +403,27 @@ def wf_events(run: Run, res: Result) -> None:
 def _no_event_missed(wf: Workflows, res: Result, run_id: str, row: StepRow, inbox: list[dict]) -> None:
     if row.wake_at is None:
         return
-    match = wf.run.meta.get("workflow_event_match", {}).get(row.name)
+    match = _match_of(wf, run_id, row.name)
     for ev in inbox:
         received = when(ev.get("received_at"))
         if ev.get("name") != row.name or ev.get("consumed_by") is not None or received is None:
             continue
-        if match is not None and not _contains(ev["data"], match):
+        if match is None or not _contains(ev["data"], match):
             continue
         if (row.wake_at - received).total_seconds() > CLOCK_SLACK_S:
             res.violation(f"the wait at {row.position} for {row.name!r} timed out at {row.wake_at} while event "
                           f"{ev['data']!r}, received at {received}, sat unconsumed in the inbox", run_id,
                           **wf.evidence(run_id))
+
+
+def _match_of(wf: Workflows, run_id: str, name: str) -> dict | None:
+    """The match the run's wait `name` used: the payload fields run.json's workflow_event_match names
+    (its open wait row is gone once it timed out). None: unknown, so no event is judged."""
+    fields = (wf.run.meta.get("workflow_event_match") or {}).get(name)
+    task = wf.run.dump.tasks.get(run_id)
+    if fields is None or task is None or not isinstance(task.payload, dict):
+        return None
+    return {f: task.payload.get(f) for f in fields}
 
 
 def _contains(data, match) -> bool:
