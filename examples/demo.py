@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 
 from ratchet import Client
 from ratchet.client import RatchetError
@@ -33,6 +34,7 @@ def main() -> int:
     try:
         with Client.from_state_dir(args.state_dir) as client:
             run(client, args.timeout)
+            run_workflow(client, args.timeout)
     except (RatchetError, TimeoutError, ValueError) as e:
         print(f"demo failed: {e}", file=sys.stderr)
         return 1
@@ -59,6 +61,31 @@ def run(client: Client, timeout: float) -> None:
     for a in info.attempts:
         err = f" ({a.error.error_class}: {a.error.message})" if a.error else ""
         print(f"  attempt {a.attempt} on {a.worker_id}: {a.outcome}{err}")
+
+
+def run_workflow(client: Client, timeout: float) -> None:
+    print("\nStarting the signup workflow (a step, a 1 s durable sleep, a wait for an event):")
+    wid = client.start_workflow("signup", {"name": "Ada"})
+    run = poll(client, wid, timeout, lambda r: r.state == "WAITING" and r.pending and r.pending.name == "approved")
+    print(f"  {wid} is {run.state}, waiting for event {run.pending.name!r} matching {run.pending.match}")
+    client.send_workflow_event(wid, "approved", {"name": "Ada", "by": "ops"})
+    run = poll(client, wid, timeout, lambda r: r.terminal)
+    print(f"  sent it; the run is {run.state} after {run.activations} activations: {json.dumps(run.result)}")
+    for step in run.steps:
+        print(f"    step {step.position} {step.kind.lower():<5} {step.name:<15} {step.state}")
+    print(f"`ratchet workflows get {wid}` shows the same.")
+
+
+def poll(client: Client, wid: str, timeout: float, done):
+    """The run once done(run) holds; TimeoutError after timeout seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        run = client.get_workflow(wid)
+        if done(run):
+            return run
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"workflow {wid} is still {run.state} after {timeout:.0f}s")
+        time.sleep(0.1)
 
 
 if __name__ == "__main__":

@@ -1,14 +1,15 @@
 """The hello app: a few handlers that show what a Ratchet task can do.
 
 Deploy it with `ratchet deploy examples/hello --app default`, then enqueue
-`greet`, `add`, `flaky` or `slow` (see the README's five-minute tour).
+`greet`, `add`, `flaky` or `slow`, or start the `signup` workflow (see the README's
+five-minute tour and docs/workflows.md).
 """
 
 from __future__ import annotations
 
 import time
 
-from ratchet import FatalError, RetryableError, RetryPolicy, task
+from ratchet import FatalError, RetryableError, RetryPolicy, task, workflow
 
 
 @task
@@ -45,3 +46,17 @@ def slow(ctx, payload):
         ctx.heartbeat()
         time.sleep(0.5)
     return {"done_steps": steps}
+
+
+@workflow
+def signup(ctx, user):
+    """A workflow: a memoized step, a durable sleep, a wait for an approval event."""
+    name = (user or {}).get("name", "world")
+    account = ctx.step("create_account", lambda: {"account": f"acct-{name.lower()}"})
+    ctx.sleep("cool_off", seconds=1)  # the run is WAITING: no process is held meanwhile
+    try:
+        approval = ctx.wait_for_event("approved", match={"name": name}, timeout="1m")
+    except TimeoutError:
+        return {**account, "approved": False}
+    welcome = ctx.step("send_welcome", lambda: f"welcome mail sent to {name}")
+    return {**account, "approved": True, "by": approval.get("by"), "welcome": welcome}

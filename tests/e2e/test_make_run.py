@@ -99,6 +99,8 @@ def test_make_run_from_a_closed_folder_runs_a_task_and_ctrl_c_stops_everything(t
         text = log.read_text()
         rest = [ln for ln in text.splitlines() if "Hello, curl!" in ln]
         assert rest and "SUCCEEDED" in rest[-1], text[-3000:]
+        # The demo's workflow went through its sleep and its event.
+        assert "the run is SUCCEEDED" in text and "send_welcome" in text, text[-3000:]
         _ctrl_c(proc, pids, log)
         assert "stopped the platform" in log.read_text()
     finally:
