@@ -137,11 +137,12 @@ class Recorder:
         for name, pid in pids.items():
             out = self.out_dir / f"{name}.raw"
             args = [self.exe, "record", "--pid", str(pid), "--duration", str(max(1, round(seconds))),
-                    "--rate", str(self.rate), "--format", "raw", "--nonblocking", "-o", str(out)]
+                    "--rate", str(self.rate), "--format", "raw", "-o", str(out)]
             if name in subprocesses:
                 args.append("--subprocesses")
-            if self.native:
-                args.append("--native")
+            # py-spy refuses native stacks of a target it does not pause: --native samples blocking
+            # (each sample stops the process briefly, so the rates of that run are lower).
+            args.append("--native" if self.native else "--nonblocking")
             proc = self.registry.popen(f"py-spy {name}", args, stdout=subprocess.DEVNULL,
                                        stderr=subprocess.PIPE, text=True)
             self.running.append((name, pid, out, proc))

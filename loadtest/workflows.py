@@ -155,6 +155,8 @@ ROWS = (
      lambda cells, s: _idle_pct(cells, s, "start_to_first_line_ms", "p50")),
     ("commits per step (whole runs, starts included)", False,
      lambda cells, s: getattr(_steps_cell(cells, s), "commits_per_task", None)),
+    ("write transactions per step (durable commits)", False,
+     lambda cells, s: getattr(_steps_cell(cells, s), "write_xacts_per_task", None)),
     ("WAL bytes per step (whole runs, starts included)", False,
      lambda cells, s: getattr(_steps_cell(cells, s), "wal_bytes_per_task", None)),
     ("CPU ms per step, every process charged", False,
