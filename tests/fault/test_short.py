@@ -1,16 +1,18 @@
 """The short fault tier, part of `make test`: a few nemeses against the mixed
 workload, each ending with every invariant holding (`cron_kill` adds two
-per-second schedules and SIGKILLs the cron process). The long matrix is in
-test_chaos.py (`make chaos`)."""
+per-second schedules and SIGKILLs the cron process; `workflow_kill` runs
+workflow runs beside the tasks and SIGKILLs sandboxes and the host agent under
+them). The long matrix is in test_chaos.py (`make chaos`)."""
 
 from __future__ import annotations
 
 import pytest
 
 from tests.fault.conftest import fault_seed
-from tests.fault.harness.assertions import assert_cron_checked, assert_valid
+from tests.fault.harness.assertions import assert_cron_checked, assert_valid, assert_workflows_checked
 from tests.fault.harness.nemesis import KillSandbox, KillService, PauseService, TerminateBackends
 from tests.fault.harness.scenario import Scenario, run_scenario
+from tests.fault.harness.workload import WorkloadConfig
 
 SHORT = {
     "sandbox_kill": Scenario("sandbox_kill", lambda: [KillSandbox()], duration_s=10, gap_s=(0.3, 1.0),
@@ -23,6 +25,9 @@ SHORT = {
                              hold_s=(0.2, 0.5), test="tests/fault/test_short.py"),
     "cron_kill": Scenario("cron_kill", lambda: [KillService("cron")], duration_s=10, gap_s=(1.5, 2.5),
                           hold_s=(1.0, 2.0), schedules=2, test="tests/fault/test_short.py"),
+    "workflow_kill": Scenario("workflow_kill", lambda: [KillSandbox(), KillService("hostagent")], duration_s=10,
+                              gap_s=(1.0, 2.0), hold_s=(0.5, 1.0), workload=WorkloadConfig(workflow_every=1),
+                              test="tests/fault/test_short.py"),
 }
 
 
@@ -33,3 +38,5 @@ def test_short_scenario(name, fault_root):
     assert_valid(verdict)
     if SHORT[name].schedules:
         assert_cron_checked(verdict)
+    if SHORT[name].workload.workflow_every:
+        assert_workflows_checked(verdict)

@@ -34,3 +34,14 @@ def assert_cron_checked(verdict: dict) -> None:
     for name in ("cron_slot_tasks", "cron_slot_times", "cron_catchup"):
         assert inv[name]["checked"] > 0, f"{name} checked nothing:\n" + explain(verdict)
     assert inv["cron_slot_tasks"]["counts"]["fired"] > 0, "no slot fired:\n" + explain(verdict)
+
+
+def assert_workflows_checked(verdict: dict) -> None:
+    """A run with workflows: the workflow invariants looked at real runs and step executions, some of
+    which succeeded after a wait (no vacuous pass)."""
+    inv = verdict["invariants"]
+    for name in ("wf_step_once", "wf_step_claims", "wf_step_log", "wf_waiting", "wf_events"):
+        assert inv[name]["checked"] > 0, f"{name} checked nothing:\n" + explain(verdict)
+    assert inv["wf_step_once"]["counts"]["executions"] > 0, "no step executed:\n" + explain(verdict)
+    assert inv["wf_step_log"]["counts"]["by_state"].get("SUCCEEDED", 0) > 0, "no run succeeded:\n" + explain(verdict)
+    assert inv["wf_waiting"]["counts"]["suspensions"] > 0, "no run suspended:\n" + explain(verdict)

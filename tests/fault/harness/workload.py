@@ -294,13 +294,16 @@ class Workload:
             t.join(timeout)
 
     def finish_clients(self) -> None:
-        """After the heal: each client retries its ambiguous keyed enqueues and ends with a read
-        of its newest task, so its last operations show the platform is live again."""
+        """After the heal: each client retries its ambiguous keyed enqueues, sends the events and
+        cancels it planned and ends with a read of its newest task, so its last operations show the
+        platform is live again."""
         for proc in self.procs:
             for req in list(proc.retry_later):
                 proc.submit(req)
             proc.retry_later.clear()
-            proc.due.clear()  # unsent events: those runs' waits time out
+            while proc.due:  # planned events and cancels not yet sent: now (an event may find its run ended)
+                proc.due[0] = (0.0, *proc.due[0][1:])
+                proc.due_now()
             if proc.acked:
                 proc.get(proc.acked[-1])
 
