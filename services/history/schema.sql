@@ -52,6 +52,8 @@ CREATE TABLE tasks (
     cancel_reason    text,
     kill_at          timestamptz,
     checkpoint       bytea,
+    -- A fan-out child's parent run (migration 0017); NULL for every other task.
+    parent_id        uuid,
     CONSTRAINT tasks_retried_only_when_terminal CHECK (
         retried_as IS NULL OR state IN ('SUCCEEDED', 'FAILED', 'CANCELED', 'EXPIRED')),
     CONSTRAINT tasks_state_known CHECK (state IN
@@ -305,7 +307,8 @@ ALTER TABLE tasks
     ALTER COLUMN error_message SET STATISTICS 0,
     ALTER COLUMN error_stack SET STATISTICS 0,
     ALTER COLUMN cancel_reason SET STATISTICS 0,
-    ALTER COLUMN checkpoint SET STATISTICS 0;
+    ALTER COLUMN checkpoint SET STATISTICS 0,
+    ALTER COLUMN parent_id SET STATISTICS 0;
 ALTER TABLE task_log
     ALTER COLUMN error_message SET STATISTICS 0,
     ALTER COLUMN error_stack SET STATISTICS 0;
@@ -363,9 +366,16 @@ CREATE TABLE workflow_steps (
     wake_at       timestamptz,
     started_at    timestamptz NOT NULL,
     finished_at   timestamptz,
+    -- PARALLEL/CHILD (migration 0017): how many children, and what a failed one does.
+    child_count   integer,
+    on_failure    text,
     CONSTRAINT workflow_steps_pkey PRIMARY KEY (workflow_id, position),
     CONSTRAINT workflow_steps_position_valid CHECK (position >= 0 AND attempt >= 1),
-    CONSTRAINT workflow_steps_kind_known CHECK (kind IN ('STEP', 'VERSION', 'SLEEP', 'WAIT')),
+    CONSTRAINT workflow_steps_kind_known CHECK (kind IN
+        ('STEP', 'VERSION', 'SLEEP', 'WAIT', 'PARALLEL', 'CHILD')),
+    CONSTRAINT workflow_steps_fanout_has_children CHECK (
+        (kind IN ('PARALLEL', 'CHILD')) = (child_count IS NOT NULL)
+        AND (on_failure IS NULL OR on_failure IN ('COLLECT', 'FAIL_FAST'))),
     CONSTRAINT workflow_steps_state_known CHECK (state IN ('RUNNING', 'COMPLETED', 'FAILED')),
     CONSTRAINT workflow_steps_running_iff_open CHECK ((state = 'RUNNING') = (finished_at IS NULL)),
     CONSTRAINT workflow_steps_error_iff_failed CHECK ((state = 'FAILED') = (error_class IS NOT NULL))
@@ -396,6 +406,62 @@ CREATE TABLE workflow_inbox (
     -- The wait (its position) that consumed the event.
     consumed_by  integer,
     consumed_at  timestamptz,
+    -- SendWorkflowEvent.event_id (migration 0017): a resent event is kept once.
+    event_id     text,
     CONSTRAINT workflow_inbox_pkey PRIMARY KEY (workflow_id, seq),
     CONSTRAINT workflow_inbox_consumed_together CHECK ((consumed_by IS NULL) = (consumed_at IS NULL))
 );
+
+-- The barrier of a fan-out: one row per stripe (children index mod K) with
+-- the children of that stripe not yet ended, and a top row (stripe -1) with
+-- the stripes not yet at zero. Spreading the decrements over K rows keeps
+-- concurrent children's ends from queueing on one row lock.
+CREATE TABLE workflow_barriers (
+    workflow_id uuid    NOT NULL,
+    position    integer NOT NULL,
+    stripe      integer NOT NULL,
+    remaining   integer NOT NULL,
+    CONSTRAINT workflow_barriers_pkey PRIMARY KEY (workflow_id, position, stripe),
+    CONSTRAINT workflow_barriers_remaining_valid CHECK (remaining >= 0 AND stripe >= -1)
+);
+
+-- On the child's shard: which fan-out a child belongs to.
+CREATE TABLE workflow_children (
+    child_id    uuid    NOT NULL,
+    parent_id   uuid    NOT NULL,
+    position    integer NOT NULL,
+    child_index integer NOT NULL,
+    CONSTRAINT workflow_children_pkey PRIMARY KEY (child_id)
+);
+
+-- On the child's shard: a child's end not yet recorded on its parent's shard.
+CREATE TABLE workflow_child_outbox (
+    child_id      uuid        NOT NULL,
+    parent_id     uuid        NOT NULL,
+    position      integer     NOT NULL,
+    child_index   integer     NOT NULL,
+    state         text        NOT NULL,
+    result        bytea,
+    error_class   text,
+    error_message text,
+    ended_at      timestamptz NOT NULL,
+    CONSTRAINT workflow_child_outbox_pkey PRIMARY KEY (child_id)
+);
+
+-- On the parent's shard: each child's end, recorded once (the key dedupes a
+-- resent delivery), with what the step's result gives back.
+CREATE TABLE workflow_child_done (
+    workflow_id   uuid        NOT NULL,
+    position      integer     NOT NULL,
+    child_index   integer     NOT NULL,
+    child_id      uuid        NOT NULL,
+    state         text        NOT NULL,
+    result        bytea,
+    error_class   text,
+    error_message text,
+    ended_at      timestamptz NOT NULL,
+    CONSTRAINT workflow_child_done_pkey PRIMARY KEY (workflow_id, position, child_index)
+);
+
+CREATE UNIQUE INDEX workflow_inbox_event_id ON workflow_inbox (workflow_id, event_id)
+    WHERE event_id IS NOT NULL;

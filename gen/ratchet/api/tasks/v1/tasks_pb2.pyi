@@ -292,7 +292,7 @@ class Attempt(_message.Message):
     def __init__(self, attempt: _Optional[int] = ..., lease_epoch: _Optional[int] = ..., worker_id: _Optional[str] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finished_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., outcome: _Optional[_Union[AttemptOutcome, str]] = ..., error: _Optional[_Union[TaskError, _Mapping]] = ...) -> None: ...
 
 class Task(_message.Message):
-    __slots__ = ("task_id", "task_type", "queue", "state", "attempt", "max_attempts", "version", "payload", "result", "error", "idempotency_key", "cancel_requested", "created_at", "run_at", "updated_at", "started_at", "finished_at", "retry", "timeouts", "attempts", "schedule_id", "scheduled_time", "checkpoint", "retried_as", "retry_of")
+    __slots__ = ("task_id", "task_type", "queue", "state", "attempt", "max_attempts", "version", "payload", "result", "error", "idempotency_key", "cancel_requested", "created_at", "run_at", "updated_at", "started_at", "finished_at", "retry", "timeouts", "attempts", "schedule_id", "scheduled_time", "checkpoint", "retried_as", "retry_of", "parent_workflow_id")
     TASK_ID_FIELD_NUMBER: _ClassVar[int]
     TASK_TYPE_FIELD_NUMBER: _ClassVar[int]
     QUEUE_FIELD_NUMBER: _ClassVar[int]
@@ -318,6 +318,7 @@ class Task(_message.Message):
     CHECKPOINT_FIELD_NUMBER: _ClassVar[int]
     RETRIED_AS_FIELD_NUMBER: _ClassVar[int]
     RETRY_OF_FIELD_NUMBER: _ClassVar[int]
+    PARENT_WORKFLOW_ID_FIELD_NUMBER: _ClassVar[int]
     task_id: str
     task_type: str
     queue: str
@@ -343,7 +344,8 @@ class Task(_message.Message):
     checkpoint: _struct_pb2.Value
     retried_as: str
     retry_of: str
-    def __init__(self, task_id: _Optional[str] = ..., task_type: _Optional[str] = ..., queue: _Optional[str] = ..., state: _Optional[_Union[TaskState, str]] = ..., attempt: _Optional[int] = ..., max_attempts: _Optional[int] = ..., version: _Optional[int] = ..., payload: _Optional[_Union[_struct_pb2.Value, _Mapping]] = ..., result: _Optional[_Union[_struct_pb2.Value, _Mapping]] = ..., error: _Optional[_Union[TaskError, _Mapping]] = ..., idempotency_key: _Optional[str] = ..., cancel_requested: _Optional[bool] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., run_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., updated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finished_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., retry: _Optional[_Union[RetryPolicy, _Mapping]] = ..., timeouts: _Optional[_Union[Timeouts, _Mapping]] = ..., attempts: _Optional[_Iterable[_Union[Attempt, _Mapping]]] = ..., schedule_id: _Optional[str] = ..., scheduled_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., checkpoint: _Optional[_Union[_struct_pb2.Value, _Mapping]] = ..., retried_as: _Optional[str] = ..., retry_of: _Optional[str] = ...) -> None: ...
+    parent_workflow_id: str
+    def __init__(self, task_id: _Optional[str] = ..., task_type: _Optional[str] = ..., queue: _Optional[str] = ..., state: _Optional[_Union[TaskState, str]] = ..., attempt: _Optional[int] = ..., max_attempts: _Optional[int] = ..., version: _Optional[int] = ..., payload: _Optional[_Union[_struct_pb2.Value, _Mapping]] = ..., result: _Optional[_Union[_struct_pb2.Value, _Mapping]] = ..., error: _Optional[_Union[TaskError, _Mapping]] = ..., idempotency_key: _Optional[str] = ..., cancel_requested: _Optional[bool] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., run_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., updated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finished_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., retry: _Optional[_Union[RetryPolicy, _Mapping]] = ..., timeouts: _Optional[_Union[Timeouts, _Mapping]] = ..., attempts: _Optional[_Iterable[_Union[Attempt, _Mapping]]] = ..., schedule_id: _Optional[str] = ..., scheduled_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., checkpoint: _Optional[_Union[_struct_pb2.Value, _Mapping]] = ..., retried_as: _Optional[str] = ..., retry_of: _Optional[str] = ..., parent_workflow_id: _Optional[str] = ...) -> None: ...
 
 class TaskFilter(_message.Message):
     __slots__ = ("states", "task_type", "queue", "error_class", "since", "until")

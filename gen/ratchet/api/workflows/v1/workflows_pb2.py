@@ -29,7 +29,7 @@ from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__
 from ratchet.api.tasks.v1 import tasks_pb2 as ratchet_dot_api_dot_tasks_dot_v1_dot_tasks__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n(ratchet/api/workflows/v1/workflows.proto\x12\x18ratchet.api.workflows.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a ratchet/api/tasks/v1/tasks.proto\"\xa6\x01\n\x14StartWorkflowRequest\x12\x15\n\rworkflow_type\x18\x01 \x01(\t\x12%\n\x05input\x18\x02 \x01(\x0b\x32\x16.google.protobuf.Value\x12\x17\n\x0fidempotency_key\x18\x03 \x01(\t\x12(\n\x05\x64\x65lay\x18\x04 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\r\n\x05queue\x18\x05 \x01(\t\"B\n\x15StartWorkflowResponse\x12\x13\n\x0bworkflow_id\x18\x01 \x01(\t\x12\x14\n\x0c\x64\x65\x64uplicated\x18\x02 \x01(\x08\"Z\n\x12GetWorkflowRequest\x12\x13\n\x0bworkflow_id\x18\x01 \x01(\t\x12\x16\n\x0estep_page_size\x18\x02 \x01(\x05\x12\x17\n\x0fstep_page_token\x18\x03 \x01(\t\"\x98\x01\n\x13GetWorkflowResponse\x12\x34\n\x08workflow\x18\x01 \x01(\x0b\x32\".ratchet.api.workflows.v1.Workflow\x12-\n\x05steps\x18\x02 \x03(\x0b\x32\x1e.ratchet.api.workflows.v1.Step\x12\x1c\n\x14next_step_page_token\x18\x03 \x01(\t\"\x8a\x04\n\x08Workflow\x12\x13\n\x0bworkflow_id\x18\x01 \x01(\t\x12\x15\n\rworkflow_type\x18\x02 \x01(\t\x12.\n\x05state\x18\x03 \x01(\x0e\x32\x1f.ratchet.api.tasks.v1.TaskState\x12%\n\x05input\x18\x04 \x01(\x0b\x32\x16.google.protobuf.Value\x12&\n\x06result\x18\x05 \x01(\x0b\x32\x16.google.protobuf.Value\x12.\n\x05\x65rror\x18\x06 \x01(\x0b\x32\x1f.ratchet.api.tasks.v1.TaskError\x12\x13\n\x0b\x61\x63tivations\x18\x07 \x01(\x05\x12\x17\n\x0fidempotency_key\x18\x08 \x01(\t\x12\x18\n\x10\x63\x61ncel_requested\x18\t \x01(\x08\x12.\n\ncreated_at\x18\n \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\nupdated_at\x18\x0b \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0b\x66inished_at\x18\x0c \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x12\n\nstep_count\x18\r \x01(\x05\x12\x36\n\x07pending\x18\x0e \x01(\x0b\x32%.ratchet.api.workflows.v1.PendingWait\"\xb4\x01\n\x0bPendingWait\x12\x10\n\x08position\x18\x01 \x01(\x05\x12\x30\n\x04kind\x18\x02 \x01(\x0e\x32\".ratchet.api.workflows.v1.StepKind\x12\x0c\n\x04name\x18\x03 \x01(\t\x12&\n\x05match\x18\x04 \x01(\x0b\x32\x17.google.protobuf.Struct\x12+\n\x07wake_at\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\x92\x03\n\x04Step\x12\x10\n\x08position\x18\x01 \x01(\x05\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x30\n\x04kind\x18\x03 \x01(\x0e\x32\".ratchet.api.workflows.v1.StepKind\x12\x32\n\x05state\x18\x04 \x01(\x0e\x32#.ratchet.api.workflows.v1.StepState\x12\x0f\n\x07\x61ttempt\x18\x05 \x01(\x05\x12&\n\x06result\x18\x06 \x01(\x0b\x32\x16.google.protobuf.Value\x12.\n\x05\x65rror\x18\x07 \x01(\x0b\x32\x1f.ratchet.api.tasks.v1.TaskError\x12\r\n\x05\x66\x61tal\x18\x08 \x01(\x08\x12.\n\nstarted_at\x18\t \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0b\x66inished_at\x18\n \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12+\n\x07wake_at\x18\x0b \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\x84\x01\n\x14ListWorkflowsRequest\x12.\n\x05state\x18\x01 \x01(\x0e\x32\x1f.ratchet.api.tasks.v1.TaskState\x12\x15\n\rworkflow_type\x18\x02 \x01(\t\x12\x11\n\tpage_size\x18\x03 \x01(\x05\x12\x12\n\npage_token\x18\x04 \x01(\t\"g\n\x15ListWorkflowsResponse\x12\x35\n\tworkflows\x18\x01 \x03(\x0b\x32\".ratchet.api.workflows.v1.Workflow\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\",\n\x15\x43\x61ncelWorkflowRequest\x12\x13\n\x0bworkflow_id\x18\x01 \x01(\t\"b\n\x16\x43\x61ncelWorkflowResponse\x12.\n\x05state\x18\x01 \x01(\x0e\x32\x1f.ratchet.api.tasks.v1.TaskState\x12\x18\n\x10\x63\x61ncel_requested\x18\x02 \x01(\x08\"G\n\x10SendEventRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12%\n\x04\x64\x61ta\x18\x02 \x01(\x0b\x32\x17.google.protobuf.Struct\"&\n\x11SendEventResponse\x12\x11\n\tdelivered\x18\x01 \x01(\x05\"d\n\x18SendWorkflowEventRequest\x12\x13\n\x0bworkflow_id\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12%\n\x04\x64\x61ta\x18\x03 \x01(\x0b\x32\x17.google.protobuf.Struct\".\n\x19SendWorkflowEventResponse\x12\x11\n\tdelivered\x18\x01 \x01(\x08*y\n\x08StepKind\x12\x19\n\x15STEP_KIND_UNSPECIFIED\x10\x00\x12\x12\n\x0eSTEP_KIND_STEP\x10\x01\x12\x15\n\x11STEP_KIND_VERSION\x10\x02\x12\x13\n\x0fSTEP_KIND_SLEEP\x10\x03\x12\x12\n\x0eSTEP_KIND_WAIT\x10\x04*p\n\tStepState\x12\x1a\n\x16STEP_STATE_UNSPECIFIED\x10\x00\x12\x16\n\x12STEP_STATE_RUNNING\x10\x01\x12\x18\n\x14STEP_STATE_COMPLETED\x10\x02\x12\x15\n\x11STEP_STATE_FAILED\x10\x03\x32\x8a\x07\n\x0fWorkflowService\x12\x8a\x01\n\rStartWorkflow\x12..ratchet.api.workflows.v1.StartWorkflowRequest\x1a/.ratchet.api.workflows.v1.StartWorkflowResponse\"\x18\x82\xd3\xe4\x93\x02\x12\"\r/v1/workflows:\x01*\x12\x8f\x01\n\x0bGetWorkflow\x12,.ratchet.api.workflows.v1.GetWorkflowRequest\x1a-.ratchet.api.workflows.v1.GetWorkflowResponse\"#\x82\xd3\xe4\x93\x02\x1d\x12\x1b/v1/workflows/{workflow_id}\x12\x87\x01\n\rListWorkflows\x12..ratchet.api.workflows.v1.ListWorkflowsRequest\x1a/.ratchet.api.workflows.v1.ListWorkflowsResponse\"\x15\x82\xd3\xe4\x93\x02\x0f\x12\r/v1/workflows\x12\xa2\x01\n\x0e\x43\x61ncelWorkflow\x12/.ratchet.api.workflows.v1.CancelWorkflowRequest\x1a\x30.ratchet.api.workflows.v1.CancelWorkflowResponse\"-\x82\xd3\xe4\x93\x02\'\"\"/v1/workflows/{workflow_id}/cancel:\x01*\x12{\n\tSendEvent\x12*.ratchet.api.workflows.v1.SendEventRequest\x1a+.ratchet.api.workflows.v1.SendEventResponse\"\x15\x82\xd3\xe4\x93\x02\x0f\"\n/v1/events:\x01*\x12\xab\x01\n\x11SendWorkflowEvent\x12\x32.ratchet.api.workflows.v1.SendWorkflowEventRequest\x1a\x33.ratchet.api.workflows.v1.SendWorkflowEventResponse\"-\x82\xd3\xe4\x93\x02\'\"\"/v1/workflows/{workflow_id}/events:\x01*b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n(ratchet/api/workflows/v1/workflows.proto\x12\x18ratchet.api.workflows.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a ratchet/api/tasks/v1/tasks.proto\"\xbb\x01\n\x14StartWorkflowRequest\x12\x15\n\rworkflow_type\x18\x01 \x01(\t\x12%\n\x05input\x18\x02 \x01(\x0b\x32\x16.google.protobuf.Value\x12\x17\n\x0fidempotency_key\x18\x03 \x01(\t\x12(\n\x05\x64\x65lay\x18\x04 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\r\n\x05queue\x18\x05 \x01(\t\x12\x13\n\x0bworkflow_id\x18\x06 \x01(\t\"B\n\x15StartWorkflowResponse\x12\x13\n\x0bworkflow_id\x18\x01 \x01(\t\x12\x14\n\x0c\x64\x65\x64uplicated\x18\x02 \x01(\x08\"Z\n\x12GetWorkflowRequest\x12\x13\n\x0bworkflow_id\x18\x01 \x01(\t\x12\x16\n\x0estep_page_size\x18\x02 \x01(\x05\x12\x17\n\x0fstep_page_token\x18\x03 \x01(\t\"\x98\x01\n\x13GetWorkflowResponse\x12\x34\n\x08workflow\x18\x01 \x01(\x0b\x32\".ratchet.api.workflows.v1.Workflow\x12-\n\x05steps\x18\x02 \x03(\x0b\x32\x1e.ratchet.api.workflows.v1.Step\x12\x1c\n\x14next_step_page_token\x18\x03 \x01(\t\"\x8a\x04\n\x08Workflow\x12\x13\n\x0bworkflow_id\x18\x01 \x01(\t\x12\x15\n\rworkflow_type\x18\x02 \x01(\t\x12.\n\x05state\x18\x03 \x01(\x0e\x32\x1f.ratchet.api.tasks.v1.TaskState\x12%\n\x05input\x18\x04 \x01(\x0b\x32\x16.google.protobuf.Value\x12&\n\x06result\x18\x05 \x01(\x0b\x32\x16.google.protobuf.Value\x12.\n\x05\x65rror\x18\x06 \x01(\x0b\x32\x1f.ratchet.api.tasks.v1.TaskError\x12\x13\n\x0b\x61\x63tivations\x18\x07 \x01(\x05\x12\x17\n\x0fidempotency_key\x18\x08 \x01(\t\x12\x18\n\x10\x63\x61ncel_requested\x18\t \x01(\x08\x12.\n\ncreated_at\x18\n \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\nupdated_at\x18\x0b \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0b\x66inished_at\x18\x0c \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x12\n\nstep_count\x18\r \x01(\x05\x12\x36\n\x07pending\x18\x0e \x01(\x0b\x32%.ratchet.api.workflows.v1.PendingWait\"\xb4\x01\n\x0bPendingWait\x12\x10\n\x08position\x18\x01 \x01(\x05\x12\x30\n\x04kind\x18\x02 \x01(\x0e\x32\".ratchet.api.workflows.v1.StepKind\x12\x0c\n\x04name\x18\x03 \x01(\t\x12&\n\x05match\x18\x04 \x01(\x0b\x32\x17.google.protobuf.Struct\x12+\n\x07wake_at\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\xbe\x03\n\x04Step\x12\x10\n\x08position\x18\x01 \x01(\x05\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x30\n\x04kind\x18\x03 \x01(\x0e\x32\".ratchet.api.workflows.v1.StepKind\x12\x32\n\x05state\x18\x04 \x01(\x0e\x32#.ratchet.api.workflows.v1.StepState\x12\x0f\n\x07\x61ttempt\x18\x05 \x01(\x05\x12&\n\x06result\x18\x06 \x01(\x0b\x32\x16.google.protobuf.Value\x12.\n\x05\x65rror\x18\x07 \x01(\x0b\x32\x1f.ratchet.api.tasks.v1.TaskError\x12\r\n\x05\x66\x61tal\x18\x08 \x01(\x08\x12.\n\nstarted_at\x18\t \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0b\x66inished_at\x18\n \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12+\n\x07wake_at\x18\x0b \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x13\n\x0b\x63hild_count\x18\x0c \x01(\x05\x12\x15\n\rchildren_done\x18\r \x01(\x05\"\xc6\x01\n\x08\x43hildRun\x12\r\n\x05index\x18\x01 \x01(\x05\x12\x10\n\x08\x63hild_id\x18\x02 \x01(\t\x12\x11\n\ttask_type\x18\x03 \x01(\t\x12.\n\x05state\x18\x04 \x01(\x0e\x32\x1f.ratchet.api.tasks.v1.TaskState\x12&\n\x06result\x18\x05 \x01(\x0b\x32\x16.google.protobuf.Value\x12.\n\x05\x65rror\x18\x06 \x01(\x0b\x32\x1f.ratchet.api.tasks.v1.TaskError\"k\n\x1bListWorkflowChildrenRequest\x12\x13\n\x0bworkflow_id\x18\x01 \x01(\t\x12\x10\n\x08position\x18\x02 \x01(\x05\x12\x11\n\tpage_size\x18\x03 \x01(\x05\x12\x12\n\npage_token\x18\x04 \x01(\t\"m\n\x1cListWorkflowChildrenResponse\x12\x34\n\x08\x63hildren\x18\x01 \x03(\x0b\x32\".ratchet.api.workflows.v1.ChildRun\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"\x84\x01\n\x14ListWorkflowsRequest\x12.\n\x05state\x18\x01 \x01(\x0e\x32\x1f.ratchet.api.tasks.v1.TaskState\x12\x15\n\rworkflow_type\x18\x02 \x01(\t\x12\x11\n\tpage_size\x18\x03 \x01(\x05\x12\x12\n\npage_token\x18\x04 \x01(\t\"g\n\x15ListWorkflowsResponse\x12\x35\n\tworkflows\x18\x01 \x03(\x0b\x32\".ratchet.api.workflows.v1.Workflow\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\",\n\x15\x43\x61ncelWorkflowRequest\x12\x13\n\x0bworkflow_id\x18\x01 \x01(\t\"b\n\x16\x43\x61ncelWorkflowResponse\x12.\n\x05state\x18\x01 \x01(\x0e\x32\x1f.ratchet.api.tasks.v1.TaskState\x12\x18\n\x10\x63\x61ncel_requested\x18\x02 \x01(\x08\"G\n\x10SendEventRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12%\n\x04\x64\x61ta\x18\x02 \x01(\x0b\x32\x17.google.protobuf.Struct\"&\n\x11SendEventResponse\x12\x11\n\tdelivered\x18\x01 \x01(\x05\"v\n\x18SendWorkflowEventRequest\x12\x13\n\x0bworkflow_id\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12%\n\x04\x64\x61ta\x18\x03 \x01(\x0b\x32\x17.google.protobuf.Struct\x12\x10\n\x08\x65vent_id\x18\x04 \x01(\t\".\n\x19SendWorkflowEventResponse\x12\x11\n\tdelivered\x18\x01 \x01(\x08*\xa6\x01\n\x08StepKind\x12\x19\n\x15STEP_KIND_UNSPECIFIED\x10\x00\x12\x12\n\x0eSTEP_KIND_STEP\x10\x01\x12\x15\n\x11STEP_KIND_VERSION\x10\x02\x12\x13\n\x0fSTEP_KIND_SLEEP\x10\x03\x12\x12\n\x0eSTEP_KIND_WAIT\x10\x04\x12\x16\n\x12STEP_KIND_PARALLEL\x10\x05\x12\x13\n\x0fSTEP_KIND_CHILD\x10\x06*p\n\tStepState\x12\x1a\n\x16STEP_STATE_UNSPECIFIED\x10\x00\x12\x16\n\x12STEP_STATE_RUNNING\x10\x01\x12\x18\n\x14STEP_STATE_COMPLETED\x10\x02\x12\x15\n\x11STEP_STATE_FAILED\x10\x03\x32\xd1\x08\n\x0fWorkflowService\x12\x8a\x01\n\rStartWorkflow\x12..ratchet.api.workflows.v1.StartWorkflowRequest\x1a/.ratchet.api.workflows.v1.StartWorkflowResponse\"\x18\x82\xd3\xe4\x93\x02\x12\"\r/v1/workflows:\x01*\x12\x8f\x01\n\x0bGetWorkflow\x12,.ratchet.api.workflows.v1.GetWorkflowRequest\x1a-.ratchet.api.workflows.v1.GetWorkflowResponse\"#\x82\xd3\xe4\x93\x02\x1d\x12\x1b/v1/workflows/{workflow_id}\x12\xc4\x01\n\x14ListWorkflowChildren\x12\x35.ratchet.api.workflows.v1.ListWorkflowChildrenRequest\x1a\x36.ratchet.api.workflows.v1.ListWorkflowChildrenResponse\"=\x82\xd3\xe4\x93\x02\x37\x12\x35/v1/workflows/{workflow_id}/steps/{position}/children\x12\x87\x01\n\rListWorkflows\x12..ratchet.api.workflows.v1.ListWorkflowsRequest\x1a/.ratchet.api.workflows.v1.ListWorkflowsResponse\"\x15\x82\xd3\xe4\x93\x02\x0f\x12\r/v1/workflows\x12\xa2\x01\n\x0e\x43\x61ncelWorkflow\x12/.ratchet.api.workflows.v1.CancelWorkflowRequest\x1a\x30.ratchet.api.workflows.v1.CancelWorkflowResponse\"-\x82\xd3\xe4\x93\x02\'\"\"/v1/workflows/{workflow_id}/cancel:\x01*\x12{\n\tSendEvent\x12*.ratchet.api.workflows.v1.SendEventRequest\x1a+.ratchet.api.workflows.v1.SendEventResponse\"\x15\x82\xd3\xe4\x93\x02\x0f\"\n/v1/events:\x01*\x12\xab\x01\n\x11SendWorkflowEvent\x12\x32.ratchet.api.workflows.v1.SendWorkflowEventRequest\x1a\x33.ratchet.api.workflows.v1.SendWorkflowEventResponse\"-\x82\xd3\xe4\x93\x02\'\"\"/v1/workflows/{workflow_id}/events:\x01*b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -40,6 +40,8 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_WORKFLOWSERVICE'].methods_by_name['StartWorkflow']._serialized_options = b'\202\323\344\223\002\022\"\r/v1/workflows:\001*'
   _globals['_WORKFLOWSERVICE'].methods_by_name['GetWorkflow']._loaded_options = None
   _globals['_WORKFLOWSERVICE'].methods_by_name['GetWorkflow']._serialized_options = b'\202\323\344\223\002\035\022\033/v1/workflows/{workflow_id}'
+  _globals['_WORKFLOWSERVICE'].methods_by_name['ListWorkflowChildren']._loaded_options = None
+  _globals['_WORKFLOWSERVICE'].methods_by_name['ListWorkflowChildren']._serialized_options = b'\202\323\344\223\0027\0225/v1/workflows/{workflow_id}/steps/{position}/children'
   _globals['_WORKFLOWSERVICE'].methods_by_name['ListWorkflows']._loaded_options = None
   _globals['_WORKFLOWSERVICE'].methods_by_name['ListWorkflows']._serialized_options = b'\202\323\344\223\002\017\022\r/v1/workflows'
   _globals['_WORKFLOWSERVICE'].methods_by_name['CancelWorkflow']._loaded_options = None
@@ -48,40 +50,46 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_WORKFLOWSERVICE'].methods_by_name['SendEvent']._serialized_options = b'\202\323\344\223\002\017\"\n/v1/events:\001*'
   _globals['_WORKFLOWSERVICE'].methods_by_name['SendWorkflowEvent']._loaded_options = None
   _globals['_WORKFLOWSERVICE'].methods_by_name['SendWorkflowEvent']._serialized_options = b'\202\323\344\223\002\'\"\"/v1/workflows/{workflow_id}/events:\001*'
-  _globals['_STEPKIND']._serialized_start=2475
-  _globals['_STEPKIND']._serialized_end=2596
-  _globals['_STEPSTATE']._serialized_start=2598
-  _globals['_STEPSTATE']._serialized_end=2710
+  _globals['_STEPKIND']._serialized_start=2980
+  _globals['_STEPKIND']._serialized_end=3146
+  _globals['_STEPSTATE']._serialized_start=3148
+  _globals['_STEPSTATE']._serialized_end=3260
   _globals['_STARTWORKFLOWREQUEST']._serialized_start=230
-  _globals['_STARTWORKFLOWREQUEST']._serialized_end=396
-  _globals['_STARTWORKFLOWRESPONSE']._serialized_start=398
-  _globals['_STARTWORKFLOWRESPONSE']._serialized_end=464
-  _globals['_GETWORKFLOWREQUEST']._serialized_start=466
-  _globals['_GETWORKFLOWREQUEST']._serialized_end=556
-  _globals['_GETWORKFLOWRESPONSE']._serialized_start=559
-  _globals['_GETWORKFLOWRESPONSE']._serialized_end=711
-  _globals['_WORKFLOW']._serialized_start=714
-  _globals['_WORKFLOW']._serialized_end=1236
-  _globals['_PENDINGWAIT']._serialized_start=1239
-  _globals['_PENDINGWAIT']._serialized_end=1419
-  _globals['_STEP']._serialized_start=1422
-  _globals['_STEP']._serialized_end=1824
-  _globals['_LISTWORKFLOWSREQUEST']._serialized_start=1827
-  _globals['_LISTWORKFLOWSREQUEST']._serialized_end=1959
-  _globals['_LISTWORKFLOWSRESPONSE']._serialized_start=1961
-  _globals['_LISTWORKFLOWSRESPONSE']._serialized_end=2064
-  _globals['_CANCELWORKFLOWREQUEST']._serialized_start=2066
-  _globals['_CANCELWORKFLOWREQUEST']._serialized_end=2110
-  _globals['_CANCELWORKFLOWRESPONSE']._serialized_start=2112
-  _globals['_CANCELWORKFLOWRESPONSE']._serialized_end=2210
-  _globals['_SENDEVENTREQUEST']._serialized_start=2212
-  _globals['_SENDEVENTREQUEST']._serialized_end=2283
-  _globals['_SENDEVENTRESPONSE']._serialized_start=2285
-  _globals['_SENDEVENTRESPONSE']._serialized_end=2323
-  _globals['_SENDWORKFLOWEVENTREQUEST']._serialized_start=2325
-  _globals['_SENDWORKFLOWEVENTREQUEST']._serialized_end=2425
-  _globals['_SENDWORKFLOWEVENTRESPONSE']._serialized_start=2427
-  _globals['_SENDWORKFLOWEVENTRESPONSE']._serialized_end=2473
-  _globals['_WORKFLOWSERVICE']._serialized_start=2713
-  _globals['_WORKFLOWSERVICE']._serialized_end=3619
+  _globals['_STARTWORKFLOWREQUEST']._serialized_end=417
+  _globals['_STARTWORKFLOWRESPONSE']._serialized_start=419
+  _globals['_STARTWORKFLOWRESPONSE']._serialized_end=485
+  _globals['_GETWORKFLOWREQUEST']._serialized_start=487
+  _globals['_GETWORKFLOWREQUEST']._serialized_end=577
+  _globals['_GETWORKFLOWRESPONSE']._serialized_start=580
+  _globals['_GETWORKFLOWRESPONSE']._serialized_end=732
+  _globals['_WORKFLOW']._serialized_start=735
+  _globals['_WORKFLOW']._serialized_end=1257
+  _globals['_PENDINGWAIT']._serialized_start=1260
+  _globals['_PENDINGWAIT']._serialized_end=1440
+  _globals['_STEP']._serialized_start=1443
+  _globals['_STEP']._serialized_end=1889
+  _globals['_CHILDRUN']._serialized_start=1892
+  _globals['_CHILDRUN']._serialized_end=2090
+  _globals['_LISTWORKFLOWCHILDRENREQUEST']._serialized_start=2092
+  _globals['_LISTWORKFLOWCHILDRENREQUEST']._serialized_end=2199
+  _globals['_LISTWORKFLOWCHILDRENRESPONSE']._serialized_start=2201
+  _globals['_LISTWORKFLOWCHILDRENRESPONSE']._serialized_end=2310
+  _globals['_LISTWORKFLOWSREQUEST']._serialized_start=2313
+  _globals['_LISTWORKFLOWSREQUEST']._serialized_end=2445
+  _globals['_LISTWORKFLOWSRESPONSE']._serialized_start=2447
+  _globals['_LISTWORKFLOWSRESPONSE']._serialized_end=2550
+  _globals['_CANCELWORKFLOWREQUEST']._serialized_start=2552
+  _globals['_CANCELWORKFLOWREQUEST']._serialized_end=2596
+  _globals['_CANCELWORKFLOWRESPONSE']._serialized_start=2598
+  _globals['_CANCELWORKFLOWRESPONSE']._serialized_end=2696
+  _globals['_SENDEVENTREQUEST']._serialized_start=2698
+  _globals['_SENDEVENTREQUEST']._serialized_end=2769
+  _globals['_SENDEVENTRESPONSE']._serialized_start=2771
+  _globals['_SENDEVENTRESPONSE']._serialized_end=2809
+  _globals['_SENDWORKFLOWEVENTREQUEST']._serialized_start=2811
+  _globals['_SENDWORKFLOWEVENTREQUEST']._serialized_end=2929
+  _globals['_SENDWORKFLOWEVENTRESPONSE']._serialized_start=2931
+  _globals['_SENDWORKFLOWEVENTRESPONSE']._serialized_end=2977
+  _globals['_WORKFLOWSERVICE']._serialized_start=3263
+  _globals['_WORKFLOWSERVICE']._serialized_end=4368
 # @@protoc_insertion_point(module_scope)

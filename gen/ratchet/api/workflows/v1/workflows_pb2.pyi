@@ -21,6 +21,8 @@ class StepKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     STEP_KIND_VERSION: _ClassVar[StepKind]
     STEP_KIND_SLEEP: _ClassVar[StepKind]
     STEP_KIND_WAIT: _ClassVar[StepKind]
+    STEP_KIND_PARALLEL: _ClassVar[StepKind]
+    STEP_KIND_CHILD: _ClassVar[StepKind]
 
 class StepState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -33,24 +35,28 @@ STEP_KIND_STEP: StepKind
 STEP_KIND_VERSION: StepKind
 STEP_KIND_SLEEP: StepKind
 STEP_KIND_WAIT: StepKind
+STEP_KIND_PARALLEL: StepKind
+STEP_KIND_CHILD: StepKind
 STEP_STATE_UNSPECIFIED: StepState
 STEP_STATE_RUNNING: StepState
 STEP_STATE_COMPLETED: StepState
 STEP_STATE_FAILED: StepState
 
 class StartWorkflowRequest(_message.Message):
-    __slots__ = ("workflow_type", "input", "idempotency_key", "delay", "queue")
+    __slots__ = ("workflow_type", "input", "idempotency_key", "delay", "queue", "workflow_id")
     WORKFLOW_TYPE_FIELD_NUMBER: _ClassVar[int]
     INPUT_FIELD_NUMBER: _ClassVar[int]
     IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
     DELAY_FIELD_NUMBER: _ClassVar[int]
     QUEUE_FIELD_NUMBER: _ClassVar[int]
+    WORKFLOW_ID_FIELD_NUMBER: _ClassVar[int]
     workflow_type: str
     input: _struct_pb2.Value
     idempotency_key: str
     delay: _duration_pb2.Duration
     queue: str
-    def __init__(self, workflow_type: _Optional[str] = ..., input: _Optional[_Union[_struct_pb2.Value, _Mapping]] = ..., idempotency_key: _Optional[str] = ..., delay: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., queue: _Optional[str] = ...) -> None: ...
+    workflow_id: str
+    def __init__(self, workflow_type: _Optional[str] = ..., input: _Optional[_Union[_struct_pb2.Value, _Mapping]] = ..., idempotency_key: _Optional[str] = ..., delay: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., queue: _Optional[str] = ..., workflow_id: _Optional[str] = ...) -> None: ...
 
 class StartWorkflowResponse(_message.Message):
     __slots__ = ("workflow_id", "deduplicated")
@@ -127,7 +133,7 @@ class PendingWait(_message.Message):
     def __init__(self, position: _Optional[int] = ..., kind: _Optional[_Union[StepKind, str]] = ..., name: _Optional[str] = ..., match: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., wake_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class Step(_message.Message):
-    __slots__ = ("position", "name", "kind", "state", "attempt", "result", "error", "fatal", "started_at", "finished_at", "wake_at")
+    __slots__ = ("position", "name", "kind", "state", "attempt", "result", "error", "fatal", "started_at", "finished_at", "wake_at", "child_count", "children_done")
     POSITION_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
     KIND_FIELD_NUMBER: _ClassVar[int]
@@ -139,6 +145,8 @@ class Step(_message.Message):
     STARTED_AT_FIELD_NUMBER: _ClassVar[int]
     FINISHED_AT_FIELD_NUMBER: _ClassVar[int]
     WAKE_AT_FIELD_NUMBER: _ClassVar[int]
+    CHILD_COUNT_FIELD_NUMBER: _ClassVar[int]
+    CHILDREN_DONE_FIELD_NUMBER: _ClassVar[int]
     position: int
     name: str
     kind: StepKind
@@ -150,7 +158,45 @@ class Step(_message.Message):
     started_at: _timestamp_pb2.Timestamp
     finished_at: _timestamp_pb2.Timestamp
     wake_at: _timestamp_pb2.Timestamp
-    def __init__(self, position: _Optional[int] = ..., name: _Optional[str] = ..., kind: _Optional[_Union[StepKind, str]] = ..., state: _Optional[_Union[StepState, str]] = ..., attempt: _Optional[int] = ..., result: _Optional[_Union[_struct_pb2.Value, _Mapping]] = ..., error: _Optional[_Union[_tasks_pb2.TaskError, _Mapping]] = ..., fatal: _Optional[bool] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finished_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., wake_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    child_count: int
+    children_done: int
+    def __init__(self, position: _Optional[int] = ..., name: _Optional[str] = ..., kind: _Optional[_Union[StepKind, str]] = ..., state: _Optional[_Union[StepState, str]] = ..., attempt: _Optional[int] = ..., result: _Optional[_Union[_struct_pb2.Value, _Mapping]] = ..., error: _Optional[_Union[_tasks_pb2.TaskError, _Mapping]] = ..., fatal: _Optional[bool] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finished_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., wake_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., child_count: _Optional[int] = ..., children_done: _Optional[int] = ...) -> None: ...
+
+class ChildRun(_message.Message):
+    __slots__ = ("index", "child_id", "task_type", "state", "result", "error")
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    CHILD_ID_FIELD_NUMBER: _ClassVar[int]
+    TASK_TYPE_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    RESULT_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    index: int
+    child_id: str
+    task_type: str
+    state: _tasks_pb2.TaskState
+    result: _struct_pb2.Value
+    error: _tasks_pb2.TaskError
+    def __init__(self, index: _Optional[int] = ..., child_id: _Optional[str] = ..., task_type: _Optional[str] = ..., state: _Optional[_Union[_tasks_pb2.TaskState, str]] = ..., result: _Optional[_Union[_struct_pb2.Value, _Mapping]] = ..., error: _Optional[_Union[_tasks_pb2.TaskError, _Mapping]] = ...) -> None: ...
+
+class ListWorkflowChildrenRequest(_message.Message):
+    __slots__ = ("workflow_id", "position", "page_size", "page_token")
+    WORKFLOW_ID_FIELD_NUMBER: _ClassVar[int]
+    POSITION_FIELD_NUMBER: _ClassVar[int]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    workflow_id: str
+    position: int
+    page_size: int
+    page_token: str
+    def __init__(self, workflow_id: _Optional[str] = ..., position: _Optional[int] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+
+class ListWorkflowChildrenResponse(_message.Message):
+    __slots__ = ("children", "next_page_token")
+    CHILDREN_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    children: _containers.RepeatedCompositeFieldContainer[ChildRun]
+    next_page_token: str
+    def __init__(self, children: _Optional[_Iterable[_Union[ChildRun, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
 
 class ListWorkflowsRequest(_message.Message):
     __slots__ = ("state", "workflow_type", "page_size", "page_token")
@@ -201,14 +247,16 @@ class SendEventResponse(_message.Message):
     def __init__(self, delivered: _Optional[int] = ...) -> None: ...
 
 class SendWorkflowEventRequest(_message.Message):
-    __slots__ = ("workflow_id", "name", "data")
+    __slots__ = ("workflow_id", "name", "data", "event_id")
     WORKFLOW_ID_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
     DATA_FIELD_NUMBER: _ClassVar[int]
+    EVENT_ID_FIELD_NUMBER: _ClassVar[int]
     workflow_id: str
     name: str
     data: _struct_pb2.Struct
-    def __init__(self, workflow_id: _Optional[str] = ..., name: _Optional[str] = ..., data: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ...) -> None: ...
+    event_id: str
+    def __init__(self, workflow_id: _Optional[str] = ..., name: _Optional[str] = ..., data: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., event_id: _Optional[str] = ...) -> None: ...
 
 class SendWorkflowEventResponse(_message.Message):
     __slots__ = ("delivered",)

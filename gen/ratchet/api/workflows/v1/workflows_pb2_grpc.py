@@ -46,6 +46,11 @@ class WorkflowServiceStub:
                 request_serializer=ratchet_dot_api_dot_workflows_dot_v1_dot_workflows__pb2.GetWorkflowRequest.SerializeToString,
                 response_deserializer=ratchet_dot_api_dot_workflows_dot_v1_dot_workflows__pb2.GetWorkflowResponse.FromString,
                 _registered_method=True)
+        self.ListWorkflowChildren = channel.unary_unary(
+                '/ratchet.api.workflows.v1.WorkflowService/ListWorkflowChildren',
+                request_serializer=ratchet_dot_api_dot_workflows_dot_v1_dot_workflows__pb2.ListWorkflowChildrenRequest.SerializeToString,
+                response_deserializer=ratchet_dot_api_dot_workflows_dot_v1_dot_workflows__pb2.ListWorkflowChildrenResponse.FromString,
+                _registered_method=True)
         self.ListWorkflows = channel.unary_unary(
                 '/ratchet.api.workflows.v1.WorkflowService/ListWorkflows',
                 request_serializer=ratchet_dot_api_dot_workflows_dot_v1_dot_workflows__pb2.ListWorkflowsRequest.SerializeToString,
@@ -88,6 +93,15 @@ class WorkflowServiceServicer:
         """A run: its state, input, result or error, one page of its step log,
         and its pending sleep or wait. Unknown ids, other tenants' ids and
         ids of plain tasks answer NOT_FOUND (HTTP 404).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListWorkflowChildren(self, request, context):
+        """The children of the fan-out (ctx.parallel, ctx.child) at a position of
+        the run's log, by index, with their states. NOT_FOUND unless that
+        position is a fan-out.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -140,6 +154,11 @@ def add_WorkflowServiceServicer_to_server(servicer, server):
                     servicer.GetWorkflow,
                     request_deserializer=ratchet_dot_api_dot_workflows_dot_v1_dot_workflows__pb2.GetWorkflowRequest.FromString,
                     response_serializer=ratchet_dot_api_dot_workflows_dot_v1_dot_workflows__pb2.GetWorkflowResponse.SerializeToString,
+            ),
+            'ListWorkflowChildren': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListWorkflowChildren,
+                    request_deserializer=ratchet_dot_api_dot_workflows_dot_v1_dot_workflows__pb2.ListWorkflowChildrenRequest.FromString,
+                    response_serializer=ratchet_dot_api_dot_workflows_dot_v1_dot_workflows__pb2.ListWorkflowChildrenResponse.SerializeToString,
             ),
             'ListWorkflows': grpc.unary_unary_rpc_method_handler(
                     servicer.ListWorkflows,
@@ -218,6 +237,33 @@ class WorkflowService:
             '/ratchet.api.workflows.v1.WorkflowService/GetWorkflow',
             ratchet_dot_api_dot_workflows_dot_v1_dot_workflows__pb2.GetWorkflowRequest.SerializeToString,
             ratchet_dot_api_dot_workflows_dot_v1_dot_workflows__pb2.GetWorkflowResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListWorkflowChildren(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ratchet.api.workflows.v1.WorkflowService/ListWorkflowChildren',
+            ratchet_dot_api_dot_workflows_dot_v1_dot_workflows__pb2.ListWorkflowChildrenRequest.SerializeToString,
+            ratchet_dot_api_dot_workflows_dot_v1_dot_workflows__pb2.ListWorkflowChildrenResponse.FromString,
             options,
             channel_credentials,
             insecure,

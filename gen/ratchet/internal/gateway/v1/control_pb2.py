@@ -23,29 +23,34 @@ _sym_db = _symbol_database.Default()
 
 
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
+from ratchet.internal.worker.v1 import worker_pb2 as ratchet_dot_internal_dot_worker_dot_v1_dot_worker__pb2
 from ratchet.api.apps.v1 import apps_pb2 as ratchet_dot_api_dot_apps_dot_v1_dot_apps__pb2
 from ratchet.api.tasks.v1 import tasks_pb2 as ratchet_dot_api_dot_tasks_dot_v1_dot_tasks__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n)ratchet/internal/gateway/v1/control.proto\x12\x1bratchet.internal.gateway.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1eratchet/api/apps/v1/apps.proto\x1a ratchet/api/tasks/v1/tasks.proto\"\xbd\x01\n\x17\x45nqueueScheduledRequest\x12\x11\n\ttenant_id\x18\x01 \x01(\t\x12\x0e\n\x06\x61pp_id\x18\x02 \x01(\t\x12\x13\n\x0bschedule_id\x18\x03 \x01(\t\x12\x32\n\x0escheduled_time\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x36\n\x04task\x18\x05 \x01(\x0b\x32(.ratchet.api.tasks.v1.EnqueueTaskRequest\"A\n\x18\x45nqueueScheduledResponse\x12\x0f\n\x07task_id\x18\x01 \x01(\t\x12\x14\n\x0c\x64\x65\x64uplicated\x18\x02 \x01(\x08\",\n\x1aGetActiveDeploymentRequest\x12\x0e\n\x06\x61pp_id\x18\x01 \x01(\t\"u\n\x1bGetActiveDeploymentResponse\x12\x0e\n\x06\x61pp_id\x18\x01 \x01(\t\x12\x11\n\ttenant_id\x18\x02 \x01(\t\x12\x33\n\ndeployment\x18\x03 \x01(\x0b\x32\x1f.ratchet.api.apps.v1.Deployment\"\"\n\x10GetBundleRequest\x12\x0e\n\x06\x64igest\x18\x01 \x01(\t\"#\n\x11GetBundleResponse\x12\x0e\n\x06\x62undle\x18\x01 \x01(\x0c\x32\x88\x03\n\x0e\x43ontrolService\x12\x88\x01\n\x13GetActiveDeployment\x12\x37.ratchet.internal.gateway.v1.GetActiveDeploymentRequest\x1a\x38.ratchet.internal.gateway.v1.GetActiveDeploymentResponse\x12j\n\tGetBundle\x12-.ratchet.internal.gateway.v1.GetBundleRequest\x1a..ratchet.internal.gateway.v1.GetBundleResponse\x12\x7f\n\x10\x45nqueueScheduled\x12\x34.ratchet.internal.gateway.v1.EnqueueScheduledRequest\x1a\x35.ratchet.internal.gateway.v1.EnqueueScheduledResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n)ratchet/internal/gateway/v1/control.proto\x12\x1bratchet.internal.gateway.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\'ratchet/internal/worker/v1/worker.proto\x1a\x1eratchet/api/apps/v1/apps.proto\x1a ratchet/api/tasks/v1/tasks.proto\"\xbd\x01\n\x17\x45nqueueScheduledRequest\x12\x11\n\ttenant_id\x18\x01 \x01(\t\x12\x0e\n\x06\x61pp_id\x18\x02 \x01(\t\x12\x13\n\x0bschedule_id\x18\x03 \x01(\t\x12\x32\n\x0escheduled_time\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x36\n\x04task\x18\x05 \x01(\x0b\x32(.ratchet.api.tasks.v1.EnqueueTaskRequest\"A\n\x18\x45nqueueScheduledResponse\x12\x0f\n\x07task_id\x18\x01 \x01(\t\x12\x14\n\x0c\x64\x65\x64uplicated\x18\x02 \x01(\x08\",\n\x1aGetActiveDeploymentRequest\x12\x0e\n\x06\x61pp_id\x18\x01 \x01(\t\"u\n\x1bGetActiveDeploymentResponse\x12\x0e\n\x06\x61pp_id\x18\x01 \x01(\t\x12\x11\n\ttenant_id\x18\x02 \x01(\t\x12\x33\n\ndeployment\x18\x03 \x01(\x0b\x32\x1f.ratchet.api.apps.v1.Deployment\"\"\n\x10GetBundleRequest\x12\x0e\n\x06\x64igest\x18\x01 \x01(\t\"#\n\x11GetBundleResponse\x12\x0e\n\x06\x62undle\x18\x01 \x01(\x0c\"\xaa\x01\n\x14StartChildrenRequest\x12\x11\n\ttenant_id\x18\x01 \x01(\t\x12\x0e\n\x06\x61pp_id\x18\x02 \x01(\t\x12\x11\n\tparent_id\x18\x03 \x01(\t\x12\x10\n\x08position\x18\x04 \x01(\x05\x12\x11\n\tchild_ids\x18\x05 \x03(\t\x12\x37\n\x08\x63hildren\x18\x06 \x03(\x0b\x32%.ratchet.internal.worker.v1.ChildSpec\"(\n\x15StartChildrenResponse\x12\x0f\n\x07\x63reated\x18\x01 \x01(\x05\x32\x80\x04\n\x0e\x43ontrolService\x12\x88\x01\n\x13GetActiveDeployment\x12\x37.ratchet.internal.gateway.v1.GetActiveDeploymentRequest\x1a\x38.ratchet.internal.gateway.v1.GetActiveDeploymentResponse\x12j\n\tGetBundle\x12-.ratchet.internal.gateway.v1.GetBundleRequest\x1a..ratchet.internal.gateway.v1.GetBundleResponse\x12\x7f\n\x10\x45nqueueScheduled\x12\x34.ratchet.internal.gateway.v1.EnqueueScheduledRequest\x1a\x35.ratchet.internal.gateway.v1.EnqueueScheduledResponse\x12v\n\rStartChildren\x12\x31.ratchet.internal.gateway.v1.StartChildrenRequest\x1a\x32.ratchet.internal.gateway.v1.StartChildrenResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'ratchet.internal.gateway.v1.control_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_ENQUEUESCHEDULEDREQUEST']._serialized_start=174
-  _globals['_ENQUEUESCHEDULEDREQUEST']._serialized_end=363
-  _globals['_ENQUEUESCHEDULEDRESPONSE']._serialized_start=365
-  _globals['_ENQUEUESCHEDULEDRESPONSE']._serialized_end=430
-  _globals['_GETACTIVEDEPLOYMENTREQUEST']._serialized_start=432
-  _globals['_GETACTIVEDEPLOYMENTREQUEST']._serialized_end=476
-  _globals['_GETACTIVEDEPLOYMENTRESPONSE']._serialized_start=478
-  _globals['_GETACTIVEDEPLOYMENTRESPONSE']._serialized_end=595
-  _globals['_GETBUNDLEREQUEST']._serialized_start=597
-  _globals['_GETBUNDLEREQUEST']._serialized_end=631
-  _globals['_GETBUNDLERESPONSE']._serialized_start=633
-  _globals['_GETBUNDLERESPONSE']._serialized_end=668
-  _globals['_CONTROLSERVICE']._serialized_start=671
-  _globals['_CONTROLSERVICE']._serialized_end=1063
+  _globals['_ENQUEUESCHEDULEDREQUEST']._serialized_start=215
+  _globals['_ENQUEUESCHEDULEDREQUEST']._serialized_end=404
+  _globals['_ENQUEUESCHEDULEDRESPONSE']._serialized_start=406
+  _globals['_ENQUEUESCHEDULEDRESPONSE']._serialized_end=471
+  _globals['_GETACTIVEDEPLOYMENTREQUEST']._serialized_start=473
+  _globals['_GETACTIVEDEPLOYMENTREQUEST']._serialized_end=517
+  _globals['_GETACTIVEDEPLOYMENTRESPONSE']._serialized_start=519
+  _globals['_GETACTIVEDEPLOYMENTRESPONSE']._serialized_end=636
+  _globals['_GETBUNDLEREQUEST']._serialized_start=638
+  _globals['_GETBUNDLEREQUEST']._serialized_end=672
+  _globals['_GETBUNDLERESPONSE']._serialized_start=674
+  _globals['_GETBUNDLERESPONSE']._serialized_end=709
+  _globals['_STARTCHILDRENREQUEST']._serialized_start=712
+  _globals['_STARTCHILDRENREQUEST']._serialized_end=882
+  _globals['_STARTCHILDRENRESPONSE']._serialized_start=884
+  _globals['_STARTCHILDRENRESPONSE']._serialized_end=924
+  _globals['_CONTROLSERVICE']._serialized_start=927
+  _globals['_CONTROLSERVICE']._serialized_end=1439
 # @@protoc_insertion_point(module_scope)

@@ -1,11 +1,13 @@
 import datetime
 
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
+from ratchet.internal.worker.v1 import worker_pb2 as _worker_pb2
 from ratchet.api.apps.v1 import apps_pb2 as _apps_pb2
 from ratchet.api.tasks.v1 import tasks_pb2 as _tasks_pb2
+from google.protobuf.internal import containers as _containers
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
-from collections.abc import Mapping as _Mapping
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
 from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
@@ -59,3 +61,25 @@ class GetBundleResponse(_message.Message):
     BUNDLE_FIELD_NUMBER: _ClassVar[int]
     bundle: bytes
     def __init__(self, bundle: _Optional[bytes] = ...) -> None: ...
+
+class StartChildrenRequest(_message.Message):
+    __slots__ = ("tenant_id", "app_id", "parent_id", "position", "child_ids", "children")
+    TENANT_ID_FIELD_NUMBER: _ClassVar[int]
+    APP_ID_FIELD_NUMBER: _ClassVar[int]
+    PARENT_ID_FIELD_NUMBER: _ClassVar[int]
+    POSITION_FIELD_NUMBER: _ClassVar[int]
+    CHILD_IDS_FIELD_NUMBER: _ClassVar[int]
+    CHILDREN_FIELD_NUMBER: _ClassVar[int]
+    tenant_id: str
+    app_id: str
+    parent_id: str
+    position: int
+    child_ids: _containers.RepeatedScalarFieldContainer[str]
+    children: _containers.RepeatedCompositeFieldContainer[_worker_pb2.ChildSpec]
+    def __init__(self, tenant_id: _Optional[str] = ..., app_id: _Optional[str] = ..., parent_id: _Optional[str] = ..., position: _Optional[int] = ..., child_ids: _Optional[_Iterable[str]] = ..., children: _Optional[_Iterable[_Union[_worker_pb2.ChildSpec, _Mapping]]] = ...) -> None: ...
+
+class StartChildrenResponse(_message.Message):
+    __slots__ = ("created",)
+    CREATED_FIELD_NUMBER: _ClassVar[int]
+    created: int
+    def __init__(self, created: _Optional[int] = ...) -> None: ...

@@ -50,6 +50,11 @@ class ControlServiceStub:
                 request_serializer=ratchet_dot_internal_dot_gateway_dot_v1_dot_control__pb2.EnqueueScheduledRequest.SerializeToString,
                 response_deserializer=ratchet_dot_internal_dot_gateway_dot_v1_dot_control__pb2.EnqueueScheduledResponse.FromString,
                 _registered_method=True)
+        self.StartChildren = channel.unary_unary(
+                '/ratchet.internal.gateway.v1.ControlService/StartChildren',
+                request_serializer=ratchet_dot_internal_dot_gateway_dot_v1_dot_control__pb2.StartChildrenRequest.SerializeToString,
+                response_deserializer=ratchet_dot_internal_dot_gateway_dot_v1_dot_control__pb2.StartChildrenResponse.FromString,
+                _registered_method=True)
 
 
 class ControlServiceServicer:
@@ -80,6 +85,17 @@ class ControlServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def StartChildren(self, request, context):
+        """Start the children of a workflow's fan-out (host agents, for the run
+        they hold a lease on): each child is validated, its policy resolved and
+        routed as any enqueue, and created with its parent link. Safe to resend:
+        the ids are the ones history minted at the step's BEGIN, and a child
+        that exists is not created twice.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ControlServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -97,6 +113,11 @@ def add_ControlServiceServicer_to_server(servicer, server):
                     servicer.EnqueueScheduled,
                     request_deserializer=ratchet_dot_internal_dot_gateway_dot_v1_dot_control__pb2.EnqueueScheduledRequest.FromString,
                     response_serializer=ratchet_dot_internal_dot_gateway_dot_v1_dot_control__pb2.EnqueueScheduledResponse.SerializeToString,
+            ),
+            'StartChildren': grpc.unary_unary_rpc_method_handler(
+                    servicer.StartChildren,
+                    request_deserializer=ratchet_dot_internal_dot_gateway_dot_v1_dot_control__pb2.StartChildrenRequest.FromString,
+                    response_serializer=ratchet_dot_internal_dot_gateway_dot_v1_dot_control__pb2.StartChildrenResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -181,6 +202,33 @@ class ControlService:
             '/ratchet.internal.gateway.v1.ControlService/EnqueueScheduled',
             ratchet_dot_internal_dot_gateway_dot_v1_dot_control__pb2.EnqueueScheduledRequest.SerializeToString,
             ratchet_dot_internal_dot_gateway_dot_v1_dot_control__pb2.EnqueueScheduledResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def StartChildren(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ratchet.internal.gateway.v1.ControlService/StartChildren',
+            ratchet_dot_internal_dot_gateway_dot_v1_dot_control__pb2.StartChildrenRequest.SerializeToString,
+            ratchet_dot_internal_dot_gateway_dot_v1_dot_control__pb2.StartChildrenResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -14,7 +14,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class NewTask(_message.Message):
-    __slots__ = ("task_id", "tenant_id", "app_id", "task_type", "queue", "payload_json", "delay", "run_at", "idempotency_key", "fingerprint", "retry", "timeouts", "non_retryable", "schedule_id", "scheduled_time")
+    __slots__ = ("task_id", "tenant_id", "app_id", "task_type", "queue", "payload_json", "delay", "run_at", "idempotency_key", "fingerprint", "retry", "timeouts", "non_retryable", "schedule_id", "scheduled_time", "parent")
     TASK_ID_FIELD_NUMBER: _ClassVar[int]
     TENANT_ID_FIELD_NUMBER: _ClassVar[int]
     APP_ID_FIELD_NUMBER: _ClassVar[int]
@@ -30,6 +30,7 @@ class NewTask(_message.Message):
     NON_RETRYABLE_FIELD_NUMBER: _ClassVar[int]
     SCHEDULE_ID_FIELD_NUMBER: _ClassVar[int]
     SCHEDULED_TIME_FIELD_NUMBER: _ClassVar[int]
+    PARENT_FIELD_NUMBER: _ClassVar[int]
     task_id: str
     tenant_id: str
     app_id: str
@@ -45,7 +46,18 @@ class NewTask(_message.Message):
     non_retryable: _containers.RepeatedScalarFieldContainer[str]
     schedule_id: str
     scheduled_time: _timestamp_pb2.Timestamp
-    def __init__(self, task_id: _Optional[str] = ..., tenant_id: _Optional[str] = ..., app_id: _Optional[str] = ..., task_type: _Optional[str] = ..., queue: _Optional[str] = ..., payload_json: _Optional[bytes] = ..., delay: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., run_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., idempotency_key: _Optional[str] = ..., fingerprint: _Optional[str] = ..., retry: _Optional[_Union[_tasks_pb2.RetryPolicy, _Mapping]] = ..., timeouts: _Optional[_Union[_tasks_pb2.Timeouts, _Mapping]] = ..., non_retryable: _Optional[_Iterable[str]] = ..., schedule_id: _Optional[str] = ..., scheduled_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    parent: ChildOf
+    def __init__(self, task_id: _Optional[str] = ..., tenant_id: _Optional[str] = ..., app_id: _Optional[str] = ..., task_type: _Optional[str] = ..., queue: _Optional[str] = ..., payload_json: _Optional[bytes] = ..., delay: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., run_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., idempotency_key: _Optional[str] = ..., fingerprint: _Optional[str] = ..., retry: _Optional[_Union[_tasks_pb2.RetryPolicy, _Mapping]] = ..., timeouts: _Optional[_Union[_tasks_pb2.Timeouts, _Mapping]] = ..., non_retryable: _Optional[_Iterable[str]] = ..., schedule_id: _Optional[str] = ..., scheduled_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., parent: _Optional[_Union[ChildOf, _Mapping]] = ...) -> None: ...
+
+class ChildOf(_message.Message):
+    __slots__ = ("parent_id", "position", "index")
+    PARENT_ID_FIELD_NUMBER: _ClassVar[int]
+    POSITION_FIELD_NUMBER: _ClassVar[int]
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    parent_id: str
+    position: int
+    index: int
+    def __init__(self, parent_id: _Optional[str] = ..., position: _Optional[int] = ..., index: _Optional[int] = ...) -> None: ...
 
 class CreateTasksRequest(_message.Message):
     __slots__ = ("shard_id", "tasks", "shared", "columns")
@@ -380,21 +392,47 @@ class GetWorkflowStepsResponse(_message.Message):
     def __init__(self, steps: _Optional[_Iterable[_Union[_workflows_pb2.Step, _Mapping]]] = ..., step_count: _Optional[int] = ..., pending: _Optional[_Union[_workflows_pb2.PendingWait, _Mapping]] = ..., next_position: _Optional[int] = ...) -> None: ...
 
 class DeliverEventRequest(_message.Message):
-    __slots__ = ("shard_id", "tenant_id", "name", "data_json", "workflow_id")
+    __slots__ = ("shard_id", "tenant_id", "name", "data_json", "workflow_id", "event_id")
     SHARD_ID_FIELD_NUMBER: _ClassVar[int]
     TENANT_ID_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
     DATA_JSON_FIELD_NUMBER: _ClassVar[int]
     WORKFLOW_ID_FIELD_NUMBER: _ClassVar[int]
+    EVENT_ID_FIELD_NUMBER: _ClassVar[int]
     shard_id: int
     tenant_id: str
     name: str
     data_json: bytes
     workflow_id: str
-    def __init__(self, shard_id: _Optional[int] = ..., tenant_id: _Optional[str] = ..., name: _Optional[str] = ..., data_json: _Optional[bytes] = ..., workflow_id: _Optional[str] = ...) -> None: ...
+    event_id: str
+    def __init__(self, shard_id: _Optional[int] = ..., tenant_id: _Optional[str] = ..., name: _Optional[str] = ..., data_json: _Optional[bytes] = ..., workflow_id: _Optional[str] = ..., event_id: _Optional[str] = ...) -> None: ...
 
 class DeliverEventResponse(_message.Message):
     __slots__ = ("delivered",)
     DELIVERED_FIELD_NUMBER: _ClassVar[int]
     delivered: int
     def __init__(self, delivered: _Optional[int] = ...) -> None: ...
+
+class ListWorkflowChildrenRequest(_message.Message):
+    __slots__ = ("shard_id", "workflow_id", "tenant_id", "position", "from_index", "page_size")
+    SHARD_ID_FIELD_NUMBER: _ClassVar[int]
+    WORKFLOW_ID_FIELD_NUMBER: _ClassVar[int]
+    TENANT_ID_FIELD_NUMBER: _ClassVar[int]
+    POSITION_FIELD_NUMBER: _ClassVar[int]
+    FROM_INDEX_FIELD_NUMBER: _ClassVar[int]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    shard_id: int
+    workflow_id: str
+    tenant_id: str
+    position: int
+    from_index: int
+    page_size: int
+    def __init__(self, shard_id: _Optional[int] = ..., workflow_id: _Optional[str] = ..., tenant_id: _Optional[str] = ..., position: _Optional[int] = ..., from_index: _Optional[int] = ..., page_size: _Optional[int] = ...) -> None: ...
+
+class ListWorkflowChildrenResponse(_message.Message):
+    __slots__ = ("children", "next_index")
+    CHILDREN_FIELD_NUMBER: _ClassVar[int]
+    NEXT_INDEX_FIELD_NUMBER: _ClassVar[int]
+    children: _containers.RepeatedCompositeFieldContainer[_workflows_pb2.ChildRun]
+    next_index: int
+    def __init__(self, children: _Optional[_Iterable[_Union[_workflows_pb2.ChildRun, _Mapping]]] = ..., next_index: _Optional[int] = ...) -> None: ...

@@ -115,6 +115,11 @@ class HistoryServiceStub:
                 request_serializer=ratchet_dot_internal_dot_history_dot_v1_dot_history__pb2.DeliverEventRequest.SerializeToString,
                 response_deserializer=ratchet_dot_internal_dot_history_dot_v1_dot_history__pb2.DeliverEventResponse.FromString,
                 _registered_method=True)
+        self.ListWorkflowChildren = channel.unary_unary(
+                '/ratchet.internal.history.v1.HistoryService/ListWorkflowChildren',
+                request_serializer=ratchet_dot_internal_dot_history_dot_v1_dot_history__pb2.ListWorkflowChildrenRequest.SerializeToString,
+                response_deserializer=ratchet_dot_internal_dot_history_dot_v1_dot_history__pb2.ListWorkflowChildrenResponse.FromString,
+                _registered_method=True)
 
 
 class HistoryServiceServicer:
@@ -262,6 +267,14 @@ class HistoryServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListWorkflowChildren(self, request, context):
+        """A page of the children of the fan-out at (run, position), with their
+        states (a child not terminal yet is read from its own shard).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_HistoryServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -344,6 +357,11 @@ def add_HistoryServiceServicer_to_server(servicer, server):
                     servicer.DeliverEvent,
                     request_deserializer=ratchet_dot_internal_dot_history_dot_v1_dot_history__pb2.DeliverEventRequest.FromString,
                     response_serializer=ratchet_dot_internal_dot_history_dot_v1_dot_history__pb2.DeliverEventResponse.SerializeToString,
+            ),
+            'ListWorkflowChildren': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListWorkflowChildren,
+                    request_deserializer=ratchet_dot_internal_dot_history_dot_v1_dot_history__pb2.ListWorkflowChildrenRequest.FromString,
+                    response_serializer=ratchet_dot_internal_dot_history_dot_v1_dot_history__pb2.ListWorkflowChildrenResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -779,6 +797,33 @@ class HistoryService:
             '/ratchet.internal.history.v1.HistoryService/DeliverEvent',
             ratchet_dot_internal_dot_history_dot_v1_dot_history__pb2.DeliverEventRequest.SerializeToString,
             ratchet_dot_internal_dot_history_dot_v1_dot_history__pb2.DeliverEventResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListWorkflowChildren(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ratchet.internal.history.v1.HistoryService/ListWorkflowChildren',
+            ratchet_dot_internal_dot_history_dot_v1_dot_history__pb2.ListWorkflowChildrenRequest.SerializeToString,
+            ratchet_dot_internal_dot_history_dot_v1_dot_history__pb2.ListWorkflowChildrenResponse.FromString,
             options,
             channel_credentials,
             insecure,

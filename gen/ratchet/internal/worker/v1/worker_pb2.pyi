@@ -41,6 +41,14 @@ class StepKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     STEP_KIND_VERSION: _ClassVar[StepKind]
     STEP_KIND_SLEEP: _ClassVar[StepKind]
     STEP_KIND_WAIT: _ClassVar[StepKind]
+    STEP_KIND_PARALLEL: _ClassVar[StepKind]
+    STEP_KIND_CHILD: _ClassVar[StepKind]
+
+class ParallelFailure(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    PARALLEL_FAILURE_UNSPECIFIED: _ClassVar[ParallelFailure]
+    PARALLEL_FAILURE_COLLECT: _ClassVar[ParallelFailure]
+    PARALLEL_FAILURE_FAIL_FAST: _ClassVar[ParallelFailure]
 
 class StepStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -68,6 +76,11 @@ STEP_KIND_STEP: StepKind
 STEP_KIND_VERSION: StepKind
 STEP_KIND_SLEEP: StepKind
 STEP_KIND_WAIT: StepKind
+STEP_KIND_PARALLEL: StepKind
+STEP_KIND_CHILD: StepKind
+PARALLEL_FAILURE_UNSPECIFIED: ParallelFailure
+PARALLEL_FAILURE_COLLECT: ParallelFailure
+PARALLEL_FAILURE_FAIL_FAST: ParallelFailure
 STEP_STATUS_UNSPECIFIED: StepStatus
 STEP_STATUS_RUN: StepStatus
 STEP_STATUS_DONE: StepStatus
@@ -227,8 +240,30 @@ class CompletionResult(_message.Message):
     reason: str
     def __init__(self, task_id: _Optional[str] = ..., accepted: _Optional[bool] = ..., state: _Optional[_Union[_tasks_pb2.TaskState, str]] = ..., reason: _Optional[str] = ...) -> None: ...
 
+class ChildSpec(_message.Message):
+    __slots__ = ("task_type", "payload_json")
+    TASK_TYPE_FIELD_NUMBER: _ClassVar[int]
+    PAYLOAD_JSON_FIELD_NUMBER: _ClassVar[int]
+    task_type: str
+    payload_json: bytes
+    def __init__(self, task_type: _Optional[str] = ..., payload_json: _Optional[bytes] = ...) -> None: ...
+
+class ChildOutcome(_message.Message):
+    __slots__ = ("index", "child_id", "state", "result_json", "error")
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    CHILD_ID_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    RESULT_JSON_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    index: int
+    child_id: str
+    state: _tasks_pb2.TaskState
+    result_json: bytes
+    error: _tasks_pb2.TaskError
+    def __init__(self, index: _Optional[int] = ..., child_id: _Optional[str] = ..., state: _Optional[_Union[_tasks_pb2.TaskState, str]] = ..., result_json: _Optional[bytes] = ..., error: _Optional[_Union[_tasks_pb2.TaskError, _Mapping]] = ...) -> None: ...
+
 class StepRequest(_message.Message):
-    __slots__ = ("lease", "op", "position", "name", "kind", "result_json", "error", "fatal", "duration", "match_json", "version")
+    __slots__ = ("lease", "op", "position", "name", "kind", "result_json", "error", "fatal", "duration", "match_json", "version", "children", "on_failure")
     LEASE_FIELD_NUMBER: _ClassVar[int]
     OP_FIELD_NUMBER: _ClassVar[int]
     POSITION_FIELD_NUMBER: _ClassVar[int]
@@ -240,6 +275,8 @@ class StepRequest(_message.Message):
     DURATION_FIELD_NUMBER: _ClassVar[int]
     MATCH_JSON_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
+    CHILDREN_FIELD_NUMBER: _ClassVar[int]
+    ON_FAILURE_FIELD_NUMBER: _ClassVar[int]
     lease: LeaseRef
     op: StepOp
     position: int
@@ -251,10 +288,12 @@ class StepRequest(_message.Message):
     duration: _duration_pb2.Duration
     match_json: bytes
     version: int
-    def __init__(self, lease: _Optional[_Union[LeaseRef, _Mapping]] = ..., op: _Optional[_Union[StepOp, str]] = ..., position: _Optional[int] = ..., name: _Optional[str] = ..., kind: _Optional[_Union[StepKind, str]] = ..., result_json: _Optional[bytes] = ..., error: _Optional[_Union[_tasks_pb2.TaskError, _Mapping]] = ..., fatal: _Optional[bool] = ..., duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., match_json: _Optional[bytes] = ..., version: _Optional[int] = ...) -> None: ...
+    children: _containers.RepeatedCompositeFieldContainer[ChildSpec]
+    on_failure: ParallelFailure
+    def __init__(self, lease: _Optional[_Union[LeaseRef, _Mapping]] = ..., op: _Optional[_Union[StepOp, str]] = ..., position: _Optional[int] = ..., name: _Optional[str] = ..., kind: _Optional[_Union[StepKind, str]] = ..., result_json: _Optional[bytes] = ..., error: _Optional[_Union[_tasks_pb2.TaskError, _Mapping]] = ..., fatal: _Optional[bool] = ..., duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., match_json: _Optional[bytes] = ..., version: _Optional[int] = ..., children: _Optional[_Iterable[_Union[ChildSpec, _Mapping]]] = ..., on_failure: _Optional[_Union[ParallelFailure, str]] = ...) -> None: ...
 
 class StepResponse(_message.Message):
-    __slots__ = ("status", "attempt", "result_json", "error", "wake_after", "logged_name", "logged_kind")
+    __slots__ = ("status", "attempt", "result_json", "error", "wake_after", "logged_name", "logged_kind", "child_ids", "children")
     STATUS_FIELD_NUMBER: _ClassVar[int]
     ATTEMPT_FIELD_NUMBER: _ClassVar[int]
     RESULT_JSON_FIELD_NUMBER: _ClassVar[int]
@@ -262,6 +301,8 @@ class StepResponse(_message.Message):
     WAKE_AFTER_FIELD_NUMBER: _ClassVar[int]
     LOGGED_NAME_FIELD_NUMBER: _ClassVar[int]
     LOGGED_KIND_FIELD_NUMBER: _ClassVar[int]
+    CHILD_IDS_FIELD_NUMBER: _ClassVar[int]
+    CHILDREN_FIELD_NUMBER: _ClassVar[int]
     status: StepStatus
     attempt: int
     result_json: bytes
@@ -269,4 +310,6 @@ class StepResponse(_message.Message):
     wake_after: _duration_pb2.Duration
     logged_name: str
     logged_kind: StepKind
-    def __init__(self, status: _Optional[_Union[StepStatus, str]] = ..., attempt: _Optional[int] = ..., result_json: _Optional[bytes] = ..., error: _Optional[_Union[_tasks_pb2.TaskError, _Mapping]] = ..., wake_after: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., logged_name: _Optional[str] = ..., logged_kind: _Optional[_Union[StepKind, str]] = ...) -> None: ...
+    child_ids: _containers.RepeatedScalarFieldContainer[str]
+    children: _containers.RepeatedCompositeFieldContainer[ChildOutcome]
+    def __init__(self, status: _Optional[_Union[StepStatus, str]] = ..., attempt: _Optional[int] = ..., result_json: _Optional[bytes] = ..., error: _Optional[_Union[_tasks_pb2.TaskError, _Mapping]] = ..., wake_after: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., logged_name: _Optional[str] = ..., logged_kind: _Optional[_Union[StepKind, str]] = ..., child_ids: _Optional[_Iterable[str]] = ..., children: _Optional[_Iterable[_Union[ChildOutcome, _Mapping]]] = ...) -> None: ...
