@@ -95,8 +95,10 @@ def _everything() -> list[n.Nemesis]:
 
 
 # -- mutation runs: one guard removed, the checker must notice ----------------------
-# Workflow runs only, every `reserve` step slow (1 s), so leases expire while steps run.
-STALE_STEPS = WorkloadConfig(clients=2, workflow_every=1, workflow_modes={"slow": 3, "ok": 1})
+# Workflow runs only, most `reserve` steps slow (2.5 s, the lease is 3 s), so a late heartbeat lets a
+# lease expire while its step runs, and the step's commit arrives after the expiry.
+STALE_STEPS = WorkloadConfig(clients=2, workflow_every=1, workflow_modes={"slow": 3, "ok": 1},
+                             workflow_payload={"slow_s": 2.5})
 SLOW_MIX = {"slow": (1, {"mode": "ok", "sleep": 2.5}, ("SUCCEEDED",), {})}
 # A quarter of the requests hang: at 1 in 31 (until session 10) an 8 s run of ~35 requests held
 # no hanging task about a third of the seeds, and the mutation went unseen for want of one.

@@ -23,9 +23,9 @@ step. Each step's side effect appends `step` (with ctx.step_attempt) and
 workflow appends `step_done` once ctx.step gave it the step's outcome, which the
 platform answers only for a committed step (tests/fault/checker/wfmodel.py).
 
-payload (flow): {op, ledger, mode, nap?, wait_s?, step_s?}
+payload (flow): {op, ledger, mode, nap?, wait_s?, step_s?, slow_s?}
   mode ok     -> every step returns after `step_s` s (default 0.05)
-       slow   -> `reserve` takes 1 s (a fault lands inside it more often)
+       slow   -> `reserve` takes `slow_s` s (default 1: a fault lands inside it more often)
        flaky  -> `reserve` raises RetryableError on its first try: the activation fails and
                  the next one runs it again (step attempt 2)
        fatal  -> `reserve` raises FatalError, which the workflow catches and goes on
@@ -141,6 +141,6 @@ def _effect(ctx, payload, position, name):
         _ledger(payload, ctx, "step_end", position=position, name=name, step_attempt=ctx.step_attempt,
                 outcome="fatal")
         raise FatalError(f"step {name} fails fatally on purpose")
-    time.sleep(1.0 if mode == "slow" else float(payload.get("step_s", 0.05)))
+    time.sleep(float(payload.get("slow_s", 1.0)) if mode == "slow" else float(payload.get("step_s", 0.05)))
     _ledger(payload, ctx, "step_end", position=position, name=name, step_attempt=ctx.step_attempt, outcome="ok")
     return {"position": position, "name": name, "lease_epoch": ctx.lease_epoch, "step_attempt": ctx.step_attempt}

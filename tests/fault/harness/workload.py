@@ -64,6 +64,7 @@ class WorkloadConfig:
     mix: dict = dataclasses.field(default_factory=lambda: dict(MIX))
     workflow_every: int = 0  # about one op in this many starts a workflow run (0: none)
     workflow_modes: dict = dataclasses.field(default_factory=lambda: dict(WORKFLOW_MODES))
+    workflow_payload: dict = dataclasses.field(default_factory=dict)  # extra payload fields (e.g. slow_s)
 
 
 class ClientProcess:
@@ -115,7 +116,8 @@ class ClientProcess:
         return {"op": op_id, "kind": "workflow", "workflow_type": WORKFLOW_TYPE, "cancel": cancel,
                 "expect": ["SUCCEEDED", "CANCELED"] if cancel else ["SUCCEEDED"], "key": f"k-{op_id}",
                 "event": self.rng.random() < EVENT_SHARE,
-                "payload": {"op": op_id, "ledger": self.ledger, "mode": mode, "nap": 0.3, "wait_s": 2.5}}
+                "payload": {"op": op_id, "ledger": self.ledger, "mode": mode, "nap": 0.3, "wait_s": 2.5,
+                            **self.cfg.workflow_payload}}
 
     def start_workflow(self, req: dict) -> None:
         """Start a run (keyed: a resend returns the same run), then plan its event and cancel."""

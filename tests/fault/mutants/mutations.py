@@ -15,8 +15,10 @@ Where the mutant runs:
 
 What a mutation changes:
 * SqlCut: the statement the mutant's Store runs under that name (MutantStore.queries); the
-  shipped registry (QUERIES) is untouched. `within` confines the cut statement to the calls
-  made while one function runs (a timer firing's transitions, not the completions').
+  shipped registry (QUERIES) is untouched. A guard that is a parameter's only use leaves a
+  tautology on that parameter in its place (`keep`), so the statement binds the same
+  arguments. `within` confines the cut statement to the calls made while one function runs
+  (a timer firing's transitions, not the completions').
 * PyCut: a function recompiled from its shipped source without the guard, seen only by one
   caller: the caller is the shipped code object itself, bound to globals in which the
   function's name means the cut copy (and a module-level dispatch table holding the
@@ -32,6 +34,7 @@ import dataclasses
 import functools
 import importlib
 import inspect
+import re
 import textwrap
 import types
 from collections.abc import Callable, Iterator, Mapping
@@ -53,6 +56,10 @@ class SqlCut:
     text: str
     times: int = 1
     within: str | None = None  # "module:function" (async): the cut statement runs only inside its calls
+    # What stands in the guard's place: nothing, or, when the guard holds the statement's only use of
+    # a parameter, a tautology on it (`$3::bigint IS NOT NULL`), so the statement still binds every
+    # argument its caller passes (Postgres refuses a statement with an unused $n before a later one).
+    keep: str = ""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -132,8 +139,9 @@ MUTATIONS: dict[str, Mutation] = {m.name: m for m in (
         "state and lease epoch, and a COMMIT's compare-and-set is on (position, RUNNING) alone, so an "
         "activation whose lease expired (a zombie) still begins steps and commits its result onto the "
         "claim of the activation that took over.",
-        sql=(SqlCut("workflow_lease_share", " AND t.state = 'LEASED' AND t.lease_epoch = $2::bigint"),
-             SqlCut("workflow_step_commit", " AND s.lease_epoch = $3::bigint"))),
+        sql=(SqlCut("workflow_lease_share", "t.state = 'LEASED' AND t.lease_epoch = $2::bigint",
+                    keep="$2::bigint IS NOT NULL"),
+             SqlCut("workflow_step_commit", "s.lease_epoch = $3::bigint", keep="$3::bigint IS NOT NULL"))),
 )}
 
 
@@ -161,13 +169,18 @@ def mutation(name: str) -> Mutation:
         raise MutationError(f"unknown mutation {name!r}; known: {sorted(MUTATIONS)}") from None
 
 
-def cut(text: str, guard: str, times: int, where: str) -> str:
+KEEP = re.compile(r"\$\d+::\w+ IS NOT NULL( AND \$\d+::\w+ IS NOT NULL)*")
+
+
+def cut(text: str, guard: str, times: int, where: str, keep: str = "") -> str:
     """text without guard, which must occur exactly `times` times in it."""
     found = text.count(guard)
     if found != times:
         raise MutationError(f"the guard {guard!r} occurs {found} times in {where}, not {times}: the shipped "
                             f"code changed, so the mutation must change with it (tests/fault/mutants)")
-    return text.replace(guard, "")
+    if keep and (not KEEP.fullmatch(keep) or set(re.findall(r"\$\d+", keep)) != set(re.findall(r"\$\d+", guard))):
+        raise MutationError(f"{where}: a cut keeps only a tautology on the guard's own parameters, not {keep!r}")
+    return text.replace(guard, keep)
 
 
 def resolve(ref: str) -> tuple[types.ModuleType, str, Callable]:
@@ -185,7 +198,7 @@ def mutated_statements(m: Mutation) -> dict[tuple[str, str | None], str]:
         key = (c.query, c.within)
         if c.query not in QUERIES:
             raise MutationError(f"{m.name}: no shipped statement {c.query!r}")
-        out[key] = cut(out.get(key, QUERIES[c.query]), c.text, c.times, f"statement {c.query}")
+        out[key] = cut(out.get(key, QUERIES[c.query]), c.text, c.times, f"statement {c.query}", c.keep)
     queries = [q for q, _ in out]
     if len(queries) != len(set(queries)):
         raise MutationError(f"{m.name}: a statement is cut both everywhere and within a call")

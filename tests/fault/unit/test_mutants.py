@@ -57,7 +57,10 @@ def test_each_mutated_statement_is_the_shipped_one_minus_its_guard(name):
         for c in cuts:
             assert QUERIES[query].count(c.text) == c.times, (query, c.text)
             assert c.text not in sql, (query, c.text)
-        _pure_deletion(QUERIES[query], sql, sum(len(c.text) * c.times for c in cuts))
+        shipped = QUERIES[query]
+        for c in cuts:  # a kept tautology stands where its guard was, and only there
+            shipped = shipped.replace(c.text, c.text + c.keep) if c.keep else shipped
+        _pure_deletion(shipped, sql, sum(len(c.text) * c.times for c in cuts))
 
 
 def test_the_cuts_remove_the_guards_they_name():
@@ -286,8 +289,19 @@ def test_a_completed_step_is_claimed_again_without_the_memo_guard():
     assert _begin_completed(QUERIES["workflow_step_reclaim"])[0].status == "DONE"  # undone
 
 
+def test_a_kept_tautology_is_only_on_the_guards_parameters():
+    with pytest.raises(MutationError, match="a cut keeps only a tautology"):
+        mut.cut("a = $1 AND b = $2", "b = $2", 1, "x", keep="true")
+    with pytest.raises(MutationError, match="a cut keeps only a tautology"):
+        mut.cut("a = $1 AND b = $2::int", "b = $2::int", 1, "x", keep="$1::int IS NOT NULL")
+    assert mut.cut("a = $1 AND b = $2::int", "b = $2::int", 1, "x", keep="$2::int IS NOT NULL") == (
+        "a = $1 AND $2::int IS NOT NULL")
+
+
 def test_the_step_fence_mutant_drops_both_fences():
     s = mut.mutated_statements(MUTATIONS["step_lease_fence"])
     share, commit = s["workflow_lease_share", None], s["workflow_step_commit", None]
-    assert "lease_epoch" not in share and "FOR SHARE" in share and "t.task_id = $1::uuid" in share
+    assert "lease_epoch" not in share and "'LEASED'" not in share and "FOR SHARE" in share
+    assert "t.task_id = $1::uuid AND $2::bigint IS NOT NULL" in share
     assert "lease_epoch" not in commit.split("WHERE", 1)[1] and "s.state = 'RUNNING'" in commit
+    assert "$3::bigint IS NOT NULL" in commit
