@@ -118,6 +118,33 @@ def new_task_ids(n: int) -> list[str]:
     return buf[:-1].decode("ascii").split("\n")
 
 
+def child_id(parent_id: str, position: int, index: int, spread: bool) -> str:
+    """The id of child `index` of the fan-out at `position` of run `parent_id`: the same for
+    every BEGIN of that fan-out (history mints it, the gateway checks it), so a repeated BEGIN
+    and a resent StartChildren name the same children. A valid task id (version 8): the
+    parent's 48 time bits (children sort near their parent), 58 bits of a hash of (parent,
+    position, index), and the slot: the parent's when spread is False (the children live on
+    the parent's shard), else one from the same hash (a large fan-out spreads over the shards).
+    Raises ValueError for a parent that is not a task id."""
+    parent = parse_task_id(parent_id)
+    if parent is None:
+        raise ValueError(f"not a Ratchet task id: {parent_id!r}")
+    if position < 0 or index < 0:
+        raise ValueError("position and index must be 0 or more")
+    digest = hashlib.blake2b(f"{parent}\x00{position}\x00{index}".encode(), digest_size=10).digest()
+    h = int.from_bytes(digest, "big")  # 80 bits: 12 + 46 random, 16 for a spread slot
+    slot = (h >> 64) & 0xFFFF if spread else slot_of_canonical(parent)
+    ms = int(parent[:8] + parent[9:13], 16)
+    value = ms << 80
+    value |= 0x8 << 76
+    value |= ((h >> 46) & 0xFFF) << 64
+    value |= 0b10 << 62
+    value |= slot << 46
+    value |= h & ((1 << 46) - 1)
+    x = f"{value:032x}"
+    return f"{x[:8]}-{x[8:12]}-{x[12:16]}-{x[16:20]}-{x[20:]}"
+
+
 # A task id in canonical form (lowercase, version 8, RFC 4122 variant): what every id this
 # platform mints and stores looks like. Matching it is far cheaper than uuid.UUID + str, and
 # both run per task on the enqueue path (gateway and history); other spellings parse below.
