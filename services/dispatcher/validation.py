@@ -22,7 +22,12 @@ MAX_LEASES = 10_000
 MAX_COMPLETIONS = 1000
 _OUTCOMES = "SUCCEEDED, FAILED, CANCELED, CRASHED or SUSPENDED"
 _STEP_OPS = {wpb.STEP_OP_BEGIN, wpb.STEP_OP_COMMIT}
-_STEP_KINDS = {wpb.STEP_KIND_STEP, wpb.STEP_KIND_VERSION, wpb.STEP_KIND_SLEEP, wpb.STEP_KIND_WAIT}
+_FAN_OUT = {wpb.STEP_KIND_PARALLEL, wpb.STEP_KIND_CHILD}
+_STEP_KINDS = {wpb.STEP_KIND_STEP, wpb.STEP_KIND_VERSION, wpb.STEP_KIND_SLEEP, wpb.STEP_KIND_WAIT} | _FAN_OUT
+_ON_FAILURE = {wpb.PARALLEL_FAILURE_UNSPECIFIED, wpb.PARALLEL_FAILURE_COLLECT, wpb.PARALLEL_FAILURE_FAIL_FAST}
+# History's bound on one fan-out (docs/design/workflows-protocol.md), and on a child's input.
+MAX_CHILDREN = 10_000
+MAX_CHILD_PAYLOAD_BYTES = 256 * 1024
 
 
 def poll_spec(request: wpb.PollRequest, default_wait_s: float) -> PollSpec:
@@ -87,11 +92,36 @@ def step(request: wpb.StepRequest) -> None:
     if request.op not in _STEP_OPS:
         raise InvalidArgument(f"op must be STEP_OP_BEGIN or STEP_OP_COMMIT, got {request.op}")
     if request.kind not in _STEP_KINDS:
-        raise InvalidArgument(f"kind must be STEP_KIND_STEP, _VERSION, _SLEEP or _WAIT, got {request.kind}")
+        raise InvalidArgument(f"kind must be STEP_KIND_STEP, _VERSION, _SLEEP, _WAIT, _PARALLEL or _CHILD, "
+                              f"got {request.kind}")
     if request.position < 0:
         raise InvalidArgument(f"position must be >= 0 (the Nth checkpoint call of the run), got {request.position}")
     if not request.name:
         raise InvalidArgument("name must not be empty: the step's name (for a wait, the event's name)")
+    _fan_out(request)
+
+
+def _fan_out(request: wpb.StepRequest) -> None:
+    """children and on_failure belong to a fan-out's BEGIN, which needs its children. Handler
+    names and inputs are the gateway's to check (StartChildren), against the deployment."""
+    if request.kind not in _FAN_OUT:
+        if request.children or request.on_failure:
+            raise InvalidArgument("children and on_failure are for STEP_KIND_PARALLEL or _CHILD steps only")
+        return
+    if request.op != wpb.STEP_OP_BEGIN:
+        raise InvalidArgument("a PARALLEL or CHILD step is only begun (STEP_OP_BEGIN): its children's ends "
+                              "complete it")
+    most = 1 if request.kind == wpb.STEP_KIND_CHILD else MAX_CHILDREN
+    if not 1 <= len(request.children) <= most:
+        raise InvalidArgument(f"children must hold 1..{most} ChildSpecs for this kind, got {len(request.children)}")
+    if request.on_failure not in _ON_FAILURE:
+        raise InvalidArgument(f"on_failure must be PARALLEL_FAILURE_COLLECT or _FAIL_FAST, got {request.on_failure}")
+    for i, child in enumerate(request.children):
+        if not child.task_type:
+            raise InvalidArgument(f"children[{i}].task_type must name a handler of the app")
+        if len(child.payload_json) > MAX_CHILD_PAYLOAD_BYTES:
+            raise InvalidArgument(f"children[{i}].payload_json is {len(child.payload_json)} bytes, over the "
+                                  f"{MAX_CHILD_PAYLOAD_BYTES}-byte limit")
 
 
 def breaker_app(request) -> None:

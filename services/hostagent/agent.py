@@ -16,7 +16,9 @@ Workflow steps: a step frame from a run is sent as DispatchService.Step
 under the lease held for its task (steps.py); the reply goes back to the
 sandbox that asked, and answers "lost" when the agent no longer holds that
 lease. A Step answered FAILED_PRECONDITION means history no longer counts
-the lease: the agent drops it as it does on LEASE_LOST.
+the lease: the agent drops it as it does on LEASE_LOST. A fan-out's children
+are started under the lease's tenant and app; a reply too large for a frame
+(a fan-out's outcomes) is answered with a fatal "error" instead.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ import logging
 from collections.abc import Callable
 
 from ratchet.internal.worker.v1 import worker_pb2
+from ratchet.sandbox.protocol import ProtocolError
 from ratchet.services.hostagent import outcomes, steps
 from ratchet.services.hostagent.bundles import BundleStore
 from ratchet.services.hostagent.control import Deployments
@@ -264,15 +267,21 @@ class Agent:
     async def _step_call(self, lease: Lease, sandbox: Sandbox, frame: StepFrame) -> None:
         # The lease is the agent's, added here: the stub never sees shard, task lease or epoch.
         request = frame.under(lease.ref(with_checkpoint=False))
+        owner = steps.Owner(tenant_id=lease.task.tenant_id, app_id=lease.task.app_id)
         try:
-            reply = await self._steps.step(request, held=lambda: not lease.lost)
+            reply = await self._steps.step(request, held=lambda: not lease.lost, owner=owner)
         except Exception as e:  # the stub waits for an answer: a bug here must still give one
             log.exception("task %s: step at position %d failed in the agent", lease.task.task_id,
                           frame.request.position)
             reply = steps.Reply("error", message=f"the host agent failed to send the step: {type(e).__name__}")
         if lease.lost and reply.status != "lost":
             reply = steps.lost("the run's lease was lost while the step was answered")
-        sandbox.send(reply.frame(frame.task_id, frame.call))
+        try:
+            sandbox.send(reply.frame(frame.task_id, frame.call))
+        except ProtocolError as e:  # over the frame limit: the stub must still get an answer
+            log.warning("task %s: the reply to the step at position %d does not fit a frame: %s",
+                        lease.task.task_id, frame.request.position, e)
+            sandbox.send(steps.too_large(reply, str(e)).frame(frame.task_id, frame.call))
         if reply.status == "lost" and not lease.lost:
             self._lose(lease, f"workflow step at position {frame.request.position}: {reply.message}")
 

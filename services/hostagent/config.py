@@ -52,9 +52,10 @@ class HostAgentConfig:
     rpc_timeout_s: float = field(10.0, doc="deadline in seconds of every unary dispatcher and control call")
     completion_retry_s: float = field(30.0, doc="seconds a completion batch is retried while the dispatcher "
                                                 "is UNAVAILABLE before it is dropped (the lease then expires)")
-    step_retry_s: float = field(30.0, doc="seconds a workflow step operation is retried while the dispatcher is "
-                                          "UNAVAILABLE or does not answer within rpc_timeout_s; then the step is "
-                                          "answered 'error' and the activation fails (retryable)")
+    step_retry_s: float = field(30.0, doc="seconds a workflow step operation (with a fan-out's StartChildren to "
+                                          "the control service) is retried while the dispatcher or the control "
+                                          "service is UNAVAILABLE or does not answer within rpc_timeout_s; then the "
+                                          "step is answered 'error' and the activation fails (retryable)")
     shutdown_grace_s: float = field(10.0, doc="seconds running handlers get to finish on SIGTERM")
     log_level: str = field("INFO", doc="logging level name")
 

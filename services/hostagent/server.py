@@ -56,7 +56,7 @@ class HostAgent:
                                                bundle_fetcher(control, metadata, config.rpc_timeout_s)),
                            pool=self.pool, submit=self.completions.submit,
                            steps=StepClient(stub=dispatch, metadata=metadata, rpc_timeout_s=config.rpc_timeout_s,
-                                            retry_budget_s=config.step_retry_s))
+                                            retry_budget_s=config.step_retry_s, control=control))
         common = dict(agent=self.agent, stub=dispatch, worker_id=config.worker_id, metadata=metadata)
         self.poll = PollLoop(**common, max_wait_s=config.poll_max_wait_s, rpc_timeout_s=config.rpc_timeout_s,
                              linger_s=config.poll_linger_s)

@@ -16,6 +16,14 @@ DEADLINE_EXCEEDED are retried within `retry_budget_s`; then the reply is
 "error" (the activation fails, retryable). FAILED_PRECONDITION means the
 lease is no longer current: "lost", the activation stops and its outcome is
 discarded.
+
+Fan-outs (kind "parallel"/"child"): history's RUN names the children's ids;
+the agent then starts them with the gateway's ControlService.StartChildren
+(idempotent: the ids are minted by history, an existing child is not created
+twice) within the same retry budget, and tells the stub to suspend. A refusal
+of the children (an unknown handler, a bad input) cannot be helped by a retry:
+the reply is "error" with `fatal: true`. A DONE carries every child's outcome
+by index in the reply's "children".
 """
 
 from __future__ import annotations
@@ -33,6 +41,7 @@ import grpc
 from google.protobuf import duration_pb2
 
 from ratchet.api.tasks.v1 import tasks_pb2
+from ratchet.internal.gateway.v1 import control_pb2, control_pb2_grpc
 from ratchet.internal.worker.v1 import worker_pb2, worker_pb2_grpc
 from ratchet.sandbox.execute import MAX_MESSAGE_CHARS, MAX_RESULT_BYTES, MAX_STACK_CHARS
 from ratchet.sandbox.protocol import ProtocolError
@@ -53,7 +62,15 @@ MAX_ERROR_CLASS_CHARS = 200
 
 OPS = {"begin": worker_pb2.STEP_OP_BEGIN, "commit": worker_pb2.STEP_OP_COMMIT}
 KINDS = {"step": worker_pb2.STEP_KIND_STEP, "version": worker_pb2.STEP_KIND_VERSION,
-         "sleep": worker_pb2.STEP_KIND_SLEEP, "wait": worker_pb2.STEP_KIND_WAIT}
+         "sleep": worker_pb2.STEP_KIND_SLEEP, "wait": worker_pb2.STEP_KIND_WAIT,
+         "parallel": worker_pb2.STEP_KIND_PARALLEL, "child": worker_pb2.STEP_KIND_CHILD}
+FAN_OUT = {worker_pb2.STEP_KIND_PARALLEL, worker_pb2.STEP_KIND_CHILD}
+ON_FAILURE = {"collect": worker_pb2.PARALLEL_FAILURE_COLLECT, "fail_fast": worker_pb2.PARALLEL_FAILURE_FAIL_FAST}
+# History's bound on one fan-out (workflows-protocol.md); the frame limit bounds the bytes.
+MAX_CHILDREN = 10_000
+MAX_TASK_TYPE_CHARS = 200
+# StartChildren refusals that a retry cannot help: the code names a handler or input that is wrong.
+CHILDREN_REFUSED = (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.NOT_FOUND)
 KIND_NAMES = {number: name for name, number in KINDS.items()}
 STATUSES = {worker_pb2.STEP_STATUS_RUN: "run", worker_pb2.STEP_STATUS_DONE: "done",
             worker_pb2.STEP_STATUS_SUSPEND: "suspend", worker_pb2.STEP_STATUS_MISMATCH: "mismatch",
@@ -88,13 +105,18 @@ class Reply:
     logged_name: str | None = None
     logged_kind: str | None = None
     message: str | None = None
+    # DONE of a fan-out: [{index, child_id, state, result, error}] by index.
+    children: list[dict] | None = None
+    # With "error": retrying cannot help (the stub fails the activation fatally).
+    fatal: bool = False
 
     def frame(self, task_id: str, call: int) -> dict:
         """The step_reply frame answering `call` of `task_id`."""
         return {"type": "step_reply", "task_id": task_id, "call": call, "status": self.status,
                 "attempt": self.attempt, "result": self.result, "error": self.error,
                 "wake_after_s": self.wake_after_s, "logged_name": self.logged_name,
-                "logged_kind": self.logged_kind, "message": self.message}
+                "logged_kind": self.logged_kind, "message": self.message, "children": self.children,
+                "fatal": self.fatal}
 
 
 def lost(message: str) -> Reply:
@@ -120,7 +142,41 @@ def parse_frame(message: dict) -> StepFrame:
     request = worker_pb2.StepRequest(op=op, kind=kind, position=_integer(message, "position", INT32_MAX),
                                      name=name, fatal=_flag(message, "fatal"))
     _optional_fields(message, request)
+    _fan_out_fields(message, request)
     return StepFrame(task_id, call, request)
+
+
+def _fan_out_fields(message: dict, request: worker_pb2.StepRequest) -> None:
+    """children and on_failure: a fan-out's BEGIN needs its children; no other frame has any."""
+    children, on_failure = message.get("children"), message.get("on_failure")
+    if request.kind not in FAN_OUT:
+        if children not in (None, []) or on_failure is not None:
+            raise ProtocolError(f"a step frame of kind {message.get('kind')!r} carries no children or on_failure")
+        return
+    if request.op != worker_pb2.STEP_OP_BEGIN:
+        raise ProtocolError("a parallel or child step is only begun (its children's ends complete it), "
+                            "never committed")
+    most = 1 if request.kind == worker_pb2.STEP_KIND_CHILD else MAX_CHILDREN
+    if not isinstance(children, list) or not 1 <= len(children) <= most:
+        raise ProtocolError(f"a {message.get('kind')} step frame's children must be a list of 1..{most}, got "
+                            f"{len(children) if isinstance(children, list) else repr(children)[:40]}")
+    request.children.extend(_child(child, i) for i, child in enumerate(children))
+    if on_failure is not None:
+        if str(on_failure) not in ON_FAILURE:
+            raise ProtocolError(f"a step frame's on_failure must be one of {sorted(ON_FAILURE)} or null, "
+                                f"got {on_failure!r}")
+        request.on_failure = ON_FAILURE[str(on_failure)]
+
+
+def _child(raw: object, index: int) -> worker_pb2.ChildSpec:
+    if not isinstance(raw, dict):
+        raise ProtocolError(f"a step frame's children[{index}] must be an object {{task_type, payload}}")
+    task_type = raw.get("task_type")
+    if not isinstance(task_type, str) or not 0 < len(task_type) <= MAX_TASK_TYPE_CHARS:
+        raise ProtocolError(f"a step frame's children[{index}].task_type must be a handler name of "
+                            f"1..{MAX_TASK_TYPE_CHARS} characters, got {task_type!r:.60}")
+    return worker_pb2.ChildSpec(task_type=task_type,
+                                payload_json=_json_text(raw.get("payload"), f"children[{index}].payload"))
 
 
 def _optional_fields(message: dict, request: worker_pb2.StepRequest) -> None:
@@ -208,15 +264,28 @@ def reply_of(response: worker_pb2.StepResponse) -> Reply:
     if status is None:
         return Reply("error", message=f"the platform answered the step with status {response.status}, "
                                       "which this agent does not know")
-    error = None
-    if response.HasField("error"):
-        error = {"error_class": response.error.error_class, "message": response.error.message,
-                 "stack": response.error.stack}
     wake = response.wake_after.ToNanoseconds() / 1e9 if response.HasField("wake_after") else None
     return Reply(status, attempt=response.attempt,
                  result=response.result_json.decode("utf-8", "replace") if response.result_json else None,
-                 error=error, wake_after_s=wake, logged_name=response.logged_name or None,
-                 logged_kind=KIND_NAMES.get(response.logged_kind))
+                 error=_error_of(response.error) if response.HasField("error") else None,
+                 wake_after_s=wake, logged_name=response.logged_name or None,
+                 logged_kind=KIND_NAMES.get(response.logged_kind),
+                 children=[_outcome(c) for c in response.children] if response.children else None)
+
+
+def _error_of(error: tasks_pb2.TaskError) -> dict:
+    return {"error_class": error.error_class, "message": error.message, "stack": error.stack}
+
+
+def _outcome(child: worker_pb2.ChildOutcome) -> dict:
+    """One child's end as the reply names it: the state without its TASK_STATE_ prefix."""
+    try:
+        state = tasks_pb2.TaskState.Name(child.state).removeprefix("TASK_STATE_")
+    except ValueError:  # a state newer than this agent: pass its number on, the stub treats it as failed
+        state = str(child.state)
+    return {"index": child.index, "child_id": child.child_id, "state": state,
+            "result": child.result_json.decode("utf-8", "replace") if child.result_json else None,
+            "error": _error_of(child.error) if child.HasField("error") else None}
 
 
 def reply_of_refusal(err: grpc.aio.AioRpcError) -> Reply:
@@ -226,39 +295,121 @@ def reply_of_refusal(err: grpc.aio.AioRpcError) -> Reply:
         return lost(details or "the run's lease is not current")
     if code == grpc.StatusCode.INVALID_ARGUMENT:
         return Reply("error", message=details or "the platform refused the step as invalid")
+    if code == grpc.StatusCode.RESOURCE_EXHAUSTED:
+        # An answer over the message limits (a fan-out's outcomes) is as large on every try.
+        return Reply("error", fatal=True, message=f"the step's answer is too large to deliver ({details}): "
+                                                  "keep the children's results small")
     return Reply("error", message=f"the platform refused the step: {code.name}: {details}")
+
+
+def reply_of_start_refusal(err: grpc.aio.AioRpcError) -> Reply:
+    """The reply for a StartChildren the gateway refused."""
+    code, details = err.code(), err.details() or ""
+    if code in CHILDREN_REFUSED:
+        return Reply("error", fatal=True, message=details or f"the platform refused the children ({code.name})")
+    return Reply("error", message=f"the platform refused to start the children: {code.name}: {details}")
+
+
+def too_large(reply: Reply, problem: str) -> Reply:
+    """The reply sent instead of one that does not fit in a frame to the sandbox (a fan-out's
+    outcomes: every child's result travels in the one reply). The log answers alike next time."""
+    count = len(reply.children or [])
+    return Reply("error", fatal=True,
+                 message=f"the step's answer ({count} children's outcomes) does not fit in a frame to the "
+                         f"sandbox ({problem}); keep each child's result small (store large data elsewhere "
+                         "and return a reference)")
+
+
+@dataclasses.dataclass(frozen=True)
+class Owner:
+    """Whose run a step belongs to: the tenant and app its children are started under."""
+
+    tenant_id: str
+    app_id: str
 
 
 class StepClient:
     """Sends step operations to the dispatcher with the agent's credential, each try
-    bounded by rpc_timeout_s and all of them by retry_budget_s."""
+    bounded by rpc_timeout_s and all of them by retry_budget_s; a fan-out's children go
+    to the gateway's ControlService (same credential) within the same budget."""
 
     def __init__(self, *, stub: worker_pb2_grpc.DispatchServiceStub, metadata, rpc_timeout_s: float,
-                 retry_budget_s: float):
-        self._stub, self._metadata = stub, metadata
+                 retry_budget_s: float, control: control_pb2_grpc.ControlServiceStub | None = None):
+        self._stub, self._metadata, self._control = stub, metadata, control
         self._rpc_timeout_s, self._retry_budget_s = rpc_timeout_s, retry_budget_s
 
-    async def step(self, request: worker_pb2.StepRequest, held: Callable[[], bool]) -> Reply:
+    async def step(self, request: worker_pb2.StepRequest, held: Callable[[], bool],
+                   owner: Owner | None = None) -> Reply:
         """The reply for one operation; `held` says whether the agent still holds the lease
-        (a lease lost between tries ends them: "lost")."""
+        (a lease lost between tries ends them: "lost"); `owner` names the run's tenant and app
+        (needed to start a fan-out's children)."""
+        give_up_at = asyncio.get_running_loop().time() + self._retry_budget_s
+        try:
+            response = await self._retrying(
+                lambda timeout: self._stub.Step(request, timeout=timeout, metadata=self._metadata),
+                give_up_at, held, "the step", request)
+        except grpc.aio.AioRpcError as err:
+            return reply_of_refusal(err)
+        except _GaveUp as e:
+            return e.reply
+        if request.kind in FAN_OUT and response.status == worker_pb2.STEP_STATUS_RUN:
+            return await self._start_children(request, response, give_up_at, held, owner)
+        return reply_of(response)
+
+    async def _start_children(self, request: worker_pb2.StepRequest, response: worker_pb2.StepResponse,
+                              give_up_at: float, held: Callable[[], bool], owner: Owner | None) -> Reply:
+        """RUN of a fan-out: create the children history named, then the run suspends until
+        their barrier wakes it."""
+        ids = list(response.child_ids)
+        if len(ids) != len(request.children):
+            return Reply("error", message=f"the platform answered the fan-out at position {request.position} with "
+                                          f"{len(ids)} child ids for {len(request.children)} children")
+        if self._control is None or owner is None:
+            return Reply("error", message="this host agent cannot start children (no control service)")
+        start = control_pb2.StartChildrenRequest(tenant_id=owner.tenant_id, app_id=owner.app_id,
+                                                 parent_id=request.lease.task_id, position=request.position,
+                                                 child_ids=ids, children=request.children)
+        control = self._control
+        try:
+            await self._retrying(lambda timeout: control.StartChildren(start, timeout=timeout,
+                                                                       metadata=self._metadata),
+                                 give_up_at, held, "the children's start", request)
+        except grpc.aio.AioRpcError as err:
+            return reply_of_start_refusal(err)
+        except _GaveUp as e:
+            return e.reply
+        return Reply("suspend", attempt=response.attempt)
+
+    async def _retrying(self, send: Callable[[float], Any], give_up_at: float, held: Callable[[], bool],
+                        what: str, request: worker_pb2.StepRequest) -> Any:
+        """send(timeout)'s answer, retried on UNAVAILABLE/DEADLINE_EXCEEDED until give_up_at;
+        _GaveUp ("lost" or "error") when the lease goes or the time does; other codes raise."""
         loop = asyncio.get_running_loop()
-        give_up_at = loop.time() + self._retry_budget_s
         backoff = BACKOFF_FIRST_S
         while True:
             if not held():
-                return lost("the agent no longer holds the run's lease")
+                raise _GaveUp(lost("the agent no longer holds the run's lease"))
             timeout = max(MIN_TRY_S, min(self._rpc_timeout_s, give_up_at - loop.time()))
             try:
-                return reply_of(await self._stub.Step(request, timeout=timeout, metadata=self._metadata))
+                return await send(timeout)
             except grpc.aio.AioRpcError as err:
                 if err.code() not in RETRYABLE:
-                    return reply_of_refusal(err)
+                    raise
                 pause = random.uniform(backoff / 2, backoff)
                 if loop.time() + pause >= give_up_at:
-                    log.warning("task %s: step at position %d not answered within %.3gs (%s: %s)",
-                                request.lease.task_id, request.position, self._retry_budget_s,
+                    log.warning("task %s: %s at position %d not answered within %.3gs (%s: %s)",
+                                request.lease.task_id, what, request.position, self._retry_budget_s,
                                 err.code().name, err.details())
-                    return Reply("error", message=f"the platform did not answer the step within "
-                                                  f"{self._retry_budget_s:g}s ({err.code().name}: {err.details()})")
+                    raise _GaveUp(Reply("error", message=f"the platform did not answer {what} within "
+                                                         f"{self._retry_budget_s:g}s ({err.code().name}: "
+                                                         f"{err.details()})")) from None
                 await asyncio.sleep(pause)
                 backoff = min(BACKOFF_MAX_S, backoff * 2)
+
+
+class _GaveUp(Exception):
+    """The retries of one call ended without an answer; `reply` is what the stub is told."""
+
+    def __init__(self, reply: Reply):
+        super().__init__(reply.message)
+        self.reply = reply

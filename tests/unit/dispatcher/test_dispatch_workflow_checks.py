@@ -26,6 +26,8 @@ def good_step(**fields) -> wpb.StepRequest:
     for name, value in fields.items():
         if name == "lease":
             request.ClearField("lease") if value is None else request.lease.CopyFrom(value)
+        elif name == "children":
+            request.children.extend(value)
         else:
             setattr(request, name, value)
     return request
@@ -55,6 +57,42 @@ def test_a_well_formed_step_passes():
 def test_malformed_steps_are_refused(fields, fragment):
     with pytest.raises(InvalidArgument) as info:
         validation.step(good_step(**fields))
+    assert fragment in info.value.message
+
+
+def fan_out(n: int = 2, kind: int = wpb.STEP_KIND_PARALLEL, **fields) -> wpb.StepRequest:
+    request = good_step(kind=kind, **fields)
+    request.children.extend(wpb.ChildSpec(task_type="charge", payload_json=b'{"n": 1}') for _ in range(n))
+    return request
+
+
+def test_well_formed_fan_outs_pass_with_their_children():
+    validation.step(fan_out(2, on_failure=wpb.PARALLEL_FAILURE_FAIL_FAST))
+    validation.step(fan_out(10_000))
+    validation.step(fan_out(1, kind=wpb.STEP_KIND_CHILD))
+
+
+def _child(task_type: str = "charge", payload: bytes = b"1") -> wpb.ChildSpec:
+    return wpb.ChildSpec(task_type=task_type, payload_json=payload)
+
+
+@pytest.mark.parametrize("request_, fragment", [
+    (fan_out(0), "children must hold 1..10000 ChildSpecs for this kind, got 0"),
+    (fan_out(10_001), "children must hold 1..10000 ChildSpecs for this kind, got 10001"),
+    (fan_out(2, kind=wpb.STEP_KIND_CHILD), "children must hold 1..1 ChildSpecs for this kind, got 2"),
+    (fan_out(1, op=wpb.STEP_OP_COMMIT), "a PARALLEL or CHILD step is only begun"),
+    (fan_out(1, on_failure=7), "on_failure must be PARALLEL_FAILURE_COLLECT or _FAIL_FAST, got 7"),
+    (good_step(kind=wpb.STEP_KIND_PARALLEL, children=[_child(), _child("")]),
+     "children[1].task_type must name a handler"),
+    (good_step(kind=wpb.STEP_KIND_CHILD, children=[_child(payload=b"x" * (256 * 1024 + 1))]),
+     "children[0].payload_json is 262145 bytes, over the 262144-byte limit"),
+    (good_step(children=[_child()]), "children and on_failure are for STEP_KIND_PARALLEL or _CHILD steps only"),
+    (good_step(kind=wpb.STEP_KIND_SLEEP, on_failure=wpb.PARALLEL_FAILURE_COLLECT), "children and on_failure are for"),
+    (good_step(kind=9), "kind must be STEP_KIND_STEP, _VERSION, _SLEEP, _WAIT, _PARALLEL or _CHILD, got 9"),
+])
+def test_malformed_fan_outs_are_refused(request_, fragment):
+    with pytest.raises(InvalidArgument) as info:
+        validation.step(request_)
     assert fragment in info.value.message
 
 

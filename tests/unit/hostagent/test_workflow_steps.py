@@ -9,11 +9,8 @@ started); the dispatcher is a fake DispatchService stub answering across the con
 from __future__ import annotations
 
 import asyncio
-import pathlib
 import re
-import subprocess
 import time
-import types
 
 import grpc
 import pytest
@@ -21,11 +18,13 @@ from google.protobuf import duration_pb2
 
 from ratchet.api.tasks.v1 import tasks_pb2
 from ratchet.internal.worker.v1 import worker_pb2 as wpb
-from ratchet.sandbox.protocol import HEADER, ProtocolError, decode_body
+from ratchet.sandbox.protocol import ProtocolError
 from ratchet.services.hostagent import steps
 from ratchet.services.hostagent.agent import Agent, Lease
-from ratchet.services.hostagent.sandboxes import Sandbox, SandboxDirs
+from ratchet.services.hostagent.sandboxes import Sandbox
 from ratchet.services.hostagent.steps import StepClient
+
+from .conftest import Wire
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -56,30 +55,6 @@ class FakeDispatch:
         return out
 
 
-class Wire:
-    """The agent's end of a sandbox socket, in memory."""
-
-    def __init__(self):
-        self.data = bytearray()
-
-    def write(self, data: bytes) -> None:
-        self.data += data
-
-    def is_closing(self) -> bool:
-        return False
-
-    def close(self) -> None:
-        pass
-
-    def frames(self, kind: str | None = None) -> list[dict]:
-        out, view = [], bytes(self.data)
-        while view:
-            (size,) = HEADER.unpack(view[:HEADER.size])
-            out.append(decode_body(view[HEADER.size:HEADER.size + size]))
-            view = view[HEADER.size + size:]
-        return [f for f in out if kind is None or f["type"] == kind]
-
-
 class FakePool:
     """The pool as the agent uses it when a lease is lost: records what it was told."""
 
@@ -92,25 +67,6 @@ class FakePool:
 
     def release(self, sandbox: Sandbox) -> None:
         self.released.append(sandbox)
-
-
-@pytest.fixture
-def idle_process():
-    """A real process in a group of its own standing in for the sandbox's (nothing signals the
-    test's own group if a path kills 'the sandbox')."""
-    proc = subprocess.Popen(["sleep", "60"], start_new_session=True)
-    yield types.SimpleNamespace(pid=proc.pid, returncode=None)
-    proc.kill()
-    proc.wait(5)
-
-
-@pytest.fixture
-def sandbox(tmp_path: pathlib.Path, idle_process) -> tuple[Sandbox, Wire]:
-    box = Sandbox(app_id="app", digest="sha256:x", module="app", bundle_dir=tmp_path,
-                  dirs=SandboxDirs.under(tmp_path), concurrency=2)
-    wire = Wire()
-    box.process, box._writer = idle_process, wire
-    return box, wire
 
 
 def make_agent(dispatch: FakeDispatch, pool=None, budget_s: float = 1.0) -> Agent:
@@ -163,7 +119,7 @@ async def test_a_step_frame_goes_out_under_the_lease_and_the_reply_goes_to_the_t
     got = {r["task_id"]: r for r in await replies(wire, 2)}
     assert got["t1"] == {"type": "step_reply", "task_id": "t1", "call": 7, "status": "run", "attempt": 2,
                          "result": None, "error": None, "wake_after_s": None, "logged_name": None,
-                         "logged_kind": None, "message": None}
+                         "logged_kind": None, "message": None, "children": None, "fatal": False}
     assert (got["t2"]["status"], got["t2"]["call"], got["t2"]["result"]) == ("done", 7, '{"paid": 12}')
     sent = {req.lease.task_id: req for req, _, _ in dispatch.calls}
     assert (sent["t1"].lease.shard_id, sent["t1"].lease.lease_epoch) == (2, 9)
@@ -308,7 +264,7 @@ def test_frames_of_each_kind_become_the_request_fields():
     ({"op": "rollback"}, "op must be 'begin' or 'commit'"),
     ({"op": ["begin"]}, "op must be 'begin' or 'commit'"),
     ({"kind": {"step": 1}}, "kind must be one of"),
-    ({"kind": "parallel"}, "kind must be one of"),
+    ({"kind": "fanout"}, "kind must be one of"),
     ({"position": -1}, "position must be an integer in 0..2147483647"),
     ({"position": 2**31}, "position must be an integer in 0..2147483647"),
     ({"name": None}, "name must be a string"),
