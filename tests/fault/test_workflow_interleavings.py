@@ -3,9 +3,10 @@ judged by the fault checker, shipped and mutant (tests/fault/mutants).
 
 A zombie activation: lease 1 claims a step and runs it, its lease expires, lease 2 claims the
 step again and runs it, and lease 1's late COMMIT arrives only then. On one host agent the
-chaos runs cannot order these ops so (a zombie's ops reach history before its successor's), so
-the test plays both activations itself and records their executions as the fault app does; the
-checker then reads the shard's dump. Shipped, the zombie's commit is refused and the log holds
+chaos runs cannot order these ops so (a zombie's ops reach history before its successor's: the
+chaos run of the mutant shows its late commits through `wf_step_fenced` instead), so the test
+plays both activations itself and records their executions as the fault app does; the checker
+then reads the shards' dump. Shipped, the zombie's commit is refused and the log holds
 lease 2's result; the mutant without the step fence (`step_lease_fence`) accepts it onto lease
 2's claim, and `wf_step_once` must say so. `step_begin_memoized` is proven the same way (a
 committed step claimed again), besides its chaos run.

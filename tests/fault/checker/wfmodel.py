@@ -58,6 +58,7 @@ class StepRow:
     error_class: str | None
     fatal: bool
     wake_at: dt.datetime | None
+    started: dt.datetime | None  # started_at: when the row was made or last claimed
     finished_at: dt.datetime | None
     shard: str
 
@@ -87,8 +88,8 @@ def _step_row(shard: str, row: dict) -> StepRow:
         run_id=str(pick(row, "workflow_id", "task_id")), position=int(row["position"]), name=str(row["name"]),
         kind=str(row["kind"]).upper(), state=str(row["state"]).upper(), lease_epoch=int(row["lease_epoch"]),
         attempt=int(row["attempt"]), result=as_json(row.get("result")), error_class=row.get("error_class"),
-        fatal=bool(row.get("fatal")), wake_at=when(row.get("wake_at")), finished_at=when(row.get("finished_at")),
-        shard=shard)
+        fatal=bool(row.get("fatal")), wake_at=when(row.get("wake_at")), started=when(row.get("started_at")),
+        finished_at=when(row.get("finished_at")), shard=shard)
 
 
 def _execution(e: dict) -> Execution:

@@ -5,6 +5,8 @@ crafted violation makes the named invariant (and the verdict) fail."""
 
 from __future__ import annotations
 
+import datetime as dt
+
 import pytest
 
 from tests.fault.checker import Run, check
@@ -15,7 +17,8 @@ from .histories import BASE, Builder, clean, iso
 from .test_checker import assert_fails, verdict_of
 from .wfhistories import WfRun, happy, rerun_after_expiry, with_workflow_tables
 
-WF_INVARIANTS = ("wf_step_once", "wf_step_claims", "wf_step_log", "wf_layout_complete", "wf_waiting", "wf_events")
+WF_INVARIANTS = ("wf_step_once", "wf_step_claims", "wf_step_fenced", "wf_step_log", "wf_layout_complete", "wf_waiting",
+                 "wf_events")
 
 
 def wf_run() -> tuple[Builder, dict[str, WfRun]]:
@@ -180,6 +183,37 @@ def test_rerun_after_a_dead_lease_is_explained():
     verdict = verdict_of(finish(b, runs))
     assert verdict["invariants"]["wf_step_claims"]["valid"]
     assert verdict["invariants"]["wf_step_claims"]["counts"]["claims_without_execution"] == 0
+
+
+def test_commit_accepted_after_its_lease_ended_is_caught():
+    """The chaos run of step_lease_fence: a zombie's commit lands seconds after its lease expired."""
+    b, runs = wf_run()
+    finish(b, runs)
+    r = runs["rerun"]
+    lease_end = next(t["at"] for t in b.tables["task_transitions"] if t["task_id"] == r.id
+                     and t["from_state"] == "LEASED" and t["lease_epoch"] == 3)
+    late = iso(dt.datetime.fromisoformat(lease_end).timestamp() + 4.0)
+    row(b, r, 3).update(lease_epoch=2, attempt=1, finished_at=late,
+                        result={"position": 3, "name": "reserve", "lease_epoch": 2, "step_attempt": 1})
+    row(b, r, 3)["started_at"] = next(t["at"] for t in b.tables["task_transitions"] if t["task_id"] == r.id
+                                      and t["to_state"] == "LEASED" and t["lease_epoch"] == 2)
+    verdict = verdict_of(b)
+    res = assert_fails(verdict, "wf_step_fenced", "was committed under lease 2")
+    assert "after the lease ended" in res["counterexamples"][0]["problem"]
+
+
+def test_claim_made_before_its_lease_began_is_caught():
+    b, runs = wf_run()
+    finish(b, runs)
+    row(b, runs["happy"], 5)["started_at"] = iso(BASE + 1.0)
+    assert_fails(verdict_of(b), "wf_step_fenced", "before the lease began")
+
+
+def test_step_writes_inside_their_leases_pass():
+    b, runs = wf_run()
+    verdict = verdict_of(finish(b, runs))
+    res = verdict["invariants"]["wf_step_fenced"]
+    assert res["valid"] and res["checked"] > 20 and res["counts"]["late_writes"] == 0
 
 
 # -- (c) the log is the code's call sequence, and agrees with the run's state -------------

@@ -21,7 +21,7 @@ class WfRun:
     def __init__(self, b: Builder, op_id: str, process: str = "c3", task_type: str = "flow"):
         self.b, self.op_id, self.process, self.task_type = b, op_id, process, task_type
         self.id = new_task_id()
-        self.log: list[tuple] = [(None, "ENQUEUED", 0, None)]
+        self.log: list[tuple] = [(None, "ENQUEUED", 0, None, iso(BASE + 50.0))]
         self.attempts: list[dict] = []
         self.rows: dict[int, dict] = {}
         self.epoch, self.clock = 0, 100.0 + 1000 * len(b.tables["tasks"])
@@ -52,7 +52,7 @@ class WfRun:
     # -- activations ---------------------------------------------------------
     def lease(self) -> WfRun:
         self.epoch += 1
-        self.log.append(("ENQUEUED", "LEASED", self.epoch, None))
+        self.log.append(("ENQUEUED", "LEASED", self.epoch, None, iso(BASE + self.tick())))
         self.attempts.append({"task_id": self.id, "attempt": len(self.attempts) + 1, "lease_epoch": self.epoch,
                               "outcome": "RUNNING", "error_class": None})
         return self
@@ -109,7 +109,7 @@ class WfRun:
     def _suspend(self, row: dict, timer: bool) -> WfRun:
         self.suspensions += 1
         self._end_attempt("SUSPENDED")
-        self.log.append(("LEASED", "WAITING", self.epoch, "suspended"))
+        self.log.append(("LEASED", "WAITING", self.epoch, "suspended", iso(BASE + self.tick())))
         self._timer = timer
         return self
 
@@ -137,7 +137,7 @@ class WfRun:
         return self.wake("timer")
 
     def wake(self, reason: str = "timer") -> WfRun:
-        self.log.append(("WAITING", "ENQUEUED", self.epoch, reason))
+        self.log.append(("WAITING", "ENQUEUED", self.epoch, reason, iso(BASE + self.tick())))
         return self
 
     def _end_attempt(self, outcome: str, error_class: str | None = None) -> None:
@@ -146,19 +146,19 @@ class WfRun:
     def expire(self, outcome: str = "LEASE_EXPIRED", reason: str = "LeaseExpired") -> WfRun:
         """The activation's lease died (expired, crashed, failed): retried after a backoff."""
         self._end_attempt(outcome, reason)
-        self.log.append(("LEASED", "RETRY_WAIT", self.epoch, reason))
-        self.log.append(("RETRY_WAIT", "ENQUEUED", self.epoch, "timer"))
+        self.log.append(("LEASED", "RETRY_WAIT", self.epoch, reason, iso(BASE + self.tick())))
+        self.log.append(("RETRY_WAIT", "ENQUEUED", self.epoch, "timer", iso(BASE + self.tick())))
         return self
 
     def succeed(self) -> WfRun:
         self._end_attempt("SUCCEEDED")
-        self.log.append(("LEASED", "SUCCEEDED", self.epoch, None))
+        self.log.append(("LEASED", "SUCCEEDED", self.epoch, None, iso(BASE + self.tick())))
         return self
 
     def cancel(self) -> WfRun:
         """A client cancels it while WAITING: its waits and timers go."""
         self.b.op(self.process, "cancel", {"task_id": self.id}, "ok", {"task_id": self.id, "state": "CANCELED"})
-        self.log.append(("WAITING", "CANCELED", self.epoch, "cancel"))
+        self.log.append(("WAITING", "CANCELED", self.epoch, "cancel", iso(BASE + self.tick())))
         self.b.tables["workflow_waits"] = [w for w in self.b.tables["workflow_waits"] if w["workflow_id"] != self.id]
         self._timer = False
         return self
@@ -166,9 +166,9 @@ class WfRun:
     # -- into the builder --------------------------------------------------------
     def finish(self, read: bool = True) -> str:
         b, tid = self.b, self.id
-        for v, (src, dst, ep, reason) in enumerate(self.log, start=1):
+        for v, (src, dst, ep, reason, at) in enumerate(self.log, start=1):
             b.tables["task_transitions"].append({"task_id": tid, "version": v, "from_state": src, "to_state": dst,
-                                                 "lease_epoch": ep, "at": f"t{v}", "reason": reason})
+                                                 "lease_epoch": ep, "at": at, "reason": reason})
         b.tables["task_attempts"].extend(self.attempts)
         state = self.log[-1][1]
         result = None

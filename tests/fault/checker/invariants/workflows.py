@@ -28,6 +28,9 @@ DEAD_LEASE = {"LEASE_EXPIRED": "lease_expired", "CRASHED": "sandbox_crashed", "T
 # Database timestamps (now(): a transaction's start) against each other, and the sandboxes'
 # wall clock against the database's (same host, neither skewed by the nemesis).
 CLOCK_SLACK_S = 0.25
+# A statement may read the clock before it waits for a row lock: a lease's end may be stamped that much
+# before a step write the end waited for (healthy runs: < 10 ms; a zombie write comes seconds late).
+FENCE_SLACK_S = 1.0
 
 
 def _committed(row: StepRow | None) -> bool:
@@ -220,6 +223,54 @@ def _rerun_explained(wf: Workflows, res: Result, run_id: str, p: int, x1: Execut
     res.counts["why"][why] = res.counts["why"].get(why, 0) + 1
     if ended == "ok":
         res.count("duplicate_side_effects")
+
+
+@invariant("wf_step_fenced", "P3")
+def wf_step_fenced(run: Run, res: Result) -> None:
+    """Every step write happened while the lease it names was current (the database's clock): a row is
+    created or claimed inside its lease's life, and a step is committed before that lease ended. A
+    write after the end is a zombie activation's, which the lease fence must refuse."""
+    wf = Workflows.of(run)
+    res.counts["late_writes"] = 0
+    for run_id in wf.run_ids():
+        lives = _lease_lives(wf, res, run_id)
+        if lives is None:
+            continue
+        for row in wf.log(run_id):
+            res.checked += 1
+            life = lives.get(row.lease_epoch)
+            if life is None:
+                continue  # wf_step_claims reports a lease never granted
+            writes = [("claimed", row.started)] + ([("committed", row.finished_at)] if row.kind == STEP else [])
+            for what, at in writes:
+                if at is None:
+                    continue
+                early = (life[0] - at).total_seconds() > FENCE_SLACK_S
+                late = life[1] is not None and (at - life[1]).total_seconds() > FENCE_SLACK_S
+                if early or late:
+                    res.count("late_writes")
+                    res.violation(f"step {row.position} {row.name!r} was {what} under lease {row.lease_epoch} at {at}, "
+                                  f"{'before the lease began' if early else 'after the lease ended'} "
+                                  f"({life[0]} .. {life[1]}): a write from outside its lease was accepted", run_id,
+                                  **wf.evidence(run_id, row.position))
+
+
+def _lease_lives(wf: Workflows, res: Result, run_id: str) -> dict | None:
+    """{epoch: (granted at, ended at or None)} from the run's transition log."""
+    lives: dict[int, list] = {}
+    current = None
+    for t in wf.run.dump.transitions.get(run_id, []):
+        try:
+            at = when(t.at)
+        except (TypeError, ValueError):
+            res.violation(f"the transition log's time {t.at!r} is not a timestamp: cannot place step writes", run_id)
+            return None
+        if t.to_state == "LEASED" and t.lease_epoch is not None:
+            current = t.lease_epoch
+            lives[current] = [at, None]
+        elif t.from_state == "LEASED" and current in lives:
+            lives[current][1] = at
+    return {e: (a, b) for e, (a, b) in lives.items()}
 
 
 # -- (c) ---------------------------------------------------------------------------------
