@@ -53,7 +53,7 @@ def _step_positions(wf: Workflows, run_id: str) -> list[int]:
 
 
 # -- (a) ---------------------------------------------------------------------------------
-@invariant("wf_step_once", "P3")
+@invariant("wf_step_once", "P7")
 def wf_step_once(run: Run, res: Result) -> None:
     """A committed step never runs again: no execution of its side effect under a lease later than
     the commit (or than an activation that got its outcome back), and the value committed, and handed
@@ -134,7 +134,7 @@ def _final_result_matches(wf: Workflows, res: Result, run_id: str) -> None:
 
 
 # -- (b) ---------------------------------------------------------------------------------
-@invariant("wf_step_claims", "P3")
+@invariant("wf_step_claims", "P7")
 def wf_step_claims(run: Run, res: Result) -> None:
     """A step runs again only after a claim from a dead lease: one execution per lease, each under a
     granted lease, step attempts rising with the lease, the row's attempt counting the claims, and each
@@ -225,7 +225,7 @@ def _rerun_explained(wf: Workflows, res: Result, run_id: str, p: int, x1: Execut
         res.count("duplicate_side_effects")
 
 
-@invariant("wf_step_fenced", "P3")
+@invariant("wf_step_fenced", "P7")
 def wf_step_fenced(run: Run, res: Result) -> None:
     """Every step write happened while the lease it names was current (the database's clock): a row is
     created or claimed inside its lease's life, and a step is committed before that lease ended. A
@@ -274,7 +274,7 @@ def _lease_lives(wf: Workflows, res: Result, run_id: str) -> dict | None:
 
 
 # -- (c) ---------------------------------------------------------------------------------
-@invariant("wf_step_log", "P2")
+@invariant("wf_step_log", "P7")
 def wf_step_log(run: Run, res: Result) -> None:
     """Each run's step log is its code's call sequence (dense positions 0..n-1, each the name and kind the
     workflow calls there) and agrees with the run's state: a SUCCEEDED run logged every call, each
@@ -335,7 +335,7 @@ def _log_vs_state(state: str | None, log: list[StepRow]) -> list[str]:
     return problems
 
 
-@invariant("wf_layout_complete", "P2")
+@invariant("wf_layout_complete", "P7")
 def wf_layout_complete(run: Run, res: Result) -> None:
     """A SUCCEEDED run logged every checkpoint call its code makes (the layout's length)."""
     wf = Workflows.of(run)
@@ -352,7 +352,7 @@ def wf_layout_complete(run: Run, res: Result) -> None:
 
 
 # -- (d) ---------------------------------------------------------------------------------
-@invariant("wf_waiting", "P1")
+@invariant("wf_waiting", "P7")
 def wf_waiting(run: Run, res: Result) -> None:
     """The state machine has exactly the four WAITING edges; every suspension is a LEASED -> WAITING under
     the lease, with its attempt SUSPENDED; a WAITING run has what will wake it (a wake timer for a sleep or
@@ -413,7 +413,7 @@ def _waiting_has_waker(wf: Workflows, res: Result, run_id: str) -> None:
 
 
 # -- events --------------------------------------------------------------------------------
-@invariant("wf_events", "P1")
+@invariant("wf_events", "P7")
 def wf_events(run: Run, res: Result) -> None:
     """An acknowledged event sent to a run is in its inbox (never lost); each inbox event is consumed by
     at most one wait, which completed with its data; each completed wait consumed one event; and no wait
