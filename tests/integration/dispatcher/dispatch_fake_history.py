@@ -59,6 +59,8 @@ class FakeHistory(hgrpc.HistoryServiceServicer):
         self.complete_latency_s = 0.0
         # task_id -> (code, details) a WorkflowStep for it is refused with, as history would.
         self.step_refusals: dict[str, tuple[grpc.StatusCode, str]] = {}
+        # task_id -> the StepResponse a fenced WorkflowStep of it answers (a fan-out's DONE).
+        self.step_answers: dict[str, wpb.StepResponse] = {}
         self._watchers: list[asyncio.Queue] = []
         self.wanted: list[bool] = []  # the last `wanted` of each WatchReady stream, in order opened
         self._timers: list[asyncio.TimerHandle] = []
@@ -204,8 +206,9 @@ class FakeHistory(hgrpc.HistoryServiceServicer):
 
     async def WorkflowStep(self, request, context):
         """As history fences it: the run's row must be LEASED under the request's epoch; a
-        refusal set in step_refusals answers first. A fenced step answers RUN, attempt 1,
-        echoing the name so a test can tell the answers apart."""
+        refusal set in step_refusals answers first. A fenced step answers what step_answers
+        holds for the run, else RUN, attempt 1, echoing the name so a test can tell the answers
+        apart, with a fan-out's child ids minted from (run, position, index) as history does."""
         step = request.step
         await self._enter("WorkflowStep", step.lease.shard_id, request, context)
         refusal = self.step_refusals.get(step.lease.task_id)
@@ -218,8 +221,11 @@ class FakeHistory(hgrpc.HistoryServiceServicer):
         if t.state != tpb.TASK_STATE_LEASED or t.epoch != step.lease.lease_epoch:
             await context.abort(grpc.StatusCode.FAILED_PRECONDITION,
                                 f"the run's lease {step.lease.lease_epoch} is not current")
+        if step.lease.task_id in self.step_answers:
+            return hpb.WorkflowStepResponse(step=self.step_answers[step.lease.task_id])
+        ids = [f"{step.lease.task_id}.{step.position}.{i}" for i in range(len(step.children))]
         return hpb.WorkflowStepResponse(step=wpb.StepResponse(status=wpb.STEP_STATUS_RUN, attempt=1,
-                                                              logged_name=step.name))
+                                                              logged_name=step.name, child_ids=ids))
 
     async def WatchReady(self, request_iterator, context):
         first = await anext(aiter(request_iterator), None)
