@@ -38,6 +38,8 @@ _HANDLER_SIDE = {
     "WorkflowContext": "ratchet.workflow",
     "StepFailed": "ratchet.errors",
     "WorkflowVersionError": "ratchet.errors",
+    "ChildError": "ratchet.errors",
+    "ChildFailed": "ratchet.errors",
 }
 _LAZY = {
     "Client": "ratchet.client",
@@ -45,8 +47,8 @@ _LAZY = {
     "TaskInfo": "ratchet.client",
 }
 
-__all__ = ["AsyncClient", "Client", "FatalError", "RetryPolicy", "RetryableError", "StepFailed", "TaskContext",
-           "TaskInfo", "WorkflowContext", "WorkflowVersionError", "task", "workflow"]
+__all__ = ["AsyncClient", "ChildError", "ChildFailed", "Client", "FatalError", "RetryPolicy", "RetryableError",
+           "StepFailed", "TaskContext", "TaskInfo", "WorkflowContext", "WorkflowVersionError", "task", "workflow"]
 
 
 def _bind(name: str, module: str) -> object:

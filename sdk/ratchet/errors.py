@@ -116,3 +116,55 @@ class LeaseLost(WorkflowInterrupt):
 class StepUnavailable(WorkflowInterrupt):
     """The platform could not record a step in time (it was unreachable, or its answer
     was malformed): the activation fails and is retried, replaying what was logged."""
+
+
+class ChildError(FatalError):
+    """How one child of a fan-out ended when it did not succeed: `ctx.parallel(...,
+    on_failure="collect")` returns it in that child's place (it is not raised).
+
+    `index` is the child's place in the call list, `child_id` its task (or run) id,
+    `state` how it ended (FAILED, CANCELED, EXPIRED...), `error_class` and `message`
+    what it failed with. (A FatalError: raising it from the workflow fails the run at
+    once, since a replay meets the same recorded outcome.)
+    """
+
+    def __init__(self, *, index: int, child_id: str, state: str, error_class: str, message: str):
+        super().__init__(f"child {index} ({child_id}) ended {state}: {error_class}: {message}")
+        self.index = index
+        self.child_id = child_id
+        self.state = state
+        self.error_class = error_class
+        self.message = message  # the child's own (str(self) says which child it was)
+        self.error_message = message
+
+    def __repr__(self) -> str:
+        return (f"ChildError(index={self.index}, child_id={self.child_id!r}, state={self.state!r}, "
+                f"error_class={self.error_class!r}, message={self.message!r})")
+
+
+class ChildFailed(FatalError):
+    """A fan-out's child did not succeed: raised by `ctx.child(...)`, and by
+    `ctx.parallel(..., on_failure="fail_fast")` naming the first failed child (its other
+    children were cancelled). Catch it to go on; uncaught it fails the run (a replay
+    would meet the same outcome, so it is fatal).
+
+    `step` is the fan-out's name; `error` the ChildError; `index`, `child_id`, `state`,
+    `error_class` and `error_message` are its fields (`message` is this exception's text).
+    """
+
+    def __init__(self, step: str, error: ChildError):
+        super().__init__(f"{step!r}: child {error.index} ({error.child_id}) ended {error.state} with "
+                         f"{error.error_class}: {error.error_message}")
+        self.step = step
+        self.error = error
+        self.index = error.index
+        self.child_id = error.child_id
+        self.state = error.state
+        self.error_class = error.error_class
+        self.error_message = error.error_message
+
+
+class StepRefused(FatalError):
+    """The platform refused a checkpoint call for good (a fan-out naming a handler the
+    deployment does not have, or an input it will not take): retrying the same code cannot
+    help, so the activation fails fatally, whatever the workflow does with this."""

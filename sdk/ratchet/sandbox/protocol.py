@@ -12,17 +12,21 @@ JSON (one object with a "type"). Messages:
                   with "suspended" also "suspend_position": int, "wake_after_s": float | null}
                  {"type": "step", "task_id", "call": int (unique within the stub),
                   "op": "begin"|"commit", "position": int, "name": str,
-                  "kind": "step"|"version"|"sleep"|"wait", "result": JSON text | null,
-                  "error": {error_class, message, stack} | null, "fatal": bool,
-                  "duration_s": float | null, "match": JSON text (an object) | null,
-                  "version": int | null}
+                  "kind": "step"|"version"|"sleep"|"wait"|"parallel"|"child",
+                  "result": JSON text | null, "error": {error_class, message, stack} | null,
+                  "fatal": bool, "duration_s": float | null, "match": JSON text (an object) | null,
+                  "version": int | null, "children": [{"task_type", "payload": JSON text}] | null,
+                  "on_failure": "collect"|"fail_fast" | null}
   agent -> stub  {"type": "run", "task_id", "attempt", "max_attempts", "lease_epoch",
                   "task_type", "payload": JSON text, "last_checkpoint": JSON text | null,
                   "schedule_id": str | null, "scheduled_time": RFC 3339 UTC | null}
                  {"type": "step_reply", "task_id", "call", "status": "run"|"done"|"suspend"|
                   "mismatch"|"absent"|"lost"|"error", "attempt": int, "result": JSON text | null,
                   "error": {error_class, message, stack} | null, "wake_after_s": float | null,
-                  "logged_name": str | null, "logged_kind": str | null, "message": str | null}
+                  "logged_name": str | null, "logged_kind": str | null, "message": str | null,
+                  for a fan-out's "done" also "children": [{"index", "child_id", "state",
+                  "result": JSON text | null, "error": {...} | null}], for "error" also
+                  "fatal": bool (true: the platform refused for good, e.g. an unknown handler)}
                  {"type": "cancel", "task_id"}
                  {"type": "shutdown"}
 
@@ -30,7 +34,10 @@ A workflow's activation sends step frames, one at a time, each blocking its thre
 until the step_reply with the same task_id and call (docs/design/workflows-protocol.md
 gives the rules the platform answers by). "lost": the lease is gone, the activation
 stops and its done frame (outcome "failed", error LeaseLost) is discarded; "error":
-the platform could not be reached, the activation fails and is retried.
+the platform could not be reached, the activation fails and is retried (with
+"fatal": true it fails for good). A fan-out ("parallel"/"child") is answered
+"suspend" once its children are started, and "done" with their outcomes when its
+barrier has fired.
 
 The stub never receives a credential, a lease id or the dispatcher address: the agent
 adds the lease it holds for task_id to each step.
@@ -45,6 +52,10 @@ import struct
 HEADER = struct.Struct(">I")
 # A 256 KiB payload or result is escaped inside a JSON string; leave room for that and a stack.
 MAX_FRAME_BYTES = 4 * 1024 * 1024
+# What the stub accepts from the agent: a fan-out's step_reply carries up to 10,000 children's
+# results, bounded by the gRPC message it came in (libs/rpc: 64 MiB). The agent is the
+# trusted end; the agent keeps MAX_FRAME_BYTES for what sandboxes send it.
+MAX_AGENT_FRAME_BYTES = 64 * 1024 * 1024
 
 OUTCOMES = ("succeeded", "failed", "canceled", "suspended")
 
@@ -58,11 +69,11 @@ class ProtocolError(Exception):
 _ENCODE = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
 
 
-def encode(message: dict) -> bytes:
-    """One frame holding message."""
+def encode(message: dict, limit: int = MAX_FRAME_BYTES) -> bytes:
+    """One frame holding message (the agent passes MAX_AGENT_FRAME_BYTES for a fan-out's reply)."""
     body = _ENCODE(message).encode("utf-8")
-    if len(body) > MAX_FRAME_BYTES:
-        raise ProtocolError(f"frame of {len(body)} bytes exceeds the {MAX_FRAME_BYTES}-byte limit")
+    if len(body) > limit:
+        raise ProtocolError(f"frame of {len(body)} bytes exceeds the {limit}-byte limit")
     return HEADER.pack(len(body)) + body
 
 
@@ -77,10 +88,10 @@ def decode_body(body: bytes) -> dict:
     return message
 
 
-def check_length(length: int) -> int:
+def check_length(length: int, limit: int = MAX_FRAME_BYTES) -> int:
     """length, unless it exceeds the frame limit."""
-    if length > MAX_FRAME_BYTES:
-        raise ProtocolError(f"peer announced a {length}-byte frame, over the {MAX_FRAME_BYTES}-byte limit")
+    if length > limit:
+        raise ProtocolError(f"peer announced a {length}-byte frame, over the {limit}-byte limit")
     return length
 
 

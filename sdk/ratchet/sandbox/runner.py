@@ -26,7 +26,7 @@ import threading
 
 from ratchet.context import TaskContext, utc
 from ratchet.sandbox.execute import Outcome, execute, platform_failure
-from ratchet.sandbox.protocol import HEADER, ProtocolError, check_length, decode_body, encode
+from ratchet.sandbox.protocol import HEADER, MAX_AGENT_FRAME_BYTES, ProtocolError, check_length, decode_body, encode
 from ratchet.sandbox.steps import REPLY_TIMEOUT_S, Replies, StubChannel
 from ratchet.task import TaskSpec
 from ratchet.workflow.context import WorkflowContext
@@ -190,7 +190,7 @@ def _read_frame(reader) -> dict | None:
         return None
     if len(header) < HEADER.size:
         raise ProtocolError("peer closed the socket in the middle of a frame")
-    length = check_length(HEADER.unpack(header)[0])
+    length = check_length(HEADER.unpack(header)[0], MAX_AGENT_FRAME_BYTES)  # (the agent is trusted)
     body = reader.read(length)
     if len(body) < length:
         raise ProtocolError("peer closed the socket in the middle of a frame")

@@ -1,9 +1,10 @@
 """How a WorkflowContext reaches the run's step log: one request, one reply.
 
 A request is the body of a `step` frame (sdk/ratchet/sandbox/protocol.py):
-op, position, name, kind, result, error, fatal, duration_s, match, version. A
-reply is the body of a `step_reply` frame: status, attempt, result, error,
-wake_after_s, logged_name, logged_kind, message. The sandbox stub carries them
+op, position, name, kind, result, error, fatal, duration_s, match, version,
+children, on_failure. A reply is the body of a `step_reply` frame: status,
+attempt, result, error, wake_after_s, logged_name, logged_kind, message, and
+for a fan-out "children" (its outcomes) or for a refusal "fatal". The sandbox stub carries them
 to the host agent (which adds the lease and calls DispatchService.Step);
 ratchet.testing answers them from an in-memory log under the same rules.
 """
@@ -23,7 +24,8 @@ ERROR = "error"
 STATUSES = frozenset({RUN, DONE, SUSPEND, MISMATCH, ABSENT, LOST, ERROR})
 
 OPS = ("begin", "commit")
-KINDS = ("step", "version", "sleep", "wait")
+KINDS = ("step", "version", "sleep", "wait", "parallel", "child")
+ON_FAILURE = ("collect", "fail_fast")
 
 
 class StepChannel(Protocol):
@@ -43,7 +45,8 @@ def request(op: str, kind: str, position: int, name: str, **fields: object) -> d
     """A step request with every field present (null when it does not apply), so the
     agent reads one shape whatever the kind."""
     out: dict = {"op": op, "position": position, "name": name, "kind": kind, "result": None, "error": None,
-                 "fatal": False, "duration_s": None, "match": None, "version": None}
+                 "fatal": False, "duration_s": None, "match": None, "version": None, "children": None,
+                 "on_failure": None}
     out.update(fields)
     return out
 

@@ -1,6 +1,7 @@
 """`ctx` of a workflow: a TaskContext plus the calls that checkpoint into the run's log.
 
-Every checkpoint call (`step`, `version`, `sleep`, `wait_for_event`) takes the
+Every checkpoint call (`step`, `version`, `sleep`, `wait_for_event`, `parallel`,
+`child`) takes the
 next position of the log (0-based, in the order the code makes them; a version
 marker answered ABSENT takes none), so a resumed run re-executes its function
 from the top and each call meets its own earlier outcome: a finished step
@@ -11,6 +12,7 @@ live run, the first call that meets another entry raises WorkflowVersionError.
 
 from __future__ import annotations
 
+import datetime as dt
 import inspect
 import json
 import math
@@ -20,11 +22,14 @@ from typing import Any, NoReturn
 
 from ratchet.context import TaskContext
 from ratchet.errors import (
+    ChildError,
+    ChildFailed,
     FatalError,
     LeaseLost,
     ResultNotSerializable,
     ResultTooLarge,
     StepFailed,
+    StepRefused,
     StepUnavailable,
     WorkflowSuspended,
     WorkflowVersionError,
@@ -35,7 +40,8 @@ from ratchet.task import NAME_PATTERN
 from ratchet.workflow import channel as ch
 
 # What the customer wrote, for messages: the log's kinds are the calls' short names.
-_CALL = {"step": "ctx.step", "version": "ctx.version", "sleep": "ctx.sleep", "wait": "ctx.wait_for_event"}
+_CALL = {"step": "ctx.step", "version": "ctx.version", "sleep": "ctx.sleep", "wait": "ctx.wait_for_event",
+         "parallel": "ctx.parallel", "child": "ctx.child"}
 _UNITS = (("seconds", 1.0), ("minutes", 60.0), ("hours", 3600.0), ("days", 86400.0))
 # The longest duration the platform stores (protobuf's Duration: 10,000 years).
 MAX_DURATION_S = 315_576_000_000.0
@@ -50,23 +56,37 @@ def check_name(kind: str, name: Any) -> str:
 
 
 def sleep_seconds(duration: Any, units: dict[str, Any]) -> float:
-    """How long ctx.sleep() was asked to sleep: `duration` ("1d", or seconds) or the sum of
-    the keyword units, never both; ValueError naming what to write otherwise."""
-    given = {k: v for k, v in units.items() if v}
+    """How long ctx.sleep() was asked to sleep: `duration` ("1d", seconds, or a timedelta)
+    or the sum of the keyword units, never both; ValueError naming what to write otherwise.
+    A computed duration of 0 or less is a sleep that is over at once (0.0), not an error:
+    `ctx.sleep("until", seconds=deadline - now)` must work when the deadline has passed."""
+    given = {k: v for k, v in units.items() if v is not None}
     if duration is not None and given:
         raise ValueError("ctx.sleep() takes a duration or seconds=/minutes=/hours=/days=, not both")
     if duration is not None:
-        return checked_duration("ctx.sleep()", parse_duration(duration))
+        return checked_duration("ctx.sleep()", _duration_s(duration))
     if not given:
         raise ValueError("ctx.sleep(name) needs how long: a duration such as '1d' or '90s', "
                          "or seconds=, minutes=, hours=, days=")
     total = 0.0
     for unit, scale in _UNITS:
-        value = units.get(unit, 0)
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0 or not math.isfinite(value):
-            raise ValueError(f"ctx.sleep() {unit}= must be a number of at least 0, got {value!r}")
+        value = given.get(unit, 0)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise ValueError(f"ctx.sleep() {unit}= must be a finite number, got {value!r}")
         total += value * scale
-    return checked_duration("ctx.sleep()", total)
+    return checked_duration("ctx.sleep()", max(0.0, total))
+
+
+def _duration_s(duration: Any) -> float:
+    """A sleep's duration in seconds, at least 0: a negative number or timedelta (computed,
+    and already past) sleeps 0; text goes through parse_duration."""
+    if isinstance(duration, dt.timedelta):
+        return max(0.0, duration.total_seconds())
+    if isinstance(duration, (int, float)) and not isinstance(duration, bool):
+        if not math.isfinite(duration):
+            raise ValueError(f"ctx.sleep() duration must be a finite number of seconds, got {duration!r}")
+        return max(0.0, float(duration))
+    return parse_duration(duration)
 
 
 def checked_duration(call: str, seconds: float) -> float:
@@ -169,11 +189,13 @@ class WorkflowContext(TaskContext):
                 name=name, logged_name=name, logged_kind="version"))
         return branch
 
-    def sleep(self, name: str, duration: str | int | float | None = None, *, seconds: float = 0,
-              minutes: float = 0, hours: float = 0, days: float = 0) -> None:
+    def sleep(self, name: str, duration: str | int | float | dt.timedelta | None = None, *,
+              seconds: float | None = None, minutes: float | None = None, hours: float | None = None,
+              days: float | None = None) -> None:
         """Sleep durably: the run suspends (no sandbox is held) and resumes once the time
-        has passed, even across deploys and restarts. `duration` is "1d", "90m" or seconds;
-        or give seconds=, minutes=, hours=, days=."""
+        has passed, even across deploys and restarts. `duration` is "1d", "90m", seconds or
+        a timedelta; or give seconds=, minutes=, hours=, days=. A duration of 0 or less
+        (say, a deadline already past) is logged and returns at once."""
         self._enter("sleep", name)
         total = sleep_seconds(duration, {"seconds": seconds, "minutes": minutes, "hours": hours, "days": days})
         position = self._position
@@ -205,7 +227,67 @@ class WorkflowContext(TaskContext):
             raise StepFailed(name, str(error.get("error_class")), str(error.get("message")))
         return self._decode(reply.get("result"), f"the event {name!r}")
 
+    def parallel(self, name: str, calls: list[tuple[Any, Any]], on_failure: str = "collect") -> list[Any]:
+        """Run each (handler, input) of calls as a child (a task or run of the app, with its own
+        retries and timeouts) and return when they are done, their results in call order.
+
+        handler is a @task or @workflow function of the app, or its name. With
+        on_failure="collect" (the default) the list holds a ChildError in the place of each
+        child that did not succeed (returned, not raised); with "fail_fast" the first failure
+        cancels the other children and raises ChildFailed naming it. The run suspends while
+        the children run (no sandbox is held)."""
+        from ratchet.workflow import fanout  # (not at import: it loads the executor's limits)
+
+        self._enter("parallel", name)
+        if on_failure not in ch.ON_FAILURE:
+            raise ValueError(f"ctx.parallel({name!r}) on_failure must be 'collect' or 'fail_fast', "
+                             f"got {on_failure!r}")
+        specs = fanout.children(f"ctx.parallel({name!r})", calls, self._resolve_handler)
+        values = self._fan_out("parallel", name, specs, on_failure)
+        failed = fanout.first_failure(values) if on_failure == "fail_fast" else None
+        if failed is not None:
+            raise ChildFailed(name, failed)
+        return values
+
+    def child(self, name: str, handler: Any, input: Any = None) -> Any:
+        """Run handler (a @task or @workflow function of the app, or its name) on input as one
+        child and return its result; raise ChildFailed if it did not succeed. The run
+        suspends while the child runs."""
+        from ratchet.workflow import fanout
+
+        self._enter("child", name)
+        specs = fanout.children(f"ctx.child({name!r})", [(handler, input)], self._resolve_handler)
+        (value,) = self._fan_out("child", name, specs, "collect")
+        if isinstance(value, ChildError):
+            raise ChildFailed(name, value)
+        return value
+
     # ---- internals ------------------------------------------------------------------------
+
+    def _resolve_handler(self, handler: Any) -> None:
+        """Sees each decorated handler a fan-out names (ratchet.testing learns the app from it)."""
+
+    def _fan_out(self, kind: str, name: str, specs: list[dict], on_failure: str) -> list[Any]:
+        """The children's outcomes once the fan-out at the next position is done; suspends
+        the activation while it is not (the agent has started its children)."""
+        from ratchet.workflow import fanout
+
+        position = self._position
+        reply = self._ask(ch.request("begin", kind, position, name, children=specs, on_failure=on_failure),
+                          (ch.DONE, ch.SUSPEND))
+        self._position += 1
+        if reply["status"] == ch.SUSPEND:
+            self._suspend(position, reply)
+        try:
+            values = fanout.outcomes(reply.get("children"), len(specs), complete=on_failure == "collect")
+        except fanout.BadOutcomes as e:
+            self._stop(StepUnavailable(f"the platform's answer to {_CALL[kind]}({name!r}) at position {position} "
+                                       f"is malformed: {e}"))
+        if on_failure == "fail_fast" and fanout.first_failure(values) is None and None in values:
+            self._stop(StepUnavailable(f"the platform answered {_CALL[kind]}({name!r}) at position {position} done "
+                                       f"with children missing and none failed"))
+        return values
+
 
     def _enter(self, kind: str, name: Any) -> None:
         """Refuse a call the log could not number reliably, before it reaches the platform."""
@@ -234,6 +316,9 @@ class WorkflowContext(TaskContext):
         message = reply.get("message") if isinstance(reply, dict) else None
         if status == ch.LOST:
             self._stop(LeaseLost(message or f"run {self.task_id}: the lease of activation {self.attempt} is gone"))
+        if status == ch.ERROR and reply.get("fatal") is True:
+            self._poison(StepRefused(f"the platform refused {_CALL[kind]}({name!r}) at log position {position}: "
+                                     f"{message or 'no reason given'}"))
         if status == ch.ERROR:
             self._stop(StepUnavailable(message or f"the platform could not record {_CALL[kind]}({name!r})"))
         self._stop(StepUnavailable(f"the platform answered {status!r} to {request['op']} of {_CALL[kind]}({name!r}) "
@@ -242,6 +327,8 @@ class WorkflowContext(TaskContext):
     def _mismatch(self, kind: str, name: str, position: int, reply: dict) -> WorkflowVersionError:
         logged_name, logged_kind = reply.get("logged_name"), reply.get("logged_kind")
         logged = f"{_CALL.get(str(logged_kind).lower(), str(logged_kind))}({logged_name!r})"
+        if logged_name == name and str(logged_kind).lower() == kind:  # a fan-out of another size
+            logged += " with another number of children"
         return WorkflowVersionError(
             f"the code of workflow {self.task_type!r} no longer matches run {self.task_id}: its checkpoint call at "
             f"log position {position} is {_CALL[kind]}({name!r}) but the run's log has {logged} there (a step was "
@@ -249,7 +336,7 @@ class WorkflowContext(TaskContext):
             f"that passed this point keep their path", position=position, name=name, logged_name=logged_name,
             logged_kind=logged_kind)
 
-    def _poison(self, error: WorkflowVersionError) -> NoReturn:
+    def _poison(self, error: FatalError) -> NoReturn:
         self._halt = error
         raise error
 

@@ -2,9 +2,10 @@
 
 ratchet.testing runs workflows against it, so a workflow under test meets the
 same answers as on the platform (docs/design/workflows-protocol.md, "Step
-semantics"): memoized steps, claims and their attempts, version markers and
-ABSENT, sleeps and waits that suspend, the inbox, timeouts, and MISMATCH when
-the code no longer matches the log. Time is the caller's clock, in seconds.
+semantics" and "Fan-out"): memoized steps, claims and their attempts, version
+markers and ABSENT, sleeps and waits that suspend, the inbox, timeouts, fan-outs
+and their barrier, and MISMATCH when the code no longer matches the log. Time is
+the caller's clock, in seconds.
 """
 
 from __future__ import annotations
@@ -22,10 +23,12 @@ FAILED = "FAILED"
 
 @dataclasses.dataclass
 class StepRecord:
-    """One entry of a run's log: `kind` is "step", "version", "sleep" or "wait"; `status`
-    RUNNING, COMPLETED or FAILED (as history stores them); `result` the decoded value (a
-    step's return, a version's branch, a wait's event data); `wake_at` when a sleep or a
-    wait's timeout ends, on the log's clock (seconds)."""
+    """One entry of a run's log: `kind` is "step", "version", "sleep", "wait", "parallel"
+    or "child"; `status` RUNNING, COMPLETED or FAILED (as history stores them); `result` the
+    decoded value (a step's return, a version's branch, a wait's event data); `wake_at`
+    when a sleep or a wait's timeout ends, on the log's clock (seconds). A fan-out has
+    `child_ids` (by index), `on_failure`, and `children_done` (each ended child's outcome
+    by index: index, child_id, state, result JSON text, error)."""
 
     position: int
     name: str
@@ -39,6 +42,30 @@ class StepRecord:
     wake_at: float | None = None
     match: dict | None = None
     waiting: bool = False  # a wait's open `workflow_waits` row
+    child_ids: list[str] | None = None
+    child_specs: list[dict] | None = None
+    on_failure: str | None = None
+    children_done: dict[int, dict] = dataclasses.field(default_factory=dict)
+
+    @property
+    def child_count(self) -> int:
+        """How many children a fan-out has (0 for other kinds)."""
+        return len(self.child_ids or ())
+
+    def record_child(self, outcome: dict) -> bool:
+        """A child's end reaches the barrier (once per index); True when it fires it: every
+        child ended (collect), or the first one that did not succeed (fail_fast)."""
+        index = outcome["index"]
+        if index in self.children_done:
+            return False  # a redelivery
+        self.children_done[index] = outcome
+        if self.status != RUNNING:
+            return False  # a sibling's end after the step completed: recorded, harmless
+        fired = len(self.children_done) == self.child_count or (
+            self.on_failure == "fail_fast" and outcome["state"] != "SUCCEEDED")
+        if fired:
+            self.status = COMPLETED
+        return fired
 
     @property
     def result(self) -> Any:
@@ -88,7 +115,8 @@ def _timeout_error(name: str) -> dict:
 class StepLog:
     """The log (`steps`, by position) and the inbox of one run."""
 
-    def __init__(self) -> None:
+    def __init__(self, run_id: str = "run") -> None:
+        self.run_id = run_id
         self.steps: list[StepRecord] = []
         self.inbox: list[InboxEvent] = []
 
@@ -110,6 +138,8 @@ class StepLog:
             return self._step(row, request, epoch)
         if kind == "sleep":
             return self._sleep(row, request, epoch, now)
+        if kind in ("parallel", "child"):
+            return self._fan_out(row, request, epoch)
         return self._wait(row, request, epoch, now)
 
     def _version(self, row: StepRecord | None, request: dict, epoch: int) -> dict:
@@ -190,6 +220,21 @@ class StepLog:
             return reply(ch.DONE, attempt=row.attempt, result=row.result_json)
         return reply(ch.SUSPEND, attempt=row.attempt, wake_after_s=_after(row.wake_at, now))
 
+    def _fan_out(self, row: StepRecord | None, request: dict, epoch: int) -> dict:
+        """RUN with the children's ids while the barrier is open (the caller starts them, as
+        the agent does with StartChildren, and suspends), DONE with their outcomes after."""
+        specs = list(request.get("children") or [])
+        if row is None:
+            ids = [child_id(self.run_id, len(self.steps), i) for i in range(len(specs))]
+            row = self._append(request, RUNNING, epoch, child_ids=ids, child_specs=specs,
+                               on_failure=request.get("on_failure") or "collect")
+        elif row.child_count != len(specs):
+            return reply(ch.MISMATCH, logged_name=row.name, logged_kind=row.kind)
+        if row.status == COMPLETED:
+            done = [row.children_done[i] for i in sorted(row.children_done)]
+            return reply(ch.DONE, attempt=row.attempt, children=done)
+        return reply(ch.RUN, attempt=row.attempt, child_ids=list(row.child_ids or ()))
+
     def _append(self, request: dict, status: str, epoch: int, **fields: Any) -> StepRecord:
         row = StepRecord(position=len(self.steps), name=request["name"], kind=request["kind"], status=status,
                          epoch=epoch, **fields)
@@ -232,6 +277,12 @@ class StepLog:
         """The run ended or was cancelled: its waits are deleted."""
         for row in self.steps:
             row.waiting = False
+
+
+def child_id(run_id: str, position: int, index: int) -> str:
+    """A child's id, minted from (run, position, index) as history does, so a repeated
+    begin names the same children (readable here: "<run>.<position>.<index>")."""
+    return f"{run_id}.{position}.{index}"
 
 
 def _after(wake_at: float | None, now: float) -> float | None:

@@ -3,15 +3,15 @@
 Shared by the sandbox stub and ratchet.testing, as execute() is for tasks: the
 function runs through execute() (the same payload decoding, result limits and
 cancel rules), then what stopped it, if anything, overrides what it returned
-or raised: a suspension, a lost lease, an unavailable platform, or a
-WorkflowVersionError, even when the workflow's code caught it.
+or raised: a suspension, a lost lease, an unavailable platform, a
+WorkflowVersionError or a StepRefused, even when the workflow's code caught it.
 """
 
 from __future__ import annotations
 
 import dataclasses
 
-from ratchet.errors import WorkflowSuspended, WorkflowVersionError
+from ratchet.errors import FatalError, WorkflowSuspended
 from ratchet.sandbox.execute import Outcome, error_info, execute
 from ratchet.task import TaskSpec
 from ratchet.workflow.context import WorkflowContext
@@ -37,7 +37,7 @@ def halted_outcome(halt: BaseException) -> Outcome:
     if isinstance(halt, WorkflowSuspended):
         return Suspension("suspended", suspend_position=halt.position, wake_after_s=halt.wake_after_s,
                           exception=halt)
-    if isinstance(halt, WorkflowVersionError):
+    if isinstance(halt, FatalError):  # WorkflowVersionError, StepRefused: a retry meets the same
         return Outcome("failed", error=error_info(halt), fatal=True, exception=halt)
     # LeaseLost (the agent discards the outcome) and StepUnavailable (retried with backoff).
     return Outcome("failed", error=error_info(halt), fatal=False, exception=halt)

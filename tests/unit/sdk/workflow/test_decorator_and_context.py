@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import subprocess
 import sys
@@ -136,7 +137,8 @@ def _ctx(channel) -> WorkflowContext:
     (lambda c: c.version("v", latest=True), "integer"),
     (lambda c: c.sleep("s"), "needs how long"),
     (lambda c: c.sleep("s", "1d", hours=1), "not both"),
-    (lambda c: c.sleep("s", minutes=-1), "at least 0"),
+    (lambda c: c.sleep("s", minutes=float("nan")), "finite number"),
+    (lambda c: c.sleep("s", float("inf")), "finite number"),
     (lambda c: c.sleep("s", "soon"), "invalid duration"),
     (lambda c: c.sleep("s", days=1e12), "10,000 years"),
     (lambda c: c.wait_for_event("e", match=["x"]), "match must be a dict"),
@@ -160,6 +162,24 @@ def test_sleep_takes_a_duration_or_units_and_sends_seconds():
     ctx.sleep("c", days=1, hours=2, minutes=3, seconds=4.5)
     assert [r["duration_s"] for r in channel.requests] == [86400.0, 90.0, 86400 + 7200 + 180 + 4.5]
     assert [r["position"] for r in channel.requests] == [0, 1, 2] and ctx.position == 3
+
+
+def test_a_sleep_of_zero_or_less_is_sent_as_zero_and_only_no_duration_at_all_is_an_error():
+    channel = Recorder(*[{"status": "done"}] * 6)
+    ctx = _ctx(channel)
+    ctx.sleep("zero", seconds=0)
+    ctx.sleep("past", seconds=-30)  # e.g. seconds=deadline - now, with the deadline passed
+    ctx.sleep("sum", minutes=1, seconds=-90)
+    ctx.sleep("n", 0)
+    ctx.sleep("neg", -2.5)
+    ctx.sleep("td", dt.timedelta(seconds=-1))
+    assert [r["duration_s"] for r in channel.requests] == [0.0] * 6
+    assert [r["position"] for r in channel.requests] == list(range(6)) and ctx.position == 6
+    with pytest.raises(ValueError, match="needs how long"):
+        ctx.sleep("none")
+    ctx2 = _ctx(Recorder({"status": "done"}))
+    ctx2.sleep("td", dt.timedelta(hours=1))
+    assert ctx2._channel.requests[0]["duration_s"] == 3600.0
 
 
 def test_ctx_calls_are_refused_from_another_thread_inside_a_step_and_after_the_end():

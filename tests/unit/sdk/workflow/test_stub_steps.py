@@ -15,7 +15,7 @@ from ratchet.task import spec_of, task
 from ratchet.workflow import workflow
 
 STEP_KEYS = {"type", "task_id", "call", "op", "position", "name", "kind", "result", "error", "fatal",
-             "duration_s", "match", "version"}
+             "duration_s", "match", "version", "children", "on_failure"}
 
 
 class BadInput(Exception):
