@@ -78,7 +78,7 @@ class Run:
         # Extra report sections (title, Markdown lines): statements and profiles.
         self.sections: list[tuple[str, list[str]]] = []
         self.t0 = time.monotonic()
-        self.rounds = args.rounds or (1 if args.quick or args.only == "workflows" else 3)
+        self.rounds = args.rounds or (1 if args.quick or args.only == "workflows" else 3)  # (workflows: --rounds)
         self.workflow_plan = workflows.plan(args.quick, runs=args.workflow_runs, steps=args.workflow_steps,
                                             samples=args.workflow_samples)
         self.skipped: dict[str, str] = {}  # peer -> why it was not run
@@ -135,7 +135,7 @@ async def run_physical_again(run: Run) -> None:
             run.record(cell)
 
 
-async def run_ratchet(run: Run) -> None:
+async def run_ratchet(run: Run, round_no: int | None = None) -> None:
     """Ratchet's cells, when the platform is importable and starts."""
     try:
         from loadtest import ratchet_cells
@@ -143,7 +143,7 @@ async def run_ratchet(run: Run) -> None:
         run.notes.append(f"Ratchet cells skipped: {e}")
         run.say(f"Ratchet cells skipped: {e}")
         return
-    await ratchet_cells.run_all(run)
+    await ratchet_cells.run_all(run, round_no)
 
 
 def selected_peers(run: Run) -> list:
@@ -195,7 +195,9 @@ async def run_rounds(run: Run) -> None:
         for system in order:
             try:
                 if system == "ratchet":
-                    await (run_ratchet(run) if r == 1 else ratchet_rounds.ratchet_round(run, r))
+                    # --only workflows repeats Ratchet's (workflow) turn on a fresh platform every round.
+                    await (run_ratchet(run, r) if r == 1 or run.args.only == "workflows"
+                           else ratchet_rounds.ratchet_round(run, r))
                 else:
                     await runner.peer_turn(run, by_name[system], r, p, big_drain=big)
             except (KeyboardInterrupt, SystemExit, asyncio.CancelledError):

@@ -268,9 +268,8 @@ async def run_cells(b: Bench) -> None:
     from loadtest import ratchet_drain, ratchet_profiles, ratchet_workflows
     run, quick = b.run, b.run.quick
     run.say(f"warm-up task succeeded in {await warmup(b):.2f}s")
-    if run.args.only == "workflows":
-        await ratchet_workflows.run_cells(b)
-        return
+    if run.args.only == "workflows":  # (bench --only workflows: the workflow cells alone)
+        return await ratchet_workflows.run_cells(b)
     await guarded(b, "idle", {}, lambda: cell_idle(b, 5.0 if quick else 15.0))
     samples = sizes.S2S_SAMPLES_QUICK if quick else sizes.S2S_SAMPLES_FULL
     await guarded(b, "schedule_to_start_idle", {}, lambda: cell_schedule_to_start(b, samples))
@@ -318,8 +317,9 @@ async def batch_cells(b: Bench, seconds: float, cap: int) -> None:
                       lambda p=p: cell_enqueue_batch(b, 100, p, seconds, cap))
 
 
-async def run_all(run) -> None:
-    """Start the platform on the bench cluster and run every Ratchet cell."""
+async def run_all(run, round_no: int | None = None) -> None:
+    """Start the platform on the bench cluster and run every Ratchet cell (round_no > 1: the
+    cells carry their round, as --only workflows repeats this turn in every round)."""
     pt = PlatformUnderTest(run.pg, run.registry, shards=4)
     t0 = time.monotonic()
     try:
@@ -337,8 +337,10 @@ async def run_all(run) -> None:
     gw = loadgen.Gateway(ep["grpc"], ep["api_key"])
     admin = await asyncpg.connect(run.pg.dsn("postgres"), timeout=10)
     shards = {db: await asyncpg.connect(run.pg.dsn(db), timeout=10) for db in pt.shard_dbs}
+    b = Bench(run, pt, gw, admin, shards)
+    b.round = round_no if round_no and round_no > 1 else None
     try:
-        await run_cells(Bench(run, pt, gw, admin, shards))
+        await run_cells(b)
     finally:
         for conn in (admin, *shards.values()):
             await conn.close(timeout=5)

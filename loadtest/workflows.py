@@ -23,6 +23,7 @@ This module holds what the systems share: the sizes and the pure figures over pr
 from __future__ import annotations
 
 import dataclasses
+import statistics
 
 from loadtest import dbstats
 
@@ -120,32 +121,33 @@ def per_run(value: float | None, steps: int) -> float | None:
 
 
 # -- the report's section -------------------------------------------------------------------
+# With --rounds (bench --only workflows) a system has one cell of each workload per round:
+# every figure below is the median over them.
+def _median(values) -> float | None:
+    vals = [float(v) for v in values if v is not None]
+    return statistics.median(vals) if vals else None
+
+
 def _cpu_total(c) -> float | None:
     """CPU ms per step summed over every process charged (the machine's busy share left out)."""
     parts = [v for k, v in (c.cpu_ms_per_task or {}).items() if k != "machine_busy_pct"]
     return sum(parts) if parts else None
 
 
-def _steps_cell(cells, system: str):
+def _steps(cells, system: str, fig) -> float | None:
     from loadtest import compare
-    found = compare.cells_of(cells, system, "workflow_steps")
-    return found[0] if found else None
+    return _median(fig(c) for c in compare.cells_of(cells, system, "workflow_steps"))
 
 
 def _idle_pct(cells, system: str, field: str, pct: str) -> float | None:
     from loadtest import compare
-    for c in compare.cells_of(cells, system, "workflow_run_idle"):
-        src = c.latency_ms if field == "run" else (c.extra or {}).get(field)
-        v = (src or {}).get(pct)
-        if v is not None:
-            return float(v)
-    return None
+    return _median(((c.latency_ms if field == "run" else (c.extra or {}).get(field)) or {}).get(pct)
+                   for c in compare.cells_of(cells, system, "workflow_run_idle"))
 
 
 # (title, higher is better, figure of one system)
 ROWS = (
-    ("steps/s: N runs of K no-op steps drained together", True,
-     lambda cells, s: getattr(_steps_cell(cells, s), "rate", None)),
+    ("steps/s: N runs of K no-op steps drained together", True, lambda cells, s: _steps(cells, s, lambda c: c.rate)),
     ("run latency idle p50, ms (start call -> last line)", False, lambda cells, s: _idle_pct(cells, s, "run", "p50")),
     ("run latency idle p99, ms", False, lambda cells, s: _idle_pct(cells, s, "run", "p99")),
     ("step latency idle p50, ms ((last line - first line) / K)", False,
@@ -154,14 +156,32 @@ ROWS = (
     ("start call -> first line idle p50, ms", False,
      lambda cells, s: _idle_pct(cells, s, "start_to_first_line_ms", "p50")),
     ("commits per step (whole runs, starts included)", False,
-     lambda cells, s: getattr(_steps_cell(cells, s), "commits_per_task", None)),
+     lambda cells, s: _steps(cells, s, lambda c: c.commits_per_task)),
     ("write transactions per step (durable commits)", False,
-     lambda cells, s: getattr(_steps_cell(cells, s), "write_xacts_per_task", None)),
+     lambda cells, s: _steps(cells, s, lambda c: c.write_xacts_per_task)),
     ("WAL bytes per step (whole runs, starts included)", False,
-     lambda cells, s: getattr(_steps_cell(cells, s), "wal_bytes_per_task", None)),
-    ("CPU ms per step, every process charged", False,
-     lambda cells, s: _cpu_total(_steps_cell(cells, s)) if _steps_cell(cells, s) else None),
+     lambda cells, s: _steps(cells, s, lambda c: c.wal_bytes_per_task)),
+    ("CPU ms per step, every process charged", False, lambda cells, s: _steps(cells, s, _cpu_total)),
 )
+
+
+def rounds_table(cells, names: list[str]) -> list[str]:
+    """steps/s and idle step p50 of every round, when there was more than one."""
+    from loadtest import compare
+    rounds = sorted({c.params.get("round", 1) for c in cells if c.workload == "workflow_steps" and c.ok})
+    if len(rounds) < 2:
+        return []
+
+    def of(system: str, r: int, workload: str, fig) -> str:
+        found = [fig(c) for c in compare.cells_of(cells, system, workload) if c.params.get("round", 1) == r]
+        return compare.fmt_num(found[0] if found else None)
+    out = ["| system | " + " | ".join(f"steps/s r{r}" for r in rounds) + " | "
+           + " | ".join(f"step p50 ms r{r}" for r in rounds) + " |", "|---|" + "---|" * (2 * len(rounds))]
+    for s in names:
+        out.append(f"| {s} | " + " | ".join(of(s, r, "workflow_steps", lambda c: c.rate) for r in rounds) + " | "
+                   + " | ".join(of(s, r, "workflow_run_idle", lambda c: (c.extra.get("step_ms") or {}).get("p50"))
+                                for r in rounds) + " |")
+    return ["", "Every round (medians above):", "", *out]
 
 
 def report_table(cells) -> list[str]:
@@ -183,11 +203,12 @@ def report_table(cells) -> list[str]:
                    + " | ".join(compare.fmt_ratio(compare.ratio(ours, vals[p]), hib) for p in peers) + " |")
     out.append("| fan-in latency, 1,000-way fan-out | " + " | ".join("not measured" for _ in names)
                + " | " + " | ".join("–" for _ in peers) + " |")
-    return out + ["", f"Fan-in: {FAN_IN_NOTE}.", "", *_sizes_line(cells, names), *_how(cells, names)]
+    return out + [*rounds_table(cells, names), "", f"Fan-in: {FAN_IN_NOTE}.", "", *_sizes_line(cells),
+                  *_how(cells, names)]
 
 
-def _sizes_line(cells, names: list[str]) -> list[str]:
-    c = next((_steps_cell(cells, s) for s in names if _steps_cell(cells, s)), None)
+def _sizes_line(cells) -> list[str]:
+    c = next((c for c in cells if c.ok and c.workload == "workflow_steps"), None)
     if c is None:
         return []
     return [f"N = {c.params.get('runs')} runs of K = {c.params.get('steps')} steps each, started while no worker "

@@ -105,3 +105,17 @@ def test_report_table_has_every_row_ratios_and_the_fan_in_row():
 
 def test_report_table_is_empty_without_workflow_cells():
     assert workflows.report_table([Cell(system="ratchet", workload="drain", params={}, rate=1.0)]) == []
+
+
+def test_report_takes_the_median_over_rounds_and_shows_every_round():
+    cells = []
+    for r, (rate, step) in enumerate(((300.0, 6.0), (500.0, 4.0), (400.0, 5.0)), start=1):
+        c = _steps("ratchet", rate, 2.0, 700.0)
+        i = _idle("ratchet", 50.0, step)
+        if r > 1:
+            c.params["round"] = i.params["round"] = r
+        cells += [c, i]
+    text = "\n".join(workflows.report_table(cells))
+    assert "| steps/s: N runs of K no-op steps drained together | 400 |" in text
+    assert "| step latency idle p50, ms ((last line - first line) / K) | 5.00 |" in text
+    assert "| ratchet | 300 | 500 | 400 | 6.00 | 4.00 | 5.00 |" in text
