@@ -67,13 +67,16 @@ def register(handler: apps_pb2.Handler) -> Registered:
 
 def _check_kind(h: apps_pb2.Handler, where: str) -> None:
     """A known kind (unset: a task, as every deployment before workflows), and `resume` only on
-    a workflow. PINNED is stored as given: until pinned resume exists a resumed run executes the
-    active deployment, as LATEST does (docs/workflows.md, "Not yet")."""
+    a workflow. PINNED is refused: until pinned resume exists a resumed run executes the active
+    deployment, so storing it would silently make it LATEST (docs/workflows.md, "Not yet")."""
     if h.kind not in apps_pb2.HandlerKind.values():
         raise InvalidArgument(f"{where}.kind must be HANDLER_KIND_TASK or HANDLER_KIND_WORKFLOW, got {h.kind}")
     if h.resume not in apps_pb2.WorkflowResume.values():
-        raise InvalidArgument(f"{where}.resume must be WORKFLOW_RESUME_LATEST or WORKFLOW_RESUME_PINNED, "
-                              f"got {h.resume}")
+        raise InvalidArgument(f"{where}.resume must be WORKFLOW_RESUME_LATEST (or unset), got {h.resume}")
+    if h.resume == apps_pb2.WORKFLOW_RESUME_PINNED:
+        raise InvalidArgument(f"{where}.resume: resume='pinned' is not available yet: a resumed run executes the "
+                              f"active deployment; use resume='latest' and ctx.version() to change code under live "
+                              f"runs")
     if h.kind != apps_pb2.HANDLER_KIND_WORKFLOW and h.resume != apps_pb2.WORKFLOW_RESUME_UNSPECIFIED:
         raise InvalidArgument(f"{where}.resume is set on {h.name!r}, a task handler: only a workflow resumes; "
                               f"drop resume or declare it with @workflow")

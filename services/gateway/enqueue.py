@@ -57,7 +57,7 @@ HANDLER_WIRE = frozenset({"task_type", "retry", "timeouts", "non_retryable"})
 # ValidTask's fields that travel, in NewTask's names and order.
 _VALID_FIELDS = ("task_type", "queue", "retry", "timeouts", "non_retryable", "idempotency_key", "fingerprint",
                  "delay", "run_at")
-_MESSAGES = frozenset({"retry", "timeouts", "delay", "run_at", "scheduled_time"})
+_MESSAGES = frozenset({"retry", "timeouts", "delay", "run_at", "scheduled_time", "parent"})
 _EMPTY: dict[str, Any] = {"non_retryable": []}  # a field's value when a task does not set it ("" or None)
 _WHOLE_CALL = (errors.Unavailable, errors.DeadlineExceeded)
 

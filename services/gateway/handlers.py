@@ -24,6 +24,7 @@ from ratchet.services.gateway import tenants
 from ratchet.services.gateway.auth import Authenticator
 from ratchet.services.gateway.breakers import BreakerApi
 from ratchet.services.gateway.bulk import BulkApi
+from ratchet.services.gateway.children import ChildrenApi
 from ratchet.services.gateway.deployments import Deployments
 from ratchet.services.gateway.listing import TaskLister
 from ratchet.services.gateway.schedules import ScheduleApi
@@ -102,6 +103,10 @@ class WorkflowHandlers:
 
     async def GetWorkflow(self, req: workflows_pb2.GetWorkflowRequest, call: Call) -> workflows_pb2.GetWorkflowResponse:
         return await self.workflows.get(await self.auth.app(call.metadata), req, call.timeout)
+
+    async def ListWorkflowChildren(self, req: workflows_pb2.ListWorkflowChildrenRequest,
+                                   call: Call) -> workflows_pb2.ListWorkflowChildrenResponse:
+        return await self.workflows.children(await self.auth.app(call.metadata), req, call.timeout)
 
     async def ListWorkflows(self, req: workflows_pb2.ListWorkflowsRequest,
                             call: Call) -> workflows_pb2.ListWorkflowsResponse:
@@ -208,8 +213,8 @@ class ControlHandlers:
     service = control_pb2.DESCRIPTOR.services_by_name["ControlService"]
     add_to_server = staticmethod(control_pb2_grpc.add_ControlServiceServicer_to_server)
 
-    def __init__(self, auth: Authenticator, deployments: Deployments, tasks: TaskApi):
-        self.auth, self.deployments, self.tasks = auth, deployments, tasks
+    def __init__(self, auth: Authenticator, deployments: Deployments, tasks: TaskApi, children: ChildrenApi):
+        self.auth, self.deployments, self.tasks, self.children = auth, deployments, tasks, children
 
     async def GetActiveDeployment(self, req: control_pb2.GetActiveDeploymentRequest,
                                   call: Call) -> control_pb2.GetActiveDeploymentResponse:
@@ -225,6 +230,11 @@ class ControlHandlers:
                                call: Call) -> control_pb2.EnqueueScheduledResponse:
         self.auth.host(call.metadata)
         return await self.tasks.enqueue_scheduled(req, call.timeout)
+
+    async def StartChildren(self, req: control_pb2.StartChildrenRequest,
+                            call: Call) -> control_pb2.StartChildrenResponse:
+        self.auth.host(call.metadata)
+        return await self.children.start(req, call.timeout)
 
 
 def method(handlers: object, m: _descriptor.MethodDescriptor) -> Handler:

@@ -153,3 +153,7 @@ class HistoryClient:
     async def deliver_event(self, req: history_pb2.DeliverEventRequest, timeout: float) -> int:
         """DeliverEvent on req.shard_id: waits woken (a broadcast) or 1/0 (a run's inbox)."""
         return (await self._call("DeliverEvent", req.shard_id, req, timeout)).delivered
+
+    async def list_workflow_children(self, req: history_pb2.ListWorkflowChildrenRequest,
+                                     timeout: float) -> history_pb2.ListWorkflowChildrenResponse:
+        return await self._call("ListWorkflowChildren", req.shard_id, req, timeout)

@@ -24,6 +24,7 @@ from ratchet.services.gateway.auth import Authenticator
 from ratchet.services.gateway.breakers import BreakerApi
 from ratchet.services.gateway.bulk import BulkApi
 from ratchet.services.gateway.bundles import LocalBlobStore
+from ratchet.services.gateway.children import ChildrenApi
 from ratchet.services.gateway.config import GatewayConfig
 from ratchet.services.gateway.deployments import Deployments
 from ratchet.services.gateway.history_client import HistoryClient
@@ -187,7 +188,8 @@ class Gateway:
                   handlers.ScheduleHandlers(auth, ScheduleApi(self._cron_channel, c.cron_target, deployments,
                                                               c.max_payload_bytes)),
                   handlers.AppHandlers(auth, deployments), handlers.TenantHandlers(auth, store)]
-        internal = [handlers.ControlHandlers(auth, deployments, task_api)]
+        children = ChildrenApi(task_api.creates, history, shard_map, deployments, c.max_payload_bytes)
+        internal = [handlers.ControlHandlers(auth, deployments, task_api, children)]
         every = public + internal
         self._grpc = Server([(h.add_to_server, servicer(h, c.rpc_timeout_s, self._stopping))
                              for h in every],

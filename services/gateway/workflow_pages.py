@@ -1,9 +1,12 @@
-"""The pages of the workflow API: a run's step log (GetWorkflow) and the app's runs
-(ListWorkflows), each behind a page token the client treats as opaque.
+"""The pages of the workflow API: a run's step log (GetWorkflow), a fan-out's children
+(ListWorkflowChildren) and the app's runs (ListWorkflows), each behind a page token the
+client treats as opaque.
 
 A step token is base64url (unpadded) JSON {"v": 1, "w": <workflow_id>, "p": <position>}:
 the run it was made for and the first position of the next page, so a token sent for
-another run is refused instead of paging that run from the wrong place.
+another run is refused instead of paging that run from the wrong place. A children token is
+{"v": 1, "w": <workflow_id>, "p": <the fan-out's position>, "i": <next child index>}, bound to
+its fan-out the same way.
 
 ListWorkflows is ListTasks restricted to the app's workflow types. TaskFilter names one
 task_type, so each (shard, workflow type) is its own stream in history's order, asked for a
@@ -106,3 +109,22 @@ def decode_list_token(token: str, filter_hash: str, streams: list[Stream]) -> di
         if (int(shard), kind) in known:
             out[int(shard), kind] = cursor
     return out
+
+
+def encode_children_token(workflow_id: str, position: int, index: int) -> str:
+    """A ListWorkflowChildren token: the fan-out it pages (run, position) and the next index."""
+    return _encode({"v": TOKEN_VERSION, "w": workflow_id, "p": position, "i": index})
+
+
+def decode_children_token(token: str, workflow_id: str, position: int) -> int:
+    """The first child index of the page a token names, for this fan-out only."""
+    body = _decode(token, "page_token")
+    index, pos = body.get("i"), body.get("p")
+    if type(index) is not int or index < 0 or type(pos) is not int or not isinstance(body.get("w"), str):
+        raise InvalidArgument("page_token is not valid: pass the previous response's next_page_token unchanged"
+                              + _RESTART)
+    if (body["w"], pos) != (workflow_id, position):
+        raise InvalidArgument(f"page_token belongs to the fan-out at position {pos} of workflow {body['w'][:40]}, "
+                              f"not position {position} of {workflow_id}: page each fan-out with its own tokens"
+                              + _RESTART)
+    return index

@@ -34,7 +34,9 @@ from ratchet.services.gateway.history_client import HistoryClient
 from ratchet.services.gateway.tasks import TaskApi
 
 EVENT_NAME = re.compile(r"^[A-Za-z0-9_.:\-]{1,200}$")
+EVENT_ID = re.compile(r"^[\x20-\x7e]{1,200}$")
 T = TypeVar("T")
+U = TypeVar("U")
 
 
 def workflow_types(handlers: Handlers | None) -> list[str]:
@@ -77,6 +79,28 @@ def check_event(name: str, data: struct_pb2.Struct | None, max_bytes: int, where
     return text
 
 
+def _start_id(req: wpb.StartWorkflowRequest) -> str:
+    """StartWorkflow's caller-minted id, canonical ("" for none), under EnqueueTaskRequest.task_id's
+    rules: an id the SDK minted (a UUIDv8 carrying its slot), exclusive with a key."""
+    if not req.workflow_id:
+        return ""
+    if req.idempotency_key:
+        raise InvalidArgument("workflow_id and idempotency_key are exclusive: send the key for deduplication by "
+                              "content, or a workflow_id minted per start for retries")
+    canonical = parse_task_id(req.workflow_id)
+    if canonical is None:
+        raise InvalidArgument(f"workflow_id {req.workflow_id[:80]!r} is not a Ratchet id (a UUIDv8 carrying its "
+                              f"routing slot): mint it with the SDK, or leave it empty")
+    return canonical
+
+
+def check_event_id(event_id: str) -> None:
+    """SendWorkflowEvent's event_id: empty, or 1..200 printable ASCII characters."""
+    if event_id and not EVENT_ID.match(event_id):
+        raise InvalidArgument(f"event_id must be 1..200 printable ASCII characters (one id per event, the same on "
+                              f"every resend of it), got {len(event_id)} characters")
+
+
 def _is_uuid(text: str) -> bool:
     try:
         uuid.UUID(text)
@@ -94,8 +118,16 @@ async def _found(call: Awaitable[T], run_id: str) -> T:
         raise NotFound(f"workflow {run_id} not found") from None
 
 
-async def _both(first: Awaitable[T], second: Awaitable[history_pb2.GetWorkflowStepsResponse]
-                ) -> tuple[T, history_pb2.GetWorkflowStepsResponse]:
+async def _fanout(call: Awaitable[T], run_id: str, position: int) -> T:
+    """call's answer; history's NOT_FOUND (no fan-out at the position) as this API says it."""
+    try:
+        return await call
+    except NotFound:
+        raise NotFound(f"workflow {run_id} has no fan-out (ctx.parallel or ctx.child) at position {position}: "
+                       f"GetWorkflow lists its steps") from None
+
+
+async def _both(first: Awaitable[T], second: Awaitable[U]) -> tuple[T, U]:
     """first and second at once; first's failure is raised (second's outcome then dropped)."""
     later = asyncio.ensure_future(second)
     try:
@@ -126,7 +158,7 @@ class WorkflowApi:
         handler = validation.handler_for(req.workflow_type, handlers, "", field="workflow_type")
         validation.check_kind(handler, True, "", field="workflow_type")
         enq = tasks_pb2.EnqueueTaskRequest(task_type=req.workflow_type, queue=req.queue,
-                                           idempotency_key=req.idempotency_key)
+                                           idempotency_key=req.idempotency_key, task_id=_start_id(req))
         if req.HasField("input"):
             # (as JSON text, so a too large or non-finite input is named `input`, not `payload`)
             text = validation.payload_json(req.input, "input")
@@ -183,6 +215,25 @@ class WorkflowApi:
             out.next_step_page_token = workflow_pages.encode_step_token(run_id, steps.next_position)
         return out
 
+    async def children(self, p: Principal, req: wpb.ListWorkflowChildrenRequest,
+                       timeout: float) -> wpb.ListWorkflowChildrenResponse:
+        """A page of the children of the fan-out at (run, position), by index, with their states:
+        history's page, read at once with the run (NOT_FOUND unless the position is a fan-out)."""
+        run_id, shard = self._route(req.workflow_id)
+        if req.position < 0:
+            raise InvalidArgument(f"position must be >= 0 (a fan-out's position in the run's step log, as "
+                                  f"GetWorkflow's steps give it), got {req.position}")
+        size = workflow_pages.page_size(req.page_size, "page_size")
+        start = workflow_pages.decode_children_token(req.page_token, run_id, req.position) if req.page_token else 0
+        _, page = await _both(self._run(p, run_id, shard, timeout), _fanout(self.history.list_workflow_children(
+            history_pb2.ListWorkflowChildrenRequest(shard_id=shard, workflow_id=run_id, tenant_id=p.tenant_id,
+                                                    position=req.position, from_index=start, page_size=size),
+            timeout), run_id, req.position))
+        out = wpb.ListWorkflowChildrenResponse(children=page.children)
+        if page.next_index > start:  # (-1: the last page)
+            out.next_page_token = workflow_pages.encode_children_token(run_id, req.position, page.next_index)
+        return out
+
     async def cancel(self, p: Principal, req: wpb.CancelWorkflowRequest,
                      timeout: float) -> wpb.CancelWorkflowResponse:
         """History's CancelTask, once the id is known to be a run of the app's."""
@@ -195,10 +246,12 @@ class WorkflowApi:
                           timeout: float) -> wpb.SendWorkflowEventResponse:
         """The event into the run's inbox; delivered when a wait of the run consumed it at once."""
         data = check_event(req.name, req.data if req.HasField("data") else None, self.max_payload_bytes)
+        check_event_id(req.event_id)
         run_id, shard = self._route(req.workflow_id)
         await self._run(p, run_id, shard, timeout)
         delivered = await _found(self.history.deliver_event(history_pb2.DeliverEventRequest(
-            shard_id=shard, tenant_id=p.tenant_id, name=req.name, data_json=data, workflow_id=run_id), timeout), run_id)
+            shard_id=shard, tenant_id=p.tenant_id, name=req.name, data_json=data, workflow_id=run_id,
+            event_id=req.event_id), timeout), run_id)
         return wpb.SendWorkflowEventResponse(delivered=delivered > 0)
 
     # -- many runs ---------------------------------------------------------------

@@ -26,6 +26,7 @@ from ratchet.internal.dispatcher.v1 import dispatcher_pb2, dispatcher_pb2_grpc
 from ratchet.internal.history.v1 import history_pb2, history_pb2_grpc
 from ratchet.libs.rpc.errors import ServiceError
 from ratchet.libs.shardmap import ShardMap, new_task_id
+from ratchet.services.gateway.children import child_ids
 from ratchet.services.history import callstream
 from ratchet.services.history.errors import InvalidArgument
 from ratchet.services.history.handlers import _create_answer, _create_frame
@@ -89,6 +90,9 @@ class FakeHistory(history_pb2_grpc.HistoryServiceServicer):
         self.waits: dict[str, tuple[int, str, dict]] = {}
         self.inbox: dict[str, list[tuple[str, dict]]] = {}
         self.attempts: dict[str, int] = {}
+        # Fan-outs: (parent, position) -> {index: child id} of the children created.
+        self.children: dict[tuple[str, int], dict[int, str]] = {}
+        self.event_ids: dict[tuple[str, str], int] = {}  # (run, event_id) -> what it delivered
 
     # -- tasks -------------------------------------------------------------
     async def CreateTasks(self, request, context):
@@ -114,7 +118,12 @@ class FakeHistory(history_pb2_grpc.HistoryServiceServicer):
             if self.shard_map.shard_for_task(t.task_id) != request.shard_id:
                 raise InvalidArgument(f"task {t.task_id} is not on {request.shard_id}")
             known = self.keys.get((t.tenant_id, t.app_id, t.idempotency_key)) if t.idempotency_key else None
-            if known is None:
+            owner = self.tasks.get(t.task_id)
+            if known is None and owner is not None:  # (history: an id that exists is its create resent)
+                if (owner.tenant_id, owner.app_id, owner.task_type) != (t.tenant_id, t.app_id, t.task_type):
+                    raise InvalidArgument(f"tasks[0].task_id {t.task_id} is already taken; mint a new id")
+                results.append(history_pb2.CreateResult(task_id=t.task_id, deduplicated=True))
+            elif known is None:
                 results.append(history_pb2.CreateResult(task_id=t.task_id))
                 new.append(t)
             elif known[1] == t.fingerprint:
@@ -125,6 +134,8 @@ class FakeHistory(history_pb2_grpc.HistoryServiceServicer):
         if not conflict:
             for t in new:
                 self._insert(t, S.TASK_STATE_ENQUEUED, dt.datetime.now(UTC))
+                if t.HasField("parent"):
+                    self.children.setdefault((t.parent.parent_id, t.parent.position), {})[t.parent.index] = t.task_id
                 if t.idempotency_key:
                     self.keys[(t.tenant_id, t.app_id, t.idempotency_key)] = (t.task_id, t.fingerprint)
         return history_pb2.CreateTasksResponse(results=results)
@@ -156,7 +167,7 @@ class FakeHistory(history_pb2_grpc.HistoryServiceServicer):
                       attempt=self.attempts.get(task_id, 0),
                       max_attempts=t.retry.max_attempts, version=1, idempotency_key=t.idempotency_key,
                       retry=t.retry, timeouts=t.timeouts, created_at=stamp(row.created_at),
-                      schedule_id=t.schedule_id)
+                      schedule_id=t.schedule_id, parent_workflow_id=t.parent.parent_id)
         if with_payload:
             task.payload.CopyFrom(json_format.Parse(t.payload_json.decode(), struct_pb2.Value()))
         if row.finished_at:
@@ -320,13 +331,42 @@ class FakeHistory(history_pb2_grpc.HistoryServiceServicer):
                 self._consume(t, data)
             return history_pb2.DeliverEventResponse(delivered=len(woken))
         await self._owned(request, context, request.workflow_id)
+        seen = self.event_ids.get((request.workflow_id, request.event_id)) if request.event_id else None
+        if seen is not None:  # (a resend: kept once, answered as the first delivery)
+            return history_pb2.DeliverEventResponse(delivered=seen)
         if self.states[request.workflow_id] in TERMINAL:
             await context.abort(grpc.StatusCode.FAILED_PRECONDITION, "the run has ended")
+        delivered = 0
         if self._matches(request.workflow_id, request.tenant_id, request.name, data):
             self._consume(request.workflow_id, data)
-            return history_pb2.DeliverEventResponse(delivered=1)
-        self.inbox.setdefault(request.workflow_id, []).append((request.name, data))
-        return history_pb2.DeliverEventResponse(delivered=0)
+            delivered = 1
+        else:
+            self.inbox.setdefault(request.workflow_id, []).append((request.name, data))
+        if request.event_id:
+            self.event_ids[request.workflow_id, request.event_id] = delivered
+        return history_pb2.DeliverEventResponse(delivered=delivered)
+
+
+    async def ListWorkflowChildren(self, request, context):
+        """The fan-out's children by index (ids as history mints them; a child not created
+        yet has no state); NOT_FOUND unless the position is a PARALLEL or CHILD step."""
+        self.calls.append(("ListWorkflowChildren", request))
+        await self._owned(request, context, request.workflow_id)
+        if not 1 <= request.page_size <= 1000 or request.from_index < 0:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"page {request.from_index}/{request.page_size}")
+        log = self.steps.get(request.workflow_id, [])
+        step = log[request.position] if 0 <= request.position < len(log) else None
+        if step is None or step.kind not in (wpb.STEP_KIND_PARALLEL, wpb.STEP_KIND_CHILD):
+            await context.abort(grpc.StatusCode.NOT_FOUND, f"no fan-out at position {request.position}")
+        ids = child_ids(request.workflow_id, request.position, step.child_count)
+        end = min(step.child_count, request.from_index + request.page_size)
+        out = history_pb2.ListWorkflowChildrenResponse(next_index=end if end < step.child_count else -1)
+        for i in range(request.from_index, end):
+            c = out.children.add(index=i, child_id=ids[i])
+            t = self.tasks.get(ids[i])
+            if t is not None:
+                c.task_type, c.state = t.task_type, self.states[ids[i]]
+        return out
 
 
 class FakeCron(cron_pb2_grpc.CronServiceServicer):

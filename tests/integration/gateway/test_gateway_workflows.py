@@ -40,7 +40,7 @@ class App:
 HANDLERS = [apps_pb2.Handler(name="send"), apps_pb2.Handler(name="legacy", kind=TASK),
             apps_pb2.Handler(name="onboard", kind=WORKFLOW, resume=LATEST,
                              retry=tasks_pb2.RetryPolicy(max_attempts=7)),
-            apps_pb2.Handler(name="approve", kind=WORKFLOW, resume=apps_pb2.WORKFLOW_RESUME_PINNED)]
+            apps_pb2.Handler(name="approve", kind=WORKFLOW)]
 
 
 @pytest_asyncio.fixture(scope="module")
@@ -342,7 +342,7 @@ async def test_handler_kinds_are_stored_with_the_deployment_and_returned(env):
     dep = (await env.deploy(t.api_key, handlers=HANDLERS, files={"app.py": b"# kinds\n"})).deployment
     kinds = {h.name: (h.kind, h.resume) for h in dep.handlers}
     assert kinds == {"send": (0, 0), "legacy": (TASK, 0), "onboard": (WORKFLOW, LATEST),
-                     "approve": (WORKFLOW, apps_pb2.WORKFLOW_RESUME_PINNED)}  # (pinned: stored, runs as latest)
+                     "approve": (WORKFLOW, 0)}
     stub = control_pb2_grpc.ControlServiceStub(env.channel)
     active = await stub.GetActiveDeployment(control_pb2.GetActiveDeploymentRequest(app_id=t.app_id),
                                             metadata=(("authorization", f"Bearer {HOST_TOKEN}"),), timeout=5)
@@ -353,6 +353,10 @@ async def test_handler_kinds_are_stored_with_the_deployment_and_returned(env):
     (apps_pb2.Handler(name="t", resume=LATEST), "handlers[0].resume is set on 't', a task handler"),
     (apps_pb2.Handler(name="w", kind=7), "handlers[0].kind must be HANDLER_KIND_TASK or HANDLER_KIND_WORKFLOW"),
     (apps_pb2.Handler(name="w", kind=WORKFLOW, resume=9), "handlers[0].resume must be WORKFLOW_RESUME_LATEST"),
+    # (stored as latest it would silently change meaning: refused until pinned resume exists)
+    (apps_pb2.Handler(name="w", kind=WORKFLOW, resume=apps_pb2.WORKFLOW_RESUME_PINNED),
+     "handlers[0].resume: resume='pinned' is not available yet: a resumed run executes the active deployment; "
+     "use resume='latest' and ctx.version() to change code under live runs"),
 ])
 async def test_bad_kinds_are_refused_at_deploy(env, handler, needle):
     t = await env.new_tenant(f"wf-bad-{handler.kind}-{handler.resume}")

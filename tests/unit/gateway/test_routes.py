@@ -72,6 +72,7 @@ def test_routes_come_from_the_public_protos():
         ("POST", "/v1/tenants"): ("ratchet.api.tenants.v1.TenantService.CreateTenant", "*"),
         ("POST", "/v1/workflows"): (f"{WORKFLOWS}.StartWorkflow", "*"),
         ("GET", "/v1/workflows/{workflow_id}"): (f"{WORKFLOWS}.GetWorkflow", ""),
+        ("GET", "/v1/workflows/{workflow_id}/steps/{position}/children"): (f"{WORKFLOWS}.ListWorkflowChildren", ""),
         ("GET", "/v1/workflows"): (f"{WORKFLOWS}.ListWorkflows", ""),
         ("POST", "/v1/workflows/{workflow_id}/cancel"): (f"{WORKFLOWS}.CancelWorkflow", "*"),
         ("POST", "/v1/events"): (f"{WORKFLOWS}.SendEvent", "*"),
