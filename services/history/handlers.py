@@ -25,7 +25,7 @@ from ratchet.services.history.ready import ReadyHub, Watcher
 from ratchet.services.history.shards import ShardSet
 from ratchet.services.history.store import Store
 from ratchet.services.history.workflows import convert as wfconvert
-from ratchet.services.history.workflows import events, reads, steps
+from ratchet.services.history.workflows import events, fanout, reads, steps
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +68,13 @@ def _step_response(a: steps.StepAnswer) -> worker_pb2.StepResponse:
                                                stack=a.error.stack))
     if a.wake_after_s is not None:
         out.wake_after.CopyFrom(policy.duration(max(0.0, a.wake_after_s)))
+    if a.child_ids:
+        out.child_ids.extend(a.child_ids)
+    for c in a.children:
+        o = out.children.add(index=c.index, child_id=c.child_id, state=taskstate.to_proto(c.state),
+                             result_json=c.result or b"")
+        if c.error is not None:
+            o.error.CopyFrom(tasks_pb2.TaskError(error_class=c.error.error_class, message=c.error.message))
     return out
 
 
@@ -108,6 +115,7 @@ class HistoryServicer(history_pb2_grpc.HistoryServiceServicer):
         self.hub = hub
         self.rand = (rand or random.Random()).random
         self.on_bulk_start = on_bulk_start
+        self.mesh: fanout.Mesh | None = None  # the server's (children's states on other shards)
         self.stopping = asyncio.Event()  # set at shutdown: call streams stop reading and end
         # Every create, group-committed per shard; the ready event goes out after the group's
         # commit, outside the transaction: never a NOTIFY.
@@ -132,6 +140,8 @@ class HistoryServicer(history_pb2_grpc.HistoryServiceServicer):
     async def _create_tasks(self, request) -> history_pb2.CreateTasksResponse:
         shard = self.shards.get(request.shard_id)
         _batch(request.tasks, "tasks")
+        if request.tasks and request.tasks[0].HasField("parent"):  # (one test per request)
+            return await self._create_children(shard, request)
         results = await self.creates.create(shard, create_request(request))
         await gates.reach("history.enqueue.after_commit")  # fault tests: committed, not yet answered
         if results is None:
@@ -139,6 +149,18 @@ class HistoryServicer(history_pb2_grpc.HistoryServiceServicer):
         return history_pb2.CreateTasksResponse(results=[
             history_pb2.CreateResult(task_id=r.task_id, deduplicated=r.deduplicated, conflict=r.conflict)
             for r in results])
+
+    async def _create_children(self, shard, request) -> history_pb2.CreateTasksResponse:
+        """A fan-out's children (the gateway sends them in their own CreateTasks calls): created
+        with their parent links, off the group committer."""
+        async with shard.conn() as conn:
+            out = await fanout.create_children(conn, self.store, request, self.cfg.idempotency_window_s)
+        if out.due:
+            self.hub.publish(shard.id)
+        self.hub.timer_due(shard.id, out.timer_in_s)
+        return history_pb2.CreateTasksResponse(results=[
+            history_pb2.CreateResult(task_id=r.task_id, deduplicated=r.deduplicated, conflict=r.conflict)
+            for r in out.results])
 
     @rpc
     async def GetTask(self, request, context):

@@ -19,7 +19,7 @@ import asyncpg
 
 from ratchet.libs import gates
 from ratchet.libs.shardmap import new_task_id, slot_of
-from ratchet.libs.taskstate import CancelReason
+from ratchet.libs.taskstate import CancelReason, TaskState
 from ratchet.services.history.decide import BulkPlan, plan_bulk_cancel, plan_bulk_retry
 from ratchet.services.history.errors import OperationConflict, OperationNotFound
 from ratchet.services.history.model import TaskFilter
@@ -121,6 +121,10 @@ async def _cancel_batch(tx: Tx, op: BulkOperationRow, limit: int,
         # The lease timer must now fire by the kill time, not only at lease expiry.
         await tx.timer_lease_reschedule_batch(ids, epochs)
         plan.skipped += len(ids) - len(asked)
+    runs = [t.task_id for t in plan.cancels if t.from_state == TaskState.WAITING]
+    runs += [t for t, _ in plan.cancel_requests]
+    if runs:  # runs with open fan-outs: their children are cancelled too (the cascade)
+        await tx.workflow_cascade_open(runs)
     return plan, rows, (None, None, rows[-1].task_id if rows else cur_id)
 
 

@@ -174,11 +174,13 @@ async def cancel_task(conn: asyncpg.Connection, store: Store, task_id: str, tena
             await tx.task_transition_apply([t])  # (its timers go with it, a WAITING run's wake too)
             if state == TaskState.WAITING:  # no event completes a step of a run that ended
                 await tx.workflow_waits_delete_batch([task_id])
+                await tx.workflow_cascade_open([task_id])  # its open fan-outs' children are cancelled too
             return TaskState.CANCELED, False
         if state == TaskState.LEASED:
             await tx.task_cancel_request_batch([task_id], [row.lease_epoch], [CancelReason.USER.value], grace_s)
             # The lease timer must now fire by the kill time, not only at lease expiry.
             await tx.timer_lease_reschedule_batch([task_id], [row.lease_epoch])
+            await tx.workflow_cascade_open([task_id])  # a run with open fan-outs: their children too
             return TaskState.LEASED, True
         return state, row.cancel_requested
 

@@ -46,7 +46,10 @@ from ratchet.services.history.store.rows import (
     AttemptRow,
     BulkOperationRow,
     CancelCandidate,
+    ChildDoneRow,
+    ChildEnd,
     DueTask,
+    FanoutRow,
     HeldLease,
     LeasedRow,
     LockedTask,
@@ -136,6 +139,9 @@ class Store:
     def __init__(self) -> None:
         self.before: dict[str, Hook] = {}
         self.after: dict[str, Hook] = {}
+        # Called after a commit that wrote a fan-out child's outbox row (the server wires the
+        # delivery loop's wake to it: in-process, no NOTIFY).
+        self.on_child_end: Callable[[], None] = lambda: None
 
     def tx(self, conn: asyncpg.Connection, **options: Any) -> Tx:
         """`async with store.tx(conn) as tx:` one transaction on conn (options: asyncpg's,
@@ -153,12 +159,13 @@ class Tx:
     state of its own: each statement reads the store's hooks and registry as it runs (a
     test's hook, a mutant's statements)."""
 
-    __slots__ = ("_store", "_transaction", "conn")
+    __slots__ = ("_child_end", "_store", "_transaction", "conn")
 
     def __init__(self, store: Store, conn: asyncpg.Connection, transaction: Any = None):
         self.conn = conn
         self._store = store
         self._transaction = transaction
+        self._child_end = False
 
     async def __aenter__(self) -> Tx:
         if self._transaction is None:
@@ -168,6 +175,16 @@ class Tx:
 
     async def __aexit__(self, *exc: Any) -> None:
         await self._transaction.__aexit__(*exc)
+        if self._child_end and exc[0] is None:  # committed: the outbox rows are there to deliver
+            self._store.on_child_end()
+
+    def _child_ended(self) -> None:
+        """A statement wrote a fan-out child's outbox row: wake the delivery loop once it is
+        committed (at once outside a transaction)."""
+        if self._transaction is None:
+            self._store.on_child_end()
+        else:
+            self._child_end = True
 
     async def _run(self, name: str, *args: Any, fetch: str = "all") -> Any:
         store = self._store
@@ -383,6 +400,8 @@ class Tx:
         # isinstance check against collections.abc each: full columns cost history far more
         # CPU per completion than shared ones.
         recs = await self._run("task_transition_apply", ids, *map(_shared, cols[1:]))
+        if recs and recs[0]["child_ends"]:  # (one value for the statement) a fan-out's child ended
+            self._child_ended()
         return {str(r["task_id"]): (r["state"], r["version"]) for r in recs}
 
     async def attempt_list(self, task_id: str) -> list[AttemptRow]:
@@ -598,10 +617,11 @@ class Tx:
         r = await self._run("workflow_pending", task_id, fetch="row")
         return PendingRow.of(r) if r is not None else None
 
-    async def workflow_inbox_deliver(self, task_id: str, name: str, data_json: str) -> int | None:
+    async def workflow_inbox_deliver(self, task_id: str, name: str, data_json: str,
+                                     event_id: str | None = None) -> int | None:
         """Put an event into a (locked) run's inbox; the position of the open wait it completed, or
         None (kept for a later wait)."""
-        return await self._run("workflow_inbox_deliver", task_id, name, data_json, fetch="val")
+        return await self._run("workflow_inbox_deliver", task_id, name, data_json, event_id, fetch="val")
 
     async def workflow_waits_probe(self, tenant_id: str, name: str, data_json: str, after: str,
                                    limit: int) -> list[str]:
@@ -618,6 +638,79 @@ class Tx:
         """Complete the locked runs' open waits the event matches; [(run, position)] completed."""
         recs = await self._run("workflow_broadcast_apply", _uuids(ids), tenant_id, name, data_json)
         return [(str(r["workflow_id"]), r["position"]) for r in recs]
+
+    # -- fan-outs (fanout.sql) -------------------------------------------------
+    async def workflow_fanout_insert(self, task_id: str, position: int, name: str, kind: str, lease_epoch: int,
+                                     child_count: int, on_failure: str) -> bool:
+        """Insert a RUNNING fan-out step and its barrier; False when the position was taken first."""
+        return await self._run("workflow_fanout_insert", task_id, position, name, kind, lease_epoch, child_count,
+                               on_failure, fetch="val") == 1
+
+    async def workflow_fanout_lock(self, task_id: str, position: int) -> FanoutRow | None:
+        """The log's row at position (locked) with its fan-out columns; None when there is none."""
+        r = await self._run("workflow_fanout_lock", task_id, position, fetch="row")
+        return FanoutRow.of(r) if r is not None else None
+
+    async def workflow_child_done_page(self, task_id: str, position: int, from_index: int,
+                                       limit: int) -> list[ChildDoneRow]:
+        """The recorded ends of the fan-out's children with index in [from_index, from_index + limit)."""
+        recs = await self._run("workflow_child_done_page", task_id, position, from_index, limit)
+        return [ChildDoneRow.of(r) for r in recs]
+
+    async def workflow_children_link(self, links: Sequence[tuple[str, str, int, int]]) -> None:
+        """(child, parent, position, index): the parent link of children created in this transaction."""
+        await self._run("workflow_children_link", [x[0] for x in links], [x[1] for x in links],
+                        [x[2] for x in links], [x[3] for x in links])
+
+    async def workflow_outbox_take(self, limit: int) -> list[ChildEnd]:
+        """Up to limit undelivered child ends of this shard, locked (SKIP LOCKED)."""
+        return [ChildEnd.of(r) for r in await self._run("workflow_outbox_take", limit)]
+
+    async def workflow_outbox_delete(self, child_ids: Sequence[str]) -> None:
+        """Drop delivered child ends."""
+        await self._run("workflow_outbox_delete", _uuids(child_ids))
+
+    async def workflow_child_deliver(self, ends: Sequence[ChildEnd]) -> list[tuple[str, int, str, str]]:
+        """Record child ends on the parent's shard (once each) and decrement the barriers;
+        [(parent, position, why, on_failure)] of the fan-outs completed now."""
+        recs = await self._run("workflow_child_deliver", _uuids([e.child_id for e in ends]),
+                               _uuids([e.parent_id for e in ends]), [e.position for e in ends],
+                               [e.child_index for e in ends], [e.state for e in ends], [e.result for e in ends],
+                               [e.error_class for e in ends], [e.error_message for e in ends],
+                               [e.ended_at for e in ends])
+        return [(str(r["workflow_id"]), r["position"], r["why"], r["on_failure"]) for r in recs]
+
+    async def workflow_cascade_open(self, run_ids: Sequence[str], position: int | None = None) -> int:
+        """Open the cascade (cancel the children) of each open fan-out of these runs, or of the
+        fan-out at position of the one run; how many were opened."""
+        n = await self._run("workflow_cascade_open", _uuids(run_ids), position, fetch="val")
+        if n:
+            self._child_ended()  # (the same loop drives cascades: wake it after the commit)
+        return n
+
+    async def workflow_cascade_take(self, limit: int) -> list[tuple[str, str, int, int, int]]:
+        """Up to limit open cascades, locked: (cascade id, parent, position, cursor, child count)."""
+        recs = await self._run("workflow_cascade_take", limit)
+        return [(str(r["cascade_id"]), str(r["parent_id"]), r["position"], r["cursor"], r["child_count"])
+                for r in recs]
+
+    async def workflow_cascade_advance(self, cascade_id: str, cursor: int, child_count: int) -> None:
+        """Move a cascade's cursor, or drop it at the fan-out's end."""
+        await self._run("workflow_cascade_advance", uuid.UUID(cascade_id), cursor, child_count)
+
+    async def workflow_children_cancel_lock(self, ids: Sequence[str]) -> list[tuple[str, str, int, bool]]:
+        """The live tasks among ids, locked: (task_id, state, lease_epoch, cancel_requested)."""
+        recs = await self._run("workflow_children_cancel_lock", _uuids(ids))
+        return [(str(r["task_id"]), r["state"], r["lease_epoch"], r["cancel_requested"]) for r in recs]
+
+    async def workflow_fanout_counts(self, task_id: str, from_position: int, limit: int) -> dict[int, tuple[int, int]]:
+        """{position: (child_count, children ended)} of the fan-out rows in the page."""
+        recs = await self._run("workflow_fanout_counts", task_id, from_position, limit)
+        return {r["position"]: (r["child_count"], r["done"]) for r in recs}
+
+    async def workflow_inbox_event_seen(self, task_id: str, event_id: str) -> bool | None:
+        """A resent event: None when (run, event id) is new, else whether it completed a wait."""
+        return await self._run("workflow_inbox_event_seen", task_id, event_id, fetch="val")
 
     # -- idempotency keys -----------------------------------------------------
     async def idempotency_key_expire_batch(self, keys: Sequence[Key]) -> None:

@@ -299,3 +299,60 @@ class SuspendedRow:
     @classmethod
     def of(cls, r) -> SuspendedRow:
         return cls(task_id=str(r["task_id"]), state=r["state"], version=r["version"], awaiting=r["awaiting"])
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class FanoutRow:
+    """The log's row at a fan-out's position, as a fan-out BEGIN reads it."""
+
+    name: str
+    kind: str
+    state: str
+    attempt: int
+    child_count: int | None
+    on_failure: str | None
+
+    @classmethod
+    def of(cls, r) -> FanoutRow:
+        return cls(name=r["name"], kind=r["kind"], state=r["state"], attempt=r["attempt"],
+                   child_count=r["child_count"], on_failure=r["on_failure"])
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ChildDoneRow:
+    """A fan-out child's end as recorded on the parent's shard (workflow_child_done)."""
+
+    child_index: int
+    child_id: str
+    state: str
+    result: bytes | None
+    error_class: str | None
+    error_message: str | None
+
+    @classmethod
+    def of(cls, r) -> ChildDoneRow:
+        return cls(child_index=r["child_index"], child_id=str(r["child_id"]), state=r["state"],
+                   result=bytes(r["result"]) if r["result"] is not None else None,
+                   error_class=r["error_class"], error_message=r["error_message"])
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ChildEnd:
+    """A fan-out child's end in its shard's outbox, to record on the parent's shard."""
+
+    child_id: str
+    parent_id: str
+    position: int
+    child_index: int
+    state: str
+    result: bytes | None
+    error_class: str | None
+    error_message: str | None
+    ended_at: dt.datetime
+
+    @classmethod
+    def of(cls, r) -> ChildEnd:
+        return cls(child_id=str(r["child_id"]), parent_id=str(r["parent_id"]), position=r["position"],
+                   child_index=r["child_index"], state=r["state"],
+                   result=bytes(r["result"]) if r["result"] is not None else None,
+                   error_class=r["error_class"], error_message=r["error_message"], ended_at=r["ended_at"])

@@ -418,7 +418,8 @@ SELECT t.task_id, t.state, t.lease_epoch, t.attempt, t.max_attempts, t.retry_pol
 -- task row: migration 0008), timers (a lease ends:
 -- its check, lease_check_at, is cleared; a terminal task: all its timers
 -- go; RETRY_WAIT: a retry timer at the new run_at), and a completion's
--- checkpoint when it has one. A suspended workflow run (WAITING) ends here
+-- checkpoint when it has one; a fan-out's child that ends, its outbox row
+-- (child_end: only rows with a parent_id). A suspended workflow run (WAITING) ends here
 -- too, by a cancel or its schedule_to_close (its `wake` timer goes with the
 -- others); it enters and leaves WAITING otherwise by workflows.sql's
 -- workflow_suspend_batch and workflow_wake_batch.
@@ -485,7 +486,22 @@ upd AS (
        AND (i.cancel_seen IS NULL OR i.cancel_seen = CASE WHEN t.cancel_requested THEN 'requested:'
                                                           || coalesce(t.cancel_reason, '') ELSE '' END)
     RETURNING t.task_id, t.version, t.state, t.lease_epoch, t.attempt, t.run_at, t.updated_at, t.started_at,
-              lease.updated_at AS leased_at, lease.attempt AS leased_attempt, lease.worker_id AS leased_worker
+              lease.updated_at AS leased_at, lease.attempt AS leased_attempt, lease.worker_id AS leased_worker,
+              t.parent_id
+),
+child_end AS (
+    -- A fan-out's child that ended: its outbox row (migration 0017), which the shard's
+    -- delivery loop records on the parent's shard. Filtered on the returned parent_id first:
+    -- a task without a parent (every task but a child) costs one NULL test, no probe.
+    INSERT INTO workflow_child_outbox (child_id, parent_id, position, child_index, state, result, error_class,
+                                       error_message, ended_at)
+    SELECT c.child_id, c.parent_id, c.position, c.child_index, upd.state, i.result, i.error_class, i.error_message,
+           upd.updated_at
+      FROM upd JOIN i ON i.task_id = upd.task_id
+      JOIN workflow_children c ON c.child_id = upd.task_id
+     WHERE upd.parent_id IS NOT NULL AND upd.state IN ('SUCCEEDED', 'FAILED', 'CANCELED', 'EXPIRED')
+        ON CONFLICT (child_id) DO NOTHING
+    RETURNING 1
 ),
 tr AS (
     INSERT INTO task_log (task_id, version, from_state, to_state, lease_epoch, at, reason, outcome,
@@ -509,7 +525,9 @@ retry_timer AS (
     SELECT upd.task_id, 'retry', upd.run_at, upd.lease_epoch FROM upd WHERE upd.state = 'RETRY_WAIT'
     ON CONFLICT (task_id, kind) DO UPDATE SET fire_at = EXCLUDED.fire_at, lease_epoch = EXCLUDED.lease_epoch
 )
-SELECT upd.task_id, upd.state, upd.version FROM upd
+-- child_ends: whether the statement wrote an outbox row (computed once, an InitPlan): the
+-- caller wakes the delivery loop after its commit.
+SELECT upd.task_id, upd.state, upd.version, EXISTS (SELECT 1 FROM child_end) AS child_ends FROM upd
 
 -- name: task_retry_batch
 -- transitions: (create)->ENQUEUED

@@ -246,6 +246,7 @@ SELECT s.position, s.name, s.kind, s.wake_at, w.match::text AS match
 -- whose match the data contains and whose timeout has not passed, the event
 -- completes it (step COMPLETED with the data, the wait deleted, the inbox
 -- row consumed by it); else the row waits in the inbox for a later wait.
+-- $4: the event's id (NULL: none; a resent id is found first, workflow_inbox_event_seen).
 -- Returns the position of the wait it completed, nothing otherwise.
 WITH now AS (SELECT clock_timestamp() AS t),
 m AS (
@@ -269,9 +270,9 @@ d AS (
     DELETE FROM workflow_waits x USING s WHERE x.workflow_id = s.workflow_id AND x.position = s.position
 ),
 ins AS (
-    INSERT INTO workflow_inbox (workflow_id, name, data, received_at, consumed_by, consumed_at)
+    INSERT INTO workflow_inbox (workflow_id, name, data, received_at, consumed_by, consumed_at, event_id)
     SELECT $1::uuid, $2::text, $3::jsonb, now.t, (SELECT s.position FROM s),
-           CASE WHEN EXISTS (SELECT 1 FROM s) THEN now.t END
+           CASE WHEN EXISTS (SELECT 1 FROM s) THEN now.t END, $4::text
       FROM now
 )
 SELECT s.position FROM s

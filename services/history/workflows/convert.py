@@ -25,10 +25,15 @@ MAX_STEP_PAGE = 1000
 
 _OPS = {worker_pb2.STEP_OP_BEGIN: "BEGIN", worker_pb2.STEP_OP_COMMIT: "COMMIT"}
 KINDS = {worker_pb2.STEP_KIND_STEP: "STEP", worker_pb2.STEP_KIND_VERSION: "VERSION",
-         worker_pb2.STEP_KIND_SLEEP: "SLEEP", worker_pb2.STEP_KIND_WAIT: "WAIT"}
+         worker_pb2.STEP_KIND_SLEEP: "SLEEP", worker_pb2.STEP_KIND_WAIT: "WAIT",
+         worker_pb2.STEP_KIND_PARALLEL: "PARALLEL", worker_pb2.STEP_KIND_CHILD: "CHILD"}
+MAX_CHILDREN = 10_000
+_ON_FAILURE = {worker_pb2.PARALLEL_FAILURE_UNSPECIFIED: "COLLECT", worker_pb2.PARALLEL_FAILURE_COLLECT: "COLLECT",
+               worker_pb2.PARALLEL_FAILURE_FAIL_FAST: "FAIL_FAST"}
 KIND_VALUES = {v: k for k, v in KINDS.items()}
 _PUBLIC_KINDS = {"STEP": workflows_pb2.STEP_KIND_STEP, "VERSION": workflows_pb2.STEP_KIND_VERSION,
-                 "SLEEP": workflows_pb2.STEP_KIND_SLEEP, "WAIT": workflows_pb2.STEP_KIND_WAIT}
+                 "SLEEP": workflows_pb2.STEP_KIND_SLEEP, "WAIT": workflows_pb2.STEP_KIND_WAIT,
+                 "PARALLEL": workflows_pb2.STEP_KIND_PARALLEL, "CHILD": workflows_pb2.STEP_KIND_CHILD}
 _PUBLIC_STATES = {"RUNNING": workflows_pb2.STEP_STATE_RUNNING, "COMPLETED": workflows_pb2.STEP_STATE_COMPLETED,
                   "FAILED": workflows_pb2.STEP_STATE_FAILED}
 
@@ -43,13 +48,15 @@ class StepOp:
     op: str  # BEGIN | COMMIT
     position: int
     name: str
-    kind: str  # STEP | VERSION | SLEEP | WAIT
+    kind: str  # STEP | VERSION | SLEEP | WAIT | PARALLEL | CHILD
     result: bytes | None = None  # COMMIT: the value (JSON), when no error
     error: ErrorInfo | None = None
     fatal: bool = False
     duration_s: float | None = None  # SLEEP: how long; WAIT: the timeout (None: none)
     match_json: str = "{}"  # WAIT: the fields an event's data must contain
     version: int = 0  # VERSION: the branch a first pass records
+    child_types: tuple[str, ...] = ()  # PARALLEL/CHILD: each child's task_type, in order
+    on_failure: str = "COLLECT"  # PARALLEL/CHILD: COLLECT | FAIL_FAST
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,6 +68,7 @@ class Event:
     name: str
     data_json: str  # a JSON object, as text
     workflow_id: str | None  # None: a broadcast to the shard's waits
+    event_id: str | None = None  # with workflow_id: a resend with this id is kept once
 
 
 def name(value: str, where: str) -> str:
@@ -106,7 +114,7 @@ def step_request(p: worker_pb2.StepRequest) -> StepOp:
     if op is None:
         raise InvalidArgument("step.op must be STEP_OP_BEGIN or STEP_OP_COMMIT")
     if kind is None:
-        raise InvalidArgument("step.kind must be STEP_KIND_STEP, _VERSION, _SLEEP or _WAIT")
+        raise InvalidArgument("step.kind must be STEP_KIND_STEP, _VERSION, _SLEEP, _WAIT, _PARALLEL or _CHILD")
     if p.position < 0:
         raise InvalidArgument(f"step.position must be 0 or more, got {p.position}")
     base: dict[str, Any] = dict(
@@ -139,7 +147,28 @@ def _begin_fields(p: worker_pb2.StepRequest, kind: str) -> dict[str, Any]:
         if p.version < 0:
             raise InvalidArgument(f"step.version must be 0 or more, got {p.version}")
         return {"version": p.version}
+    if kind in ("PARALLEL", "CHILD"):
+        return _fanout_fields(p, kind)
     return {}
+
+
+def _fanout_fields(p: worker_pb2.StepRequest, kind: str) -> dict[str, Any]:
+    """A fan-out's children: 1..10,000 (one for a CHILD), each a valid task type and JSON input.
+    The payloads are checked, not stored: the gateway creates the children (StartChildren)."""
+    n = len(p.children)
+    if kind == "CHILD" and n != 1:
+        raise InvalidArgument(f"step.children of a CHILD step must hold exactly one child, got {n}")
+    if not 1 <= n <= MAX_CHILDREN:
+        raise InvalidArgument(f"step.children must hold 1..{MAX_CHILDREN} children, got {n} "
+                              "(split a larger fan-out into several steps, or skip an empty one)")
+    on_failure = _ON_FAILURE.get(p.on_failure)
+    if on_failure is None:
+        raise InvalidArgument("step.on_failure must be PARALLEL_FAILURE_COLLECT or _FAIL_FAST")
+    types = []
+    for i, c in enumerate(p.children):
+        types.append(convert.task_type_name(c.task_type, f"step.children[{i}].task_type"))
+        json_text(c.payload_json or b"", f"step.children[{i}].payload_json")
+    return {"child_types": tuple(types), "on_failure": on_failure}
 
 
 def completion(p: worker_pb2.Completion, i: int, shard_id: int) -> CompletionIn:
@@ -169,8 +198,15 @@ def event(p) -> Event:
     if not p.tenant_id:
         raise InvalidArgument("tenant_id is required")
     wid = convert.task_id(p.workflow_id, "workflow_id") if p.workflow_id else None
+    event_id = p.event_id or None
+    if event_id is not None:
+        if wid is None:
+            raise InvalidArgument("event_id is only for an event to one run (set workflow_id)")
+        if len(event_id) > 200:
+            raise InvalidArgument(f"event_id must be 1..200 characters, got {len(event_id)}")
     return Event(shard_id=p.shard_id, tenant_id=convert.name(p.tenant_id, "tenant_id"), name=name(p.name, "name"),
-                 data_json=json_object(p.data_json, "data_json", empty_ok=False), workflow_id=wid)
+                 data_json=json_object(p.data_json, "data_json", empty_ok=False), workflow_id=wid,
+                 event_id=event_id)
 
 
 def step_page_size(value: int) -> int:

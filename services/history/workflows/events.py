@@ -46,7 +46,11 @@ async def deliver_to_run(conn: asyncpg.Connection, store: Store, e: Event) -> De
         if taskstate.is_terminal(row.state):
             raise FailedPrecondition(f"the run has ended (run {e.workflow_id} is {row.state}): "
                                      "an event can no longer reach it")
-        position = await tx.workflow_inbox_deliver(e.workflow_id, e.name, e.data_json)
+        if e.event_id is not None:
+            seen = await tx.workflow_inbox_event_seen(e.workflow_id, e.event_id)
+            if seen is not None:  # a resend: kept once, answered as the first was
+                return Delivered(int(seen), 0)
+        position = await tx.workflow_inbox_deliver(e.workflow_id, e.name, e.data_json, e.event_id)
         if position is None:
             return Delivered(0, 0)
         woken = await wake(tx, [e.workflow_id], _reason(e.name)) if row.state == TaskState.WAITING else {}

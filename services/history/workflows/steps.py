@@ -20,6 +20,7 @@ from ratchet.services.history.errors import Contention, InvalidArgument
 from ratchet.services.history.model import ErrorInfo
 from ratchet.services.history.store import Store, Tx
 from ratchet.services.history.store.rows import StepRow
+from ratchet.services.history.workflows import fanout
 from ratchet.services.history.workflows.convert import StepOp
 
 TIMEOUT_ERROR_CLASS = "TimeoutError"
@@ -43,6 +44,8 @@ class StepAnswer:
     wake_after_s: float | None = None
     logged_name: str = ""
     logged_kind: str = ""
+    child_ids: tuple[str, ...] = ()  # RUN of a fan-out: the children to start
+    children: tuple[fanout.Outcome, ...] = ()  # DONE of a fan-out: how they ended, by index
 
 
 def _done(row: StepRow) -> StepAnswer:
@@ -168,6 +171,26 @@ async def _wait_on(tx: Tx, op: StepOp, row: StepRow, tenant: str, *, opened: boo
     return StepAnswer("SUSPEND", attempt=row.attempt, wake_after_s=row.wake_in_s)
 
 
+async def _begin_fanout(tx: Tx, op: StepOp, tenant: str, row: StepRow | None) -> StepAnswer | None:
+    """BEGIN of PARALLEL/CHILD: a new fan-out (its step and barrier; RUN with the ids to start),
+    the same one still open (RUN with the same ids: StartChildren is idempotent, and some may
+    not exist yet), or its outcomes from the recorded ends (DONE). Another name, kind or
+    child count at the position is a MISMATCH."""
+    n = len(op.child_types)
+    if row is None:
+        if not await tx.workflow_fanout_insert(op.task_id, op.position, op.name, op.kind, op.lease_epoch, n,
+                                               op.on_failure):
+            return None  # a concurrent BEGIN inserted it first: read its row
+        return StepAnswer("RUN", attempt=1, child_ids=tuple(fanout.child_ids(op.task_id, op.position, n)))
+    f = await tx.workflow_fanout_lock(op.task_id, op.position)
+    if f is None or f.name != op.name or f.kind != op.kind or f.child_count != n:
+        return StepAnswer("MISMATCH", attempt=row.attempt, logged_name=row.name, logged_kind=row.kind)
+    if f.state == "RUNNING":
+        return StepAnswer("RUN", attempt=f.attempt, child_ids=tuple(fanout.child_ids(op.task_id, op.position, n)))
+    outs = await fanout.outcomes(tx, op.task_id, op.position, n)
+    return StepAnswer("DONE", attempt=f.attempt, children=tuple(outs))
+
+
 async def _commit(tx: Tx, op: StepOp) -> StepAnswer:
     """Store a claimed step's outcome; a resent commit answers what the first stored."""
     state = "FAILED" if op.error is not None else "COMPLETED"
@@ -185,4 +208,4 @@ async def _commit(tx: Tx, op: StepOp) -> StepAnswer:
 
 _Begin = Callable[[Tx, StepOp, str, StepRow | None], Awaitable[StepAnswer | None]]
 _BEGIN: dict[str, _Begin] = {"STEP": _begin_step, "VERSION": _begin_version, "SLEEP": _begin_sleep,
-                             "WAIT": _begin_wait}
+                             "WAIT": _begin_wait, "PARALLEL": _begin_fanout, "CHILD": _begin_fanout}
