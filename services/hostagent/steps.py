@@ -22,7 +22,8 @@ the agent then starts them with the gateway's ControlService.StartChildren
 (idempotent: the ids are minted by history, an existing child is not created
 twice) within the same retry budget, and tells the stub to suspend. A refusal
 of the children (an unknown handler, a bad input) cannot be helped by a retry:
-the reply is "error" with `fatal: true`. A DONE carries every child's outcome
+the reply is "error" with `fatal: true`; a parent that has ended
+(FAILED_PRECONDITION) is "lost". A DONE carries every child's outcome
 by index in the reply's "children".
 """
 
@@ -69,8 +70,10 @@ ON_FAILURE = {"collect": worker_pb2.PARALLEL_FAILURE_COLLECT, "fail_fast": worke
 # History's bound on one fan-out (workflows-protocol.md); the frame limit bounds the bytes.
 MAX_CHILDREN = 10_000
 MAX_TASK_TYPE_CHARS = 200
-# StartChildren refusals that a retry cannot help: the code names a handler or input that is wrong.
-CHILDREN_REFUSED = (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.NOT_FOUND)
+# StartChildren refusals that a retry cannot help: the code names a handler or input that is
+# wrong, or an input over the gateway's payload limit (RESOURCE_EXHAUSTED).
+CHILDREN_REFUSED = (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.NOT_FOUND,
+                    grpc.StatusCode.RESOURCE_EXHAUSTED)
 KIND_NAMES = {number: name for name, number in KINDS.items()}
 STATUSES = {worker_pb2.STEP_STATUS_RUN: "run", worker_pb2.STEP_STATUS_DONE: "done",
             worker_pb2.STEP_STATUS_SUSPEND: "suspend", worker_pb2.STEP_STATUS_MISMATCH: "mismatch",
@@ -303,8 +306,11 @@ def reply_of_refusal(err: grpc.aio.AioRpcError) -> Reply:
 
 
 def reply_of_start_refusal(err: grpc.aio.AioRpcError) -> Reply:
-    """The reply for a StartChildren the gateway refused."""
+    """The reply for a StartChildren the gateway refused. FAILED_PRECONDITION: the parent
+    run has ended (cancelled, expired), so this activation's outcome no longer counts."""
     code, details = err.code(), err.details() or ""
+    if code == grpc.StatusCode.FAILED_PRECONDITION:
+        return lost(details or "the run has ended: its fan-out starts no children")
     if code in CHILDREN_REFUSED:
         return Reply("error", fatal=True, message=details or f"the platform refused the children ({code.name})")
     return Reply("error", message=f"the platform refused to start the children: {code.name}: {details}")

@@ -144,6 +144,8 @@ async def test_start_children_unanswered_is_a_retryable_error_within_the_step_bu
     (grpc.StatusCode.INVALID_ARGUMENT, "children[1]: app has no handler 'shipp'", True,
      "children[1]: app has no handler 'shipp'"),
     (grpc.StatusCode.NOT_FOUND, "app app has no active deployment", True, "app app has no active deployment"),
+    (grpc.StatusCode.RESOURCE_EXHAUSTED, "children[0].payload_json is 200000 bytes; the limit is 65536 bytes", True,
+     "children[0].payload_json is 200000 bytes; the limit is 65536 bytes"),
     (grpc.StatusCode.PERMISSION_DENIED, "token not accepted", False,
      "the platform refused to start the children: PERMISSION_DENIED: token not accepted"),
 ])
@@ -152,6 +154,19 @@ async def test_refused_children_are_errors_fatal_when_retrying_cannot_help(code,
     reply = await client(dispatch, control).step(begin(), held=lambda: True, owner=OWNER)
     assert (reply.status, reply.fatal, reply.message, len(control.calls)) == ("error", fatal, message, 1)
     assert reply.frame("t1", 1)["fatal"] is fatal
+
+
+async def test_a_parent_that_ended_is_lost_and_the_agent_drops_its_lease(sandbox):
+    box, wire = sandbox
+    control = FakeControl(lambda r: rpc_error(grpc.StatusCode.FAILED_PRECONDITION,
+                                              "parent run t1 has ended (TASK_STATE_CANCELED)"))
+    agent = make_agent(FakeDispatch(run_with_ids), control)
+    lease = run(agent, box, T1)
+    box._on_message(fan_out("t1", 1, [("charge", 1)]))
+    [reply] = await replies(wire, 1)
+    assert (reply["status"], reply["message"]) == ("lost", "parent run t1 has ended (TASK_STATE_CANCELED)")
+    assert lease.lost and agent.lease_refs() == [] and len(control.calls) == 1
+    await agent.close()
 
 
 async def test_a_lease_lost_while_the_children_are_started_ends_the_tries_lost():
