@@ -56,6 +56,24 @@ executions of a step raise exc. `deploy(wf)` swaps the code runs resume on ("pin
 runs keep theirs); `cancel(run)`. A WorkflowRun has `state`, `result`, `error`,
 `exception`, `attempt`, `steps` (StepRecord: position, name, kind, status, attempt,
 result, error, fatal), `step(name)`, `inbox` and `outcomes`.
+
+Fan-outs run in the same env: each child of `ctx.parallel` / `ctx.child` is a ChildTask
+(a @task: its attempts run at once, retried by its own policy) or a WorkflowRun (a
+@workflow: with its own sleeps and waits on the same clock), and the parent wakes when
+the barrier fires (every child ended, or with fail_fast the first failure, which
+cancels the siblings not yet ended):
+
+    def test_fan_out():
+        env = testing.WorkflowEnv(handlers=[resize])   # handlers named by string
+        env.fail_task("resize", ConnectionError("down"), times=1)  # retried by resize's policy
+        run = env.start(gallery, {"images": [...]}); env.run_until_blocked()
+        assert run.state == "SUCCEEDED"
+        assert [c.state for c in run.children("resize_all")] == ["SUCCEEDED", ...]
+
+`run.children(name)` lists a fan-out's children by index (ChildTask: id, state, attempt,
+result, error, outcomes, retry_delays_s, parent); `env.tasks` holds every child task.
+`env.cancel(run)` cancels its open fan-outs' children too, down the tree. A handler the
+env does not know fails the run at once (StepRefused), as the platform refuses it.
 """
 
 from __future__ import annotations
@@ -73,9 +91,10 @@ from ratchet.retry import RetryPolicy
 from ratchet.sandbox.execute import Outcome, execute
 from ratchet.task import DEFAULT_TIMEOUT, TaskSpec, spec_of
 from ratchet.workflow.memlog import InboxEvent, StepRecord
-from ratchet.workflow.testenv import WorkflowEnv, WorkflowRun
+from ratchet.workflow.testenv import ChildTask, WorkflowEnv, WorkflowRun
 
-__all__ = ["FakeContext", "InboxEvent", "StepRecord", "WorkflowEnv", "WorkflowRun", "run", "run_attempt"]
+__all__ = ["ChildTask", "FakeContext", "InboxEvent", "StepRecord", "WorkflowEnv", "WorkflowRun", "run",
+           "run_attempt"]
 
 
 class FakeContext(TaskContext):
