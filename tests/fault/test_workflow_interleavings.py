@@ -184,3 +184,66 @@ async def test_a_committed_step_is_memoized_and_the_mutant_is_caught(pg_cluster,
         assert again.status == wpb.STEP_STATUS_RUN and again.attempt == 2
         problems = " | ".join(c["problem"] for c in verdict["invariants"]["wf_step_once"]["counterexamples"])
         assert "a committed step re-executed" in problems, summary(verdict)
+
+
+# -- open platform bugs the chaos runs found (strict xfails: they pass once history is fixed) ----
+OPEN_WAIT_LEAK = ("history deletes a run's open waits only when the run ends from WAITING "
+                  "(cancel_task, firing._apply_round, suspend): a run cancelled, expired or failed from "
+                  "ENQUEUED, RETRY_WAIT or LEASED keeps them (chaos pause_history seed 11, wf_waiting)")
+
+
+async def _open_wait(hist: Hist, tenant: str, app: str, timeout_s: float | None) -> tuple[str, Activation]:
+    """A run whose activation opened a wait for "go" at position 1 (and got SUSPEND)."""
+    run_id = await hist.create_one(tenant, app, task_type=TYPE, payload=b'{"op": "w-1"}', base_s=0.01)
+    act = Activation(hist, await hist.lease_one(app, lease_s=30), [])
+    await act.op("BEGIN", 0, "v", "VERSION", version=1)
+    kw = {"duration": _duration(timeout_s)} if timeout_s is not None else {}
+    r = await act.op("BEGIN", 1, "go", "WAIT", match_json=b"{}", **kw)
+    assert r.status == wpb.STEP_STATUS_SUSPEND, r
+    return run_id, act
+
+
+def _duration(seconds: float):
+    from ratchet.services.history.policy import duration
+
+    return duration(seconds)
+
+
+async def _waits(hist: Hist, run_id: str) -> list:
+    return [tuple(r) for r in await hist.sql(1, "SELECT position, name FROM workflow_waits "
+                                                "WHERE workflow_id = $1::uuid", run_id)]
+
+
+async def _ended_with_open_wait(hist: Hist, how: str, tenant: str) -> str:
+    """A run cancelled while not WAITING but with a wait open: after the wait timed out (its wake timer
+    made the run ENQUEUED; the step stays RUNNING until the next activation's BEGIN fails it), or
+    after the activation that opened an untimed wait crashed before suspending (RETRY_WAIT)."""
+    run_id, act = await _open_wait(hist, tenant, f"app-{tenant}", timeout_s=0.2 if how == "timed_out" else None)
+    if how == "timed_out":
+        assert (await hist.complete_one(act.leased, "SUSPENDED", suspend_position=1,
+                                        wake_after=_duration(0.2))).accepted
+        await hist.fire_until_state(run_id, tenant, "ENQUEUED", timeout=10)
+    else:
+        assert (await hist.complete_one(act.leased, "CRASHED", retry_after=_duration(30))).accepted
+    await hist.cancel(run_id, tenant)
+    assert await hist.state(run_id, tenant) == "CANCELED"
+    return run_id
+
+
+@pytest.mark.xfail(strict=True, reason=OPEN_WAIT_LEAK)
+@pytest.mark.parametrize("how", ["timed_out", "crashed"])
+async def test_a_run_cancelled_with_a_wait_open_keeps_no_open_wait(pg_cluster, how):
+    async with _history(pg_cluster, None) as hist:
+        run_id = await _ended_with_open_wait(hist, how, f"t-leak-{how}")
+        assert await _waits(hist, run_id) == []
+
+
+async def test_a_broadcast_does_not_count_a_run_that_ended(pg_cluster):
+    """The leaked wait of a cancelled run (above) takes no broadcast: delivered 0, and the probe drops it."""
+    async with _history(pg_cluster, None) as hist:
+        run_id = await _ended_with_open_wait(hist, "crashed", "t-dead")
+        req = h.DeliverEventRequest(shard_id=1, tenant_id="t-dead", name="go", data_json=b"{}")
+        assert (await hist.stub.DeliverEvent(req, timeout=RPC_TIMEOUT)).delivered == 0
+        rows = await hist.sql(1, "SELECT state FROM workflow_steps WHERE workflow_id = $1::uuid AND position = 1",
+                              run_id)
+        assert [r["state"] for r in rows] == ["RUNNING"]  # the dead run's wait was not completed

@@ -65,6 +65,7 @@ class WorkloadConfig:
     workflow_every: int = 0  # about one op in this many starts a workflow run (0: none)
     workflow_modes: dict = dataclasses.field(default_factory=lambda: dict(WORKFLOW_MODES))
     workflow_payload: dict = dataclasses.field(default_factory=dict)  # extra payload fields (e.g. slow_s)
+    workflow_cancel_share: float = CANCEL_SHARE  # runs cancelled by their client
 
 
 class ClientProcess:
@@ -112,7 +113,7 @@ class ClientProcess:
         modes = self.cfg.workflow_modes
         mode = self.rng.choices(list(modes), weights=list(modes.values()))[0]
         op_id = f"{self.name}-{next(self.counter)}"
-        cancel = self.rng.random() < CANCEL_SHARE
+        cancel = self.rng.random() < self.cfg.workflow_cancel_share
         return {"op": op_id, "kind": "workflow", "workflow_type": WORKFLOW_TYPE, "cancel": cancel,
                 "expect": ["SUCCEEDED", "CANCELED"] if cancel else ["SUCCEEDED"], "key": f"k-{op_id}",
                 "event": self.rng.random() < EVENT_SHARE,
