@@ -11,8 +11,9 @@ not succeed.
 
 from __future__ import annotations
 
+import itertools
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from ratchet.errors import ChildError
@@ -57,13 +58,16 @@ def encode_input(call: str, index: int, value: Any) -> str:
 
 
 def children(call: str, calls: Any, resolve: Callable[[Any], None] = lambda handler: None) -> list[dict]:
-    """The step frame's `children` for calls, a list of (handler, input); resolve(handler)
-    sees each decorated handler (ratchet.testing learns the app's code from it)."""
-    if isinstance(calls, (str, bytes, dict)) or not isinstance(calls, Sequence):
+    """The step frame's `children` for calls, a list (or any iterable) of (handler, input);
+    resolve(handler) sees each decorated handler (ratchet.testing learns the app's code
+    from it). An iterable is read up to one past the limit, so an endless one is refused."""
+    if isinstance(calls, (str, bytes, dict)) or not isinstance(calls, Iterable):
         raise TypeError(f"{call} calls must be a list of (handler, input) pairs, got {type(calls).__name__}")
+    calls = list(itertools.islice(calls, MAX_CHILDREN + 1))
     if not 1 <= len(calls) <= MAX_CHILDREN:
-        raise ValueError(f"{call} takes 1..{MAX_CHILDREN:,} children, got {len(calls):,}; split larger work "
-                         f"into several fan-outs, or fan out to child workflows that fan out in turn")
+        got = f"more than {MAX_CHILDREN:,}" if len(calls) > MAX_CHILDREN else "0"
+        raise ValueError(f"{call} takes 1..{MAX_CHILDREN:,} children, got {got}; split larger work into "
+                         f"several fan-outs, or fan out to child workflows that fan out in turn")
     out = []
     for index, pair in enumerate(calls):
         if not isinstance(pair, (tuple, list)) or len(pair) != 2:

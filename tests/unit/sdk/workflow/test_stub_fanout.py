@@ -6,6 +6,7 @@ a mismatch; and the checks that refuse a bad fan-out before anything is sent
 
 from __future__ import annotations
 
+import itertools
 import json
 
 import pytest
@@ -216,7 +217,9 @@ def plain(ctx, x):
 
 @pytest.mark.parametrize("call, error, fragment", [
     (lambda c: c.parallel("p", []), ValueError, "1..10,000 children, got 0"),
-    (lambda c: c.parallel("p", [(double, 1)] * 10_001), ValueError, "got 10,001"),
+    (lambda c: c.parallel("p", [(double, 1)] * 10_001), ValueError, "got more than 10,000"),
+    (lambda c: c.parallel("p", itertools.repeat((double, 1))), ValueError, "got more than 10,000"),
+    (lambda c: c.parallel("p", 5), TypeError, "list of \\(handler, input\\) pairs"),
     (lambda c: c.parallel("p", "double"), TypeError, "list of \\(handler, input\\) pairs"),
     (lambda c: c.parallel("p", {"double": 1}), TypeError, "list of \\(handler, input\\) pairs"),
     (lambda c: c.parallel("p", [double]), TypeError, "child 0 must be a \\(handler, input\\) pair"),
@@ -244,7 +247,8 @@ def test_the_largest_fan_out_fits_and_takes_one_position():
     ctx = _ctx(channel)
     assert ctx.parallel("p", [(double, i) for i in range(10_000)]) == [None] * 10_000
     assert ctx.child("c", "double", None) is None
-    assert [r["kind"] for r in channel.requests] == ["parallel", "child"] and ctx.position == 2
+    assert ctx.parallel("g", ((double, i) for i in range(3))) == [None] * 3  # any iterable
+    assert [r["kind"] for r in channel.requests] == ["parallel", "child", "parallel"] and ctx.position == 3
     assert len(channel.requests[0]["children"]) == 10_000
 
 
