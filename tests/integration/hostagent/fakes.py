@@ -237,6 +237,9 @@ class FakeControl(control_pb2_grpc.ControlServiceServicer):
         self.active: dict[str, apps_pb2.Deployment] = {}
         self.bundle_fetches = 0
         self.unauthorized: list = []
+        # StartChildren: every request, and what creates the children (None: refused UNIMPLEMENTED).
+        self.children_started: list[control_pb2.StartChildrenRequest] = []
+        self.create_children = None
 
     def deploy(self, app_id: str, files: dict[str, str], module: str = "app") -> str:
         bundle, digest = make_bundle(files)
@@ -259,6 +262,16 @@ class FakeControl(control_pb2_grpc.ControlServiceServicer):
         if request.digest not in self.bundles:
             await context.abort(grpc.StatusCode.NOT_FOUND, "no bundle")
         return control_pb2.GetBundleResponse(bundle=self.bundles[request.digest])
+
+    async def StartChildren(self, request, context):
+        """The gateway's StartChildren as far as a host agent can tell: `create_children(request)`
+        (an async function returning how many were created) stands in for its enqueue pipeline."""
+        if not _authorized(context, self.unauthorized):
+            await context.abort(grpc.StatusCode.UNAUTHENTICATED, "bad token")
+        self.children_started.append(request)
+        if self.create_children is None:
+            await context.abort(grpc.StatusCode.UNIMPLEMENTED, "this fake starts no children")
+        return control_pb2.StartChildrenResponse(created=await self.create_children(request))
 
 
 async def serve_fakes() -> tuple[grpc.aio.Server, int, FakeDispatcher, FakeControl]:

@@ -32,6 +32,18 @@ from tests.integration.hostagent.fakes import SAMPLE_APP, TOKEN, serve_fakes
 from tests.integration.hostagent.test_agent_stops_tasks import sandbox_of, until
 from tests.integration.hostagent.test_agent_workflow_steps import WORKFLOW_APP
 
+# Children are SAMPLE_APP's tasks: echo returns its payload (among other fields), boom raises.
+FANOUT_APP = '''
+
+from ratchet import ChildError
+
+
+@workflow
+def fan_echo(ctx, n):
+    values = ctx.parallel("fan", [("echo", i) for i in range(n)] + [("boom", "x")])
+    return [v.state if isinstance(v, ChildError) else v["payload"] for v in values]
+'''
+
 pytestmark = pytest.mark.timeout(90)
 HISTORY_MAIN = pathlib.Path(__file__).resolve().parents[3] / "services" / "history" / "__main__.py"
 SHARD = 0
@@ -49,7 +61,7 @@ async def _serving(port: int, proc: subprocess.Popen) -> bool:
 
 @pytest_asyncio.fixture
 async def mesh(pg_cluster, fresh_db, work_dir, tmp_path):
-    """(history stub, host agent) with history, dispatcher and agent running."""
+    """(history stub, host agent, fake control) with history, dispatcher and agent running."""
     if not HISTORY_MAIN.exists():
         pytest.skip("services/history has no __main__.py yet")
     hport = free_port()
@@ -61,7 +73,7 @@ async def mesh(pg_cluster, fresh_db, work_dir, tmp_path):
         proc = subprocess.Popen([sys.executable, "-m", "ratchet.services.history", "--config", str(config)],
                                 stdout=log, stderr=subprocess.STDOUT)
     server, port, _dispatcher, control = await serve_fakes()
-    control.deploy("app-1", {"app.py": SAMPLE_APP + WORKFLOW_APP})
+    control.deploy("app-1", {"app.py": SAMPLE_APP + WORKFLOW_APP + FANOUT_APP})
     dispatcher = agent = channel = None
     try:
         await until(lambda: _serving(hport, proc), timeout=30, what="history SERVING")
@@ -75,7 +87,8 @@ async def mesh(pg_cluster, fresh_db, work_dir, tmp_path):
                                        heartbeat_interval_s=0.2))
         await agent.start()
         channel = grpc.aio.insecure_channel(f"127.0.0.1:{hport}")
-        yield history_pb2_grpc.HistoryServiceStub(channel), agent
+        control.create_children = _children_creator(history_pb2_grpc.HistoryServiceStub(channel))
+        yield history_pb2_grpc.HistoryServiceStub(channel), agent, control
     finally:
         if agent is not None:
             await asyncio.wait_for(agent.stop(grace_s=0.5), 30)
@@ -92,20 +105,39 @@ async def mesh(pg_cluster, fresh_db, work_dir, tmp_path):
             proc.wait(timeout=10)
 
 
-def _new_task(task_type: str, payload: dict) -> history_pb2.NewTask:
+def _new_task(task_type: str, payload: object, task_id: str | None = None,
+              max_attempts: int = 3) -> history_pb2.NewTask:
     shard_map = ShardMap.even([SHARD])
-    task_id = new_task_id()
+    task_id = task_id or new_task_id()
     assert shard_map.shard_for_task(task_id) == SHARD
-    retry = tasks_pb2.RetryPolicy(max_attempts=3, base=duration_pb2.Duration(nanos=100_000_000), factor=1.0,
-                                  cap=duration_pb2.Duration(seconds=1), jitter=False)
+    retry = tasks_pb2.RetryPolicy(max_attempts=max_attempts, base=duration_pb2.Duration(nanos=100_000_000),
+                                  factor=1.0, cap=duration_pb2.Duration(seconds=1), jitter=False)
     timeouts = tasks_pb2.Timeouts(start_to_close=duration_pb2.Duration(seconds=60))
     return history_pb2.NewTask(task_id=task_id, tenant_id="tenant-1", app_id="app-1", task_type=task_type,
                                queue="default", payload_json=json.dumps(payload).encode(), fingerprint=task_id,
                                retry=retry, timeouts=timeouts)
 
 
+def _children_creator(history: history_pb2_grpc.HistoryServiceStub):
+    """StartChildren's effect as the gateway has it: one CreateTasks of the children with their
+    parent link (the ids history minted; one attempt each, so a failing child ends FAILED at once)."""
+
+    async def create(request) -> int:
+        tasks = []
+        for index, (child_id, spec) in enumerate(zip(request.child_ids, request.children, strict=True)):
+            new = _new_task(spec.task_type, None, task_id=child_id, max_attempts=1)
+            new.payload_json = spec.payload_json
+            new.parent.CopyFrom(history_pb2.ChildOf(parent_id=request.parent_id, position=request.position,
+                                                    index=index))
+            tasks.append(new)
+        reply = await history.CreateTasks(history_pb2.CreateTasksRequest(shard_id=SHARD, tasks=tasks), timeout=10)
+        return sum(1 for r in reply.results if not r.deduplicated)
+
+    return create
+
+
 async def test_a_killed_task_resumes_from_its_stored_checkpoint(mesh):
-    history, agent = mesh
+    history, agent, _control = mesh
     new = _new_task("resumable", {"to": 40, "pause": 0.05})
     await history.CreateTasks(history_pb2.CreateTasksRequest(shard_id=SHARD, tasks=[new]), timeout=10)
 
@@ -142,7 +174,7 @@ async def _terminal(task_coro):
 
 
 async def test_a_workflow_suspends_at_its_sleep_and_its_next_activation_answers_from_the_log(mesh):
-    history, _agent = mesh
+    history, _agent, _control = mesh
     new = _new_task("nap_briefly", 1.0)
     await history.CreateTasks(history_pb2.CreateTasksRequest(shard_id=SHARD, tasks=[new]), timeout=10)
 
@@ -162,3 +194,34 @@ async def test_a_workflow_suspends_at_its_sleep_and_its_next_activation_answers_
     steps = await history.GetWorkflowSteps(history_pb2.GetWorkflowStepsRequest(
         shard_id=SHARD, workflow_id=new.task_id, tenant_id="tenant-1"), timeout=10)
     assert [(s.name, s.attempt) for s in steps.steps] == [("stamp", 1), ("nap", 1)]
+
+
+async def test_a_fan_out_starts_its_children_and_the_barrier_wakes_the_run_with_their_outcomes(mesh):
+    """Through the real dispatcher and history: BEGIN PARALLEL mints the ids, the agent starts the
+    children (the gateway's part stood in for by CreateTasks with the parent link), the run
+    suspends, the children run on the same agent, their ends fire the barrier, and the woken run's
+    BEGIN is DONE with every outcome in its child's place."""
+    history, _agent, control = mesh
+    new = _new_task("fan_echo", 3)
+    await history.CreateTasks(history_pb2.CreateTasksRequest(shard_id=SHARD, tasks=[new]), timeout=10)
+
+    async def task() -> tasks_pb2.Task:
+        reply = await history.GetTask(history_pb2.GetTaskRequest(shard_id=SHARD, task_id=new.task_id,
+                                                                 tenant_id="tenant-1"), timeout=10)
+        return reply.task
+
+    final = await until(lambda: _terminal(task()), timeout=60, what="the fan-out workflow finished")
+    assert final.state == tasks_pb2.TASK_STATE_SUCCEEDED, final
+    assert json.loads(json_format.MessageToJson(final.result)) == [0, 1, 2, "FAILED"]
+    first, second = final.attempts
+    assert (first.outcome, second.outcome) == (tasks_pb2.ATTEMPT_OUTCOME_SUSPENDED,
+                                               tasks_pb2.ATTEMPT_OUTCOME_SUCCEEDED)
+    [started] = control.children_started  # once: the second activation's BEGIN was DONE
+    assert (started.tenant_id, started.app_id, started.parent_id, started.position) == (
+        "tenant-1", "app-1", new.task_id, 0)
+    assert [s.task_type for s in started.children] == ["echo", "echo", "echo", "boom"]
+    for index, child_id in enumerate(started.child_ids):
+        child = (await history.GetTask(history_pb2.GetTaskRequest(shard_id=SHARD, task_id=child_id,
+                                                                  tenant_id="tenant-1"), timeout=10)).task
+        want = tasks_pb2.TASK_STATE_FAILED if index == 3 else tasks_pb2.TASK_STATE_SUCCEEDED
+        assert child.state == want, child
