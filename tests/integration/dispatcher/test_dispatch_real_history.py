@@ -30,7 +30,7 @@ from ratchet.internal.history.v1 import history_pb2_grpc as hgrpc
 from ratchet.internal.worker.v1 import worker_pb2 as wpb
 from ratchet.internal.worker.v1 import worker_pb2_grpc as wgrpc
 from ratchet.libs.pg.cluster import free_port
-from ratchet.libs.shardmap import ShardMap, new_task_id
+from ratchet.libs.shardmap import ShardMap, child_id, new_task_id
 from ratchet.services.dispatcher.config import DispatcherConfig
 from ratchet.services.dispatcher.server import DispatcherServer
 
@@ -271,3 +271,27 @@ async def test_workflow_steps_and_a_suspension_through_the_dispatcher_reach_the_
     late = await _refused(real.dispatch.Step(_step(task, begin, wpb.STEP_KIND_STEP, 2, "ship"), metadata=AUTH,
                                              timeout=10))
     assert late.code() == grpc.StatusCode.FAILED_PRECONDITION
+
+
+async def test_a_fan_out_begin_through_the_dispatcher_mints_the_same_ids_on_the_real_history(real):
+    # 1,000 children (the most that stay on the parent's shard): RUN with the ids history mints,
+    # the same ones on a repeated BEGIN (the agent resends StartChildren with them); timed.
+    task_id = await real.create(1, "tenant-fan")
+    (task,) = await poll(real.dispatch, capacity=1, max_wait=5)
+    assert task.task_id == task_id
+    children = [wpb.ChildSpec(task_type="charge", payload_json=b'{"order": %d}' % i) for i in range(1_000)]
+    begin = _step(task, wpb.STEP_OP_BEGIN, wpb.STEP_KIND_PARALLEL, 0, "fan", children=children,
+                  on_failure=wpb.PARALLEL_FAILURE_COLLECT)
+    started = time.perf_counter()
+    first = await real.dispatch.Step(begin, metadata=AUTH, timeout=10)
+    took = time.perf_counter() - started
+    assert first.status == wpb.STEP_STATUS_RUN and len(first.child_ids) == 1_000
+    assert list(first.child_ids) == [child_id(task_id, 0, i, False) for i in range(1_000)]
+    again = await real.dispatch.Step(begin, metadata=AUTH, timeout=10)
+    assert (again.status, again.child_ids) == (wpb.STEP_STATUS_RUN, first.child_ids)
+    print(f"\n1,000-child BEGIN through the dispatcher to the real history: {took * 1e3:.1f} ms (first), "
+          f"the repeat's ids unchanged")
+    # Another count at the position is a MISMATCH, passed through as history answers it.
+    other = _step(task, wpb.STEP_OP_BEGIN, wpb.STEP_KIND_PARALLEL, 0, "fan", children=children[:3])
+    mismatch = await real.dispatch.Step(other, metadata=AUTH, timeout=10)
+    assert mismatch.status == wpb.STEP_STATUS_MISMATCH, mismatch
