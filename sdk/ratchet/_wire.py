@@ -25,6 +25,7 @@ from ratchet.models import (
     AttemptInfo,
     BreakerCrash,
     BreakerInfo,
+    ChildRun,
     ItemFailure,
     OperationInfo,
     PendingWait,
@@ -281,7 +282,8 @@ def task_info(t: tasks_pb2.Task) -> TaskInfo:
         started_at=_when(t, "started_at"), finished_at=_when(t, "finished_at"),
         retry=_dict(t.retry), timeouts=_dict(t.timeouts), attempts=attempts,
         schedule_id=t.schedule_id or None, scheduled_time=_when(t, "scheduled_time"),
-        checkpoint=_value(t, "checkpoint"), retried_as=t.retried_as or None, retry_of=t.retry_of or None)
+        checkpoint=_value(t, "checkpoint"), retried_as=t.retried_as or None, retry_of=t.retry_of or None,
+        parent_workflow_id=t.parent_workflow_id or None)
 
 
 def operation_info(op: tasks_pb2.BulkOperation) -> OperationInfo:
@@ -322,7 +324,15 @@ def step_info(s: workflows_pb2.Step) -> WorkflowStep:
         position=s.position, name=s.name, kind=_enum(workflows_pb2.StepKind, s.kind, "STEP_KIND_"),
         state=_enum(workflows_pb2.StepState, s.state, "STEP_STATE_"), attempt=s.attempt,
         result=_value(s, "result"), error=_error(s), fatal=s.fatal, started_at=_when(s, "started_at"),
-        finished_at=_when(s, "finished_at"), wake_at=_when(s, "wake_at"))
+        finished_at=_when(s, "finished_at"), wake_at=_when(s, "wake_at"), child_count=s.child_count,
+        children_done=s.children_done)
+
+
+def child_run(c: workflows_pb2.ChildRun) -> ChildRun:
+    """ChildRun from the wire form (state "" for a child not created yet)."""
+    return ChildRun(index=c.index, child_id=c.child_id, task_type=c.task_type,
+                    state=_enum(tasks_pb2.TaskState, c.state, "TASK_STATE_") if c.state else "",
+                    result=_value(c, "result"), error=_error(c))
 
 
 def pending_wait(p: workflows_pb2.PendingWait) -> PendingWait:

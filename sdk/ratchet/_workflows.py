@@ -3,32 +3,40 @@
 Mixed into ratchet.Client; uses its transport (`_t`) and WorkflowService stub (`_workflows`).
 The requests are built by the functions here, which AsyncClient shares.
 
-Retries: a start carries an idempotency key (the caller's, else one minted per call), so a
-lost answer resent returns the same run; reads and cancels are safe to repeat. An event is
-not: a resent inbox event would be kept twice, and a resent broadcast wakes the waits opened
-since; so events are resent only after UNAVAILABLE (the call never reached the gateway, or a
-shard could not be reached, and the gateway says so).
+Retries: a start carries the caller's idempotency key, else a workflow id minted per call
+(no key row kept for 24 h), so a lost answer resent returns the same run; reads and cancels
+are safe to repeat. An event to one run carries an event id minted per call, which history
+keeps once per run, so it is resent as a start is. A broadcast has no id (a resend wakes the
+waits opened since), so it is resent only after UNAVAILABLE (the call never reached the
+gateway, or a shard could not be reached, and the gateway says so).
 """
 
 from __future__ import annotations
 
+import time
+import uuid
 from collections.abc import Iterator
 from typing import Any
 
-from ratchet._transport import UNSENT, invalid, new_idempotency_key
-from ratchet._wire import duration, event_data, task_state, to_value, workflow_info
+from ratchet._transport import UNSENT, DeadlineExceeded, Unavailable, invalid
+from ratchet._wire import child_run, duration, event_data, task_state, to_value, workflow_info
 from ratchet.api.tasks.v1 import tasks_pb2
 from ratchet.api.workflows.v1 import workflows_pb2
-from ratchet.models import WorkflowInfo, WorkflowPage, WorkflowStep
+from ratchet.libs.shardmap import new_task_id
+from ratchet.models import ChildPage, ChildRun, TaskInfo, WorkflowInfo, WorkflowPage, WorkflowStep
 
 
 def start_request(workflow_type: str, input: Any = None, *, idempotency_key: str | None = None,
                   delay: Any = None, queue: str | None = None) -> workflows_pb2.StartWorkflowRequest:
-    """StartWorkflow's request; the key minted here when the caller gives none."""
+    """StartWorkflow's request; the run's id minted here when the caller gives no key (resends
+    of this request then name the same run)."""
     if not isinstance(workflow_type, str) or not workflow_type:
         raise invalid("workflow_type must be the name of a @workflow handler")
-    req = workflows_pb2.StartWorkflowRequest(workflow_type=workflow_type, queue=queue or "",
-                                             idempotency_key=idempotency_key or new_idempotency_key())
+    req = workflows_pb2.StartWorkflowRequest(workflow_type=workflow_type, queue=queue or "")
+    if idempotency_key:
+        req.idempotency_key = idempotency_key
+    else:
+        req.workflow_id = new_task_id()
     if input is not None:
         req.input.CopyFrom(to_value(input, "input"))
     if delay is not None:
@@ -58,7 +66,22 @@ def event_request(name: str, data: Any = None) -> workflows_pb2.SendEventRequest
 
 
 def run_event_request(workflow_id: str, name: str, data: Any = None) -> workflows_pb2.SendWorkflowEventRequest:
-    return workflows_pb2.SendWorkflowEventRequest(workflow_id=workflow_id, name=name, data=event_data(data))
+    """SendWorkflowEvent's request with an event id minted per call: its resends are kept once."""
+    return workflows_pb2.SendWorkflowEventRequest(workflow_id=workflow_id, name=name, data=event_data(data),
+                                                  event_id=f"sdk-{uuid.uuid4().hex}")
+
+
+def children_request(workflow_id: str, position: int, page_size: int | None = None,
+                     page_token: str | None = None) -> workflows_pb2.ListWorkflowChildrenRequest:
+    if not isinstance(position, int) or isinstance(position, bool) or position < 0:
+        raise invalid("position must be a fan-out's position in the run's step log (an int >= 0, as "
+                      "get_workflow's steps give it)")
+    return workflows_pb2.ListWorkflowChildrenRequest(workflow_id=workflow_id, position=position,
+                                                     page_size=page_size or 0, page_token=page_token or "")
+
+
+def children_of(resp: workflows_pb2.ListWorkflowChildrenResponse) -> ChildPage:
+    return ChildPage([child_run(c) for c in resp.children], resp.next_page_token or None)
 
 
 def page_of(resp: workflows_pb2.ListWorkflowsResponse) -> WorkflowPage:
@@ -71,6 +94,31 @@ def run_of(resp: workflows_pb2.GetWorkflowResponse) -> WorkflowInfo:
 
 def state_name(state: int) -> str:
     return tasks_pb2.TaskState.Name(state).removeprefix("TASK_STATE_")
+
+
+class Poll:
+    """The bookkeeping of a wait for a terminal state (wait and wait_workflow, on Client and
+    AsyncClient; here, below client.py's imports): reads 50 ms apart growing to max_interval,
+    within the caller's timeout. A wait outlives a restarting shard or gateway: failed reads go
+    on until the deadline, then the last error."""
+
+    def __init__(self, task_id: str, timeout: float, max_interval: float, noun: str = "task"):
+        self.task_id, self.timeout, self.max_interval, self.noun = task_id, timeout, max_interval, noun
+        self.deadline = time.monotonic() + timeout
+        self.interval = 0.05
+
+    def out_of_time(self) -> bool:
+        return time.monotonic() >= self.deadline
+
+    def pause(self, info: TaskInfo | WorkflowInfo | None) -> float:
+        """Seconds to wait before the next read; TimeoutError once the time is up."""
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            state = info.state if info is not None else "unknown (platform unavailable)"
+            raise TimeoutError(f"{self.noun} {self.task_id} is still {state} after {self.timeout:g}s")
+        pause = min(self.interval, left)
+        self.interval = min(self.interval * 1.5, self.max_interval)
+        return pause
 
 
 class WorkflowCalls:
@@ -106,6 +154,41 @@ class WorkflowCalls:
                 return
             token = run.next_step_page_token
 
+    def wait_workflow(self, workflow_id: str, timeout: float = 60.0, *, max_interval: float = 1.0) -> WorkflowInfo:
+        """Poll until the run is terminal and return it (with the first page of its step log);
+        raises TimeoutError after timeout seconds. Reads go 50 ms apart, growing to
+        max_interval; a gateway or shard briefly unavailable is read again until the deadline."""
+        poll = Poll(workflow_id, timeout, max_interval, noun="workflow")
+        while True:
+            try:
+                run: WorkflowInfo | None = self.get_workflow(workflow_id)
+            except (Unavailable, DeadlineExceeded):
+                if poll.out_of_time():
+                    raise
+                run = None
+            if run is not None and run.terminal:
+                return run
+            time.sleep(poll.pause(run))
+
+    def list_workflow_children(self, workflow_id: str, position: int, *, page_size: int | None = None,
+                               page_token: str | None = None) -> ChildPage:
+        """One page of the children of the fan-out (ctx.parallel, ctx.child) at `position` of the
+        run's step log, by index, with their states (page_size 1..1000, default 100). NotFound
+        unless that position is a fan-out."""
+        return children_of(self._t.call(self._workflows.ListWorkflowChildren,
+                                        children_request(workflow_id, position, page_size, page_token)))
+
+    def iter_workflow_children(self, workflow_id: str, position: int,
+                               page_size: int | None = None) -> Iterator[ChildRun]:
+        """Every child of the fan-out at `position`, by index, following the pages."""
+        token = None
+        while True:
+            page = self.list_workflow_children(workflow_id, position, page_size=page_size, page_token=token)
+            yield from page.children
+            if not page.next_page_token:
+                return
+            token = page.next_page_token
+
     def list_workflows(self, *, state: str | None = None, workflow_type: str | None = None,
                        page_size: int | None = None, page_token: str | None = None) -> WorkflowPage:
         """One page of the app's runs, newest first (no step logs): state like "WAITING",
@@ -140,6 +223,6 @@ class WorkflowCalls:
 
     def send_workflow_event(self, workflow_id: str, name: str, data: Any = None) -> bool:
         """Deliver an event to one run: True when a wait of the run took it now (the run
-        wakes), False when it is kept in the run's inbox for a later wait."""
-        return self._t.call(self._workflows.SendWorkflowEvent, run_event_request(workflow_id, name, data),
-                            retry_on=UNSENT).delivered
+        wakes), False when it is kept in the run's inbox for a later wait. Resent on transient
+        failures: its event id keeps it once in the run's inbox."""
+        return self._t.call(self._workflows.SendWorkflowEvent, run_event_request(workflow_id, name, data)).delivered

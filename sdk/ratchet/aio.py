@@ -46,7 +46,7 @@ from ratchet.api.workflows.v1 import workflows_pb2, workflows_pb2_grpc
 from ratchet.client import Poll, batch_request, enqueue_request
 from ratchet.libs.rpc.callstream import CallStream, StreamBroken
 from ratchet.libs.rpc.client import aio_channel
-from ratchet.models import TaskInfo, WorkflowInfo, WorkflowPage, WorkflowStep
+from ratchet.models import ChildPage, ChildRun, TaskInfo, WorkflowInfo, WorkflowPage, WorkflowStep
 
 __all__ = ["AsyncClient"]
 
@@ -55,9 +55,10 @@ class AsyncClient:
     """An asyncio connection to a Ratchet gateway ("host:port") with an app's API key.
 
     enqueue, enqueue_batch, get, cancel, wait; workflows as Client has them (start_workflow,
-    get_workflow, iter_workflow_steps, list_workflows, cancel_workflow, send_event,
-    send_workflow_event); close (or `async with`). `stream=False` sends each enqueue as a
-    unary call instead of a message on the enqueue stream.
+    get_workflow, wait_workflow, iter_workflow_steps, list_workflow_children,
+    iter_workflow_children, list_workflows, cancel_workflow, send_event, send_workflow_event);
+    close (or `async with`). `stream=False` sends each enqueue as a unary call instead of a
+    message on the enqueue stream.
     """
 
     def __init__(self, endpoint: str, api_key: str, *, timeout: float = 10.0, max_retries: int = 4,
@@ -179,6 +180,40 @@ class AsyncClient:
                 return
             token = run.next_step_page_token
 
+    async def wait_workflow(self, workflow_id: str, timeout: float = 60.0, *,
+                            max_interval: float = 1.0) -> WorkflowInfo:
+        """Poll until the run is terminal and return it; TimeoutError after timeout seconds
+        (see Client.wait_workflow)."""
+        poll = Poll(workflow_id, timeout, max_interval, noun="workflow")
+        while True:
+            try:
+                run: WorkflowInfo | None = await self.get_workflow(workflow_id)
+            except (Unavailable, DeadlineExceeded):
+                if poll.out_of_time():
+                    raise
+                run = None
+            if run is not None and run.terminal:
+                return run
+            await self.sleep(poll.pause(run))
+
+    async def list_workflow_children(self, workflow_id: str, position: int, *, page_size: int | None = None,
+                                     page_token: str | None = None) -> ChildPage:
+        """One page of the children of the fan-out at `position` (see Client.list_workflow_children)."""
+        return wf.children_of(await self._wf("ListWorkflowChildren", wf.children_request(
+            workflow_id, position, page_size, page_token)))
+
+    async def iter_workflow_children(self, workflow_id: str, position: int,
+                                     page_size: int | None = None) -> AsyncIterator[ChildRun]:
+        """Every child of the fan-out at `position`, by index, following the pages."""
+        token = None
+        while True:
+            page = await self.list_workflow_children(workflow_id, position, page_size=page_size, page_token=token)
+            for child in page.children:
+                yield child
+            if not page.next_page_token:
+                return
+            token = page.next_page_token
+
     async def list_workflows(self, *, state: str | None = None, workflow_type: str | None = None,
                              page_size: int | None = None, page_token: str | None = None) -> WorkflowPage:
         """One page of the app's runs, newest first (see Client.list_workflows)."""
@@ -196,7 +231,7 @@ class AsyncClient:
 
     async def send_workflow_event(self, workflow_id: str, name: str, data: Any = None) -> bool:
         """Deliver an event to one run: True when a wait took it now, False when kept in its inbox."""
-        return (await self._wf("SendWorkflowEvent", wf.run_event_request(workflow_id, name, data), UNSENT)).delivered
+        return (await self._wf("SendWorkflowEvent", wf.run_event_request(workflow_id, name, data))).delivered
 
     # -- transport -----------------------------------------------------------------
     async def _enqueue_once(self, req):

@@ -54,7 +54,7 @@ from ratchet._transport import (
     new_request_id,
 )
 from ratchet._wire import duration, from_value, retry_message, task_info, timeouts_message, timestamp, to_json, to_value
-from ratchet._workflows import WorkflowCalls
+from ratchet._workflows import Poll, WorkflowCalls
 from ratchet.api.apps.v1 import apps_pb2, apps_pb2_grpc
 from ratchet.api.schedules.v1 import schedules_pb2_grpc
 from ratchet.api.tasks.v1 import breakers_pb2_grpc, tasks_pb2, tasks_pb2_grpc
@@ -124,8 +124,9 @@ class Client(TaskSearchCalls, ScheduleCalls, WorkflowCalls):
     create_schedule, get_schedule, list_schedules, iter_schedules,
     pause_schedule, resume_schedule, delete_schedule, trigger_schedule.
     Circuit breakers: list_breakers, reset_breaker. Workflows: start_workflow,
-    get_workflow, iter_workflow_steps, list_workflows, iter_workflows,
-    cancel_workflow, send_event, send_workflow_event.
+    get_workflow, wait_workflow, iter_workflow_steps, list_workflow_children,
+    iter_workflow_children, list_workflows, iter_workflows, cancel_workflow,
+    send_event, send_workflow_event.
     """
 
     def __init__(self, endpoint: str, api_key: str, *, timeout: float = 10.0, max_retries: int = 4,
@@ -228,30 +229,6 @@ class Client(TaskSearchCalls, ScheduleCalls, WorkflowCalls):
         req = apps_pb2.CreateDeploymentRequest(app=app, bundle=bundle, digest=digest, module=module,
                                                handlers=handlers)
         return self._t.call(self._apps.CreateDeployment, req).deployment
-
-
-class Poll:
-    """The bookkeeping of a wait for a terminal state (Client.wait, AsyncClient.wait): reads
-    50 ms apart growing to max_interval, within the caller's timeout. A wait outlives a
-    restarting shard or gateway: failed reads go on until the deadline, then the last error."""
-
-    def __init__(self, task_id: str, timeout: float, max_interval: float):
-        self.task_id, self.timeout, self.max_interval = task_id, timeout, max_interval
-        self.deadline = time.monotonic() + timeout
-        self.interval = 0.05
-
-    def out_of_time(self) -> bool:
-        return time.monotonic() >= self.deadline
-
-    def pause(self, info: TaskInfo | None) -> float:
-        """Seconds to wait before the next read; TimeoutError once the time is up."""
-        left = self.deadline - time.monotonic()
-        if left <= 0:
-            state = info.state if info is not None else "unknown (platform unavailable)"
-            raise TimeoutError(f"task {self.task_id} is still {state} after {self.timeout:g}s")
-        pause = min(self.interval, left)
-        self.interval = min(self.interval * 1.5, self.max_interval)
-        return pause
 
 
 def enqueue_request(task_type: str, payload: Any = None, *, queue: str | None = None,

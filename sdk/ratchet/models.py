@@ -60,7 +60,8 @@ class TaskInfo(_Record):
 
     `schedule_id`/`scheduled_time` are set when a schedule fired it,
     `checkpoint` is the last value a handler stored with ctx.checkpoint(),
-    `retried_as`/`retry_of` link a bulk retry's new task and its original.
+    `retried_as`/`retry_of` link a bulk retry's new task and its original,
+    `parent_workflow_id` names the run whose fan-out (ctx.parallel, ctx.child) started it.
     """
 
     task_id: str
@@ -88,6 +89,7 @@ class TaskInfo(_Record):
     checkpoint: Any = None
     retried_as: str | None = None
     retry_of: str | None = None
+    parent_workflow_id: str | None = None
 
     @property
     def terminal(self) -> bool:
@@ -210,10 +212,12 @@ class BreakerInfo(_Record):
 
 @dataclasses.dataclass(frozen=True)
 class WorkflowStep(_Record):
-    """One entry of a run's step log: `kind` "STEP", "VERSION", "SLEEP" or "WAIT"; `state`
-    "RUNNING" (claimed, or a sleep or wait not over), "COMPLETED" or "FAILED". `result` is the
-    step's value (a version's branch, a wait's event data); `wake_at` a sleep's end or a
-    wait's timeout."""
+    """One entry of a run's step log: `kind` "STEP", "VERSION", "SLEEP", "WAIT", "PARALLEL" or
+    "CHILD"; `state` "RUNNING" (claimed, a sleep or wait not over, a fan-out's children not all
+    ended), "COMPLETED" or "FAILED". `result` is the step's value (a version's branch, a wait's
+    event data); `wake_at` a sleep's end or a wait's timeout; a fan-out's `child_count` and
+    `children_done` (0 for other kinds) say how many children it has and how many have ended
+    (list_workflow_children reads them)."""
 
     position: int
     name: str
@@ -226,6 +230,30 @@ class WorkflowStep(_Record):
     started_at: dt.datetime | None
     finished_at: dt.datetime | None
     wake_at: dt.datetime | None
+    child_count: int = 0
+    children_done: int = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class ChildRun(_Record):
+    """One child of a fan-out, by `index` (its place in ctx.parallel's list): `child_id` (a
+    task or a run: get() or get_workflow() reads it), `task_type`, `state` ("" while the
+    child is not created yet), its `result` or `error` once it has ended."""
+
+    index: int
+    child_id: str
+    task_type: str
+    state: str
+    result: Any
+    error: TaskError | None
+
+
+@dataclasses.dataclass(frozen=True)
+class ChildPage(_Record):
+    """One page of a fan-out's children; pass next_page_token (None on the last page) back."""
+
+    children: list[ChildRun]
+    next_page_token: str | None
 
 
 @dataclasses.dataclass(frozen=True)

@@ -14,6 +14,7 @@
     ratchet breakers list | reset TYPE
     ratchet workflows start TYPE [INPUT_JSON] [--key K] [--delay 30s] [--queue Q]
     ratchet workflows get ID [--page-size N] [--page-token T | --all-steps]
+    ratchet workflows children ID POSITION [--page-size N] [--page-token T | --all]
     ratchet workflows cancel ID
     ratchet workflows list [--state WAITING] [--type T] [--page-size N] [--page-token T | --all]
     ratchet events send NAME [DATA_JSON] [--workflow ID]

@@ -1,5 +1,5 @@
-"""`ratchet workflows start|get|cancel|list` and `ratchet events send`: workflow runs and
-the events they wait for. Each prints JSON on stdout."""
+"""`ratchet workflows start|get|children|cancel|list` and `ratchet events send`: workflow runs,
+their fan-outs' children and the events they wait for. Each prints JSON on stdout."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ MAX_PAGE = 1000
 def add_commands(sub: Any) -> None:
     """Add `ratchet workflows ...` and `ratchet events send`."""
     wf = sub.add_parser("workflows", help="start, inspect and cancel workflow runs").add_subparsers(
-        dest="workflows_command", required=True, metavar="start|get|cancel|list")
+        dest="workflows_command", required=True, metavar="start|get|children|cancel|list")
     start = wf.add_parser("start", help="start a run of a @workflow handler; prints its id")
     start.add_argument("workflow_type", metavar="TYPE")
     start.add_argument("input_json", metavar="INPUT", nargs="?", help="JSON input of the run (or --input)")
@@ -28,13 +28,22 @@ def add_commands(sub: Any) -> None:
     start.add_argument("--queue", help="queue (default: default)")
     state_dir_arg(start)
     start.set_defaults(func=workflows_start)
-    get = wf.add_parser("get", help="show a run, its step log and what it waits for")
+    get = wf.add_parser("get", help="show a run, its step log (a fan-out's child_count and children_done) "
+                                    "and what it waits for")
     get.add_argument("workflow_id", metavar="ID")
     get.add_argument("--page-size", type=int, help=f"steps per page, 1..{MAX_PAGE} (default 100)")
     get.add_argument("--page-token", help="next_step_page_token of the previous page")
     get.add_argument("--all-steps", action="store_true", help="follow every page of the step log")
     state_dir_arg(get)
     get.set_defaults(func=workflows_get)
+    kids = wf.add_parser("children", help="the children of the fan-out at a position of a run's step log")
+    kids.add_argument("workflow_id", metavar="ID")
+    kids.add_argument("position", metavar="POSITION", type=int, help="the fan-out's position (workflows get shows it)")
+    kids.add_argument("--page-size", type=int, help=f"children per page, 1..{MAX_PAGE} (default 100)")
+    kids.add_argument("--page-token", help="next_page_token of the previous page")
+    kids.add_argument("--all", action="store_true", help="follow every page")
+    state_dir_arg(kids)
+    kids.set_defaults(func=workflows_children)
     cancel = wf.add_parser("cancel", help="cancel a run")
     cancel.add_argument("workflow_id", metavar="ID")
     state_dir_arg(cancel)
@@ -109,6 +118,23 @@ def workflows_get(target: Target, args: argparse.Namespace) -> int:
             out["steps"] += [s.to_dict() for s in page.steps]
             token = out["next_step_page_token"] = page.next_step_page_token
     emit(out)
+    return 0
+
+
+def workflows_children(target: Target, args: argparse.Namespace) -> int:
+    _page_size(args.page_size)
+    if args.position < 0:
+        raise CLIError("POSITION must be 0 or more: a fan-out's position in the run's step log (workflows get)")
+    if args.all and args.page_token:
+        raise CLIError("give --all or --page-token, not both")
+    with _client(target) as client:
+        if args.all:
+            kids = list(client.iter_workflow_children(args.workflow_id, args.position, page_size=args.page_size))
+            emit({"children": [c.to_dict() for c in kids], "next_page_token": None})
+            return 0
+        page = client.list_workflow_children(args.workflow_id, args.position, page_size=args.page_size,
+                                             page_token=args.page_token)
+    emit(page.to_dict())
     return 0
 
 

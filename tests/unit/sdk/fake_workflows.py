@@ -18,8 +18,10 @@ AT = timestamp_pb2.Timestamp(seconds=1_767_225_600)  # 2026-01-01T00:00:00Z
 
 
 class FakeWorkflows(workflows_pb2_grpc.WorkflowServiceServicer):
-    """Starts dedupe by idempotency key; a started run has `steps_per_run` completed steps
-    and waits on "approved" {"user": "ada"}; step and list tokens are offsets."""
+    """Starts dedupe by idempotency key or workflow id (the run takes the id when one is sent);
+    a started run has `steps_per_run` completed steps and waits on "approved" {"user": "ada"};
+    step, list and children tokens are offsets. Events to a run dedupe by event_id. A run in
+    `ends_after` ends SUCCEEDED at that many reads more."""
 
     def __init__(self, steps_per_run: int = 5):
         self.fail_with: list[grpc.StatusCode] = []
@@ -29,6 +31,9 @@ class FakeWorkflows(workflows_pb2_grpc.WorkflowServiceServicer):
         self.keys: dict[str, str] = {}
         self.inbox: list[tuple[str, str, dict]] = []
         self.steps_per_run = steps_per_run
+        self.event_ids: dict[tuple[str, str], bool] = {}
+        self.ends_after: dict[str, int] = {}
+        self.children: dict[tuple[str, int], list[wpb.ChildRun]] = {}
         self.lock = threading.Lock()
 
     def _maybe_fail(self, request, context) -> None:
@@ -42,11 +47,12 @@ class FakeWorkflows(workflows_pb2_grpc.WorkflowServiceServicer):
         if request.workflow_type == "echo":
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, "workflow_type 'echo' is a task handler; enqueue it "
                                                             "with POST /v1/tasks")
+        key = request.idempotency_key or f"id:{request.workflow_id}"
         with self.lock:
-            known = self.keys.get(request.idempotency_key)
-            wid = known or f"wf-{len(self.runs) + 1}"
+            known = self.keys.get(key)
+            wid = known or request.workflow_id or f"wf-{len(self.runs) + 1}"
             if known is None:
-                self.keys[request.idempotency_key] = wid
+                self.keys[key] = wid
                 self._add(wid, request)
         self._maybe_fail(request, context)  # after the write: a lost answer, the run exists
         return wpb.StartWorkflowResponse(workflow_id=wid, deduplicated=known is not None)
@@ -73,9 +79,44 @@ class FakeWorkflows(workflows_pb2_grpc.WorkflowServiceServicer):
             context.abort(grpc.StatusCode.NOT_FOUND, f"workflow {wid} not found")
         return run
 
+    def fan_out(self, wid: str, n: int, done: int) -> int:
+        """A PARALLEL step of n children appended to the run's log (the first `done` of them
+        SUCCEEDED with their index as result); its position."""
+        log = self.steps[wid]
+        log.append(wpb.Step(position=len(log), name="fan", kind=wpb.STEP_KIND_PARALLEL, state=wpb.STEP_STATE_RUNNING,
+                            attempt=1, child_count=n, children_done=done))
+        kids = []
+        for i in range(n):
+            c = wpb.ChildRun(index=i, child_id=f"{wid}-c{i}", task_type="charge",
+                             state=tasks_pb2.TASK_STATE_SUCCEEDED if i < done else tasks_pb2.TASK_STATE_ENQUEUED)
+            if i < done:
+                c.result.number_value = i
+            kids.append(c)
+        self.children[wid, len(log) - 1] = kids
+        self.runs[wid].step_count = len(log)
+        return len(log) - 1
+
+    def ListWorkflowChildren(self, request, context):
+        self._maybe_fail(request, context)
+        self._run(request.workflow_id, context)
+        kids = self.children.get((request.workflow_id, request.position))
+        if kids is None:
+            context.abort(grpc.StatusCode.NOT_FOUND, f"no fan-out at position {request.position}")
+        start = int(request.page_token or 0)
+        end = start + (request.page_size or 100)
+        return wpb.ListWorkflowChildrenResponse(children=kids[start:end],
+                                                next_page_token=str(end) if end < len(kids) else "")
+
     def GetWorkflow(self, request, context):
         self._maybe_fail(request, context)
         run = self._run(request.workflow_id, context)
+        left = self.ends_after.get(request.workflow_id)
+        if left is not None:
+            self.ends_after[request.workflow_id] = left - 1
+            if left <= 1:
+                run.state = tasks_pb2.TASK_STATE_SUCCEEDED
+                run.result.string_value = "done"
+                run.ClearField("pending")
         start = int(base64.b64decode(request.step_page_token)) if request.step_page_token else 0
         size = request.step_page_size or 100
         log = self.steps[request.workflow_id]
@@ -117,14 +158,19 @@ class FakeWorkflows(workflows_pb2_grpc.WorkflowServiceServicer):
         return wpb.SendEventResponse(delivered=len(woke))
 
     def SendWorkflowEvent(self, request, context):
-        self._maybe_fail(request, context)
         run = self._run(request.workflow_id, context)
         data = json_format.MessageToDict(request.data)
-        self.inbox.append((request.workflow_id, request.name, data))
-        took = run.state == tasks_pb2.TASK_STATE_WAITING and run.pending.name == request.name
-        if took:
-            run.state = tasks_pb2.TASK_STATE_ENQUEUED
-        return wpb.SendWorkflowEventResponse(delivered=took)
+        with self.lock:
+            seen = self.event_ids.get((request.workflow_id, request.event_id)) if request.event_id else None
+            if seen is None:
+                self.inbox.append((request.workflow_id, request.name, data))
+                seen = run.state == tasks_pb2.TASK_STATE_WAITING and run.pending.name == request.name
+                if seen:
+                    run.state = tasks_pb2.TASK_STATE_ENQUEUED
+                if request.event_id:
+                    self.event_ids[request.workflow_id, request.event_id] = seen
+        self._maybe_fail(request, context)  # after the write: a lost answer, the event is kept
+        return wpb.SendWorkflowEventResponse(delivered=seen)
 
 
 class FakeGateway:

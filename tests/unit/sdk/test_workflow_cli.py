@@ -46,9 +46,11 @@ def test_start_get_list_cancel(gw, capsys):
     assert out["next_step_page_token"]
     code, out, _ = run(capsys, "workflows", "get", "wf-1", "--page-size", "2", "--all-steps")
     assert code == 0 and [s["position"] for s in out["steps"]] == [0, 1, 2, 3] and out["next_step_page_token"] is None
-    run(capsys, "workflows", "start", "approve")
+    _, started, _ = run(capsys, "workflows", "start", "approve")
+    assert gw.workflows.requests[-1].workflow_id == started["workflow_id"]  # (no key: the CLI's SDK mints the id)
     code, out, _ = run(capsys, "workflows", "list", "--page-size", "1")
-    assert code == 0 and [w["workflow_id"] for w in out["workflows"]] == ["wf-2"] and out["next_page_token"]
+    assert code == 0 and [w["workflow_id"] for w in out["workflows"]] == [started["workflow_id"]]
+    assert out["next_page_token"]
     code, out, _ = run(capsys, "workflows", "list", "--all", "--page-size", "1", "--type", "onboard",
                        "--state", "WAITING")
     assert code == 0 and [w["workflow_id"] for w in out["workflows"]] == ["wf-1"]
@@ -57,14 +59,37 @@ def test_start_get_list_cancel(gw, capsys):
 
 
 def test_events_send_broadcasts_or_delivers_to_one_run(gw, capsys):
-    run(capsys, "workflows", "start", "onboard", '{"user": "ada"}')
+    _, first, _ = run(capsys, "workflows", "start", "onboard", '{"user": "ada"}')
+    wid = first["workflow_id"]
     assert dict(gw.workflows.requests[-1].input.struct_value) == {"user": "ada"}
     run(capsys, "workflows", "start", "onboard")
-    code, out, _ = run(capsys, "events", "send", "approved", "--workflow", "wf-1", "--data", '{"user": "ada"}')
-    assert code == 0 and out == {"workflow_id": "wf-1", "name": "approved", "delivered": True}
+    code, out, _ = run(capsys, "events", "send", "approved", "--workflow", wid, "--data", '{"user": "ada"}')
+    assert code == 0 and out == {"workflow_id": wid, "name": "approved", "delivered": True}
+    assert gw.workflows.requests[-1].event_id.startswith("sdk-")
     code, out, _ = run(capsys, "events", "send", "approved", '{"user": "ada"}')  # (as docs/workflows.md writes it)
     assert code == 0 and out == {"name": "approved", "delivered": 1}
-    assert gw.workflows.inbox == [("wf-1", "approved", {"user": "ada"})]
+    assert gw.workflows.inbox == [(wid, "approved", {"user": "ada"})]
+
+
+def test_children_are_listed_and_get_shows_the_fan_outs_counts(gw, capsys):
+    _, started, _ = run(capsys, "workflows", "start", "onboard", "--key", "fan")
+    wid = started["workflow_id"]
+    position = gw.workflows.fan_out(wid, 3, done=1)
+    code, out, _ = run(capsys, "workflows", "get", wid)
+    assert code == 0 and out["step_count"] == position + 1
+    fan = out["steps"][position]
+    assert (fan["kind"], fan["child_count"], fan["children_done"]) == ("PARALLEL", 3, 1)
+    assert out["steps"][0]["child_count"] == 0
+    code, out, _ = run(capsys, "workflows", "children", wid, str(position), "--page-size", "2")
+    assert code == 0 and [(c["index"], c["state"]) for c in out["children"]] == [(0, "SUCCEEDED"), (1, "ENQUEUED")]
+    assert out["children"][0] == {"index": 0, "child_id": f"{wid}-c0", "task_type": "charge", "state": "SUCCEEDED",
+                                  "result": 0, "error": None}
+    code, rest, _ = run(capsys, "workflows", "children", wid, str(position), "--page-token", out["next_page_token"])
+    assert code == 0 and [c["index"] for c in rest["children"]] == [2] and rest["next_page_token"] is None
+    code, out, _ = run(capsys, "workflows", "children", wid, str(position), "--all", "--page-size", "1")
+    assert code == 0 and [c["index"] for c in out["children"]] == [0, 1, 2] and out["next_page_token"] is None
+    code, _, err = run(capsys, "workflows", "children", wid, "0")
+    assert code == 1 and "NOT_FOUND: no fan-out at position 0" in err
 
 
 @pytest.mark.parametrize("argv, fragment", [
@@ -79,6 +104,10 @@ def test_events_send_broadcasts_or_delivers_to_one_run(gw, capsys):
     (["events", "send", "go", "--data", "{"], "--data is not valid JSON"),
     (["events", "send", "go", "{}", "--data", "{}"], "give the JSON as an argument or as --data, not both"),
     (["workflows", "start", "onboard", "1", "--input", "2"], "as an argument or as --input, not both"),
+    (["workflows", "children", "wf-1", "-1"], "POSITION must be 0 or more"),
+    (["workflows", "children", "wf-1", "0", "--all", "--page-token", "x"], "give --all or --page-token, not both"),
+    (["workflows", "children", "wf-1", "0", "--page-size", "1001"], "--page-size must be between 1 and 1000"),
+    (["workflows", "children", "wf-none", "0"], "NOT_FOUND: workflow wf-none not found"),
 ])
 def test_bad_flags_fail_in_one_line(gw, capsys, argv, fragment):
     code, out, err = run(capsys, *argv)
