@@ -18,6 +18,9 @@ A run is a task of kind "workflow". Each activation runs the function from the t
 calls that already have an outcome in the run's log answer from it, so a step's
 function runs once per run (again only after it failed). A sleep or a wait suspends
 the run (no sandbox is held) until its time passes or its event comes.
+`ctx.parallel(name, [(handler, input), ...], on_failure="collect"|"fail_fast")` and
+`ctx.child(name, handler, input)` run other tasks or workflows of the app as children
+and suspend the run until they are done (ChildError in place / ChildFailed raised).
 `ratchet.testing.WorkflowEnv` runs workflows in-process on a fake clock.
 """
 
