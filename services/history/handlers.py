@@ -371,8 +371,38 @@ class HistoryServicer(history_pb2_grpc.HistoryServiceServicer):
                                          size)
         out = history_pb2.GetWorkflowStepsResponse(steps=[wfconvert.step_to_proto(s) for s in page.steps],
                                                    step_count=page.step_count, next_position=page.next_position)
+        for s in out.steps:
+            counts = page.fanouts.get(s.position)
+            if counts is not None:
+                s.child_count, s.children_done = counts
         if page.pending is not None:
             out.pending.CopyFrom(wfconvert.pending_to_proto(page.pending))
+        return out
+
+    @rpc
+    async def ListWorkflowChildren(self, request, context):
+        """See history.proto: a page of a fan-out's children by index, with their states."""
+        shard = self.shards.get(request.shard_id)
+        workflow_id = convert.task_id(request.workflow_id, "workflow_id")
+        if not request.tenant_id:
+            raise InvalidArgument("tenant_id is required")
+        if request.position < 0 or request.from_index < 0:
+            raise InvalidArgument("position and from_index must be 0 or more")
+        size = wfconvert.step_page_size(request.page_size)
+        if self.mesh is None:
+            raise InvalidArgument("ListWorkflowChildren needs the history server's shard routing")
+        async with shard.conn() as conn:
+            page, nxt = await reads.children_page(self.mesh, conn, workflow_id, request.tenant_id, request.position,
+                                                  request.from_index, size)
+        out = history_pb2.ListWorkflowChildrenResponse(next_index=nxt)
+        for c in page:
+            run = out.children.add(index=c.index, child_id=c.child_id,
+                                   state=taskstate.to_proto(c.state) if c.state else 0)
+            value = convert.json_value(c.result)
+            if value is not None:
+                run.result.CopyFrom(value)
+            if c.error is not None:
+                run.error.CopyFrom(tasks_pb2.TaskError(error_class=c.error.error_class, message=c.error.message))
         return out
 
     @rpc

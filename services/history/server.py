@@ -31,10 +31,11 @@ class HistoryServer:
     """A running history service. `await start()`, then `port`; `await stop()`.
 
     timer_loop=False starts no timer loop: timers fire only when something calls
-    `timers.fire(shard)` (tests that race firers by hand)."""
+    `timers.fire(shard)` (tests that race firers by hand); fanout_loop=False likewise starts no
+    fan-out delivery loop (`fanout.round(shard)` by hand)."""
 
     def __init__(self, cfg: HistoryConfig, *, rand: random.Random | None = None, reconnect_interval_s: float = 1.0,
-                 timer_loop: bool = True):
+                 timer_loop: bool = True, fanout_loop: bool = True):
         self.cfg = cfg
         self.shards = ShardSet(cfg)
         self.store = Store()
@@ -50,6 +51,7 @@ class HistoryServer:
         self.store.on_child_end = self.fanout.wake  # a child's end wakes the delivery, in-process
         self.servicer.mesh = self.mesh
         self._timer_loop = timer_loop
+        self._fanout_loop = fanout_loop
         self.rpc = Server([(history_pb2_grpc.add_HistoryServiceServicer_to_server, self.servicer)],
                           [SERVICE_NAME], host=cfg.host, port=cfg.grpc_port)
         self.reconnect = ShardConnectLoop(self.shards, reconnect_interval_s, on_connected=self._connected)
@@ -78,7 +80,8 @@ class HistoryServer:
         if self._timer_loop:
             self._loops.start("timers", self.timers.run)
         self._loops.start("bulk", self.bulk.run)
-        self._loops.start("fanout", self.fanout.run)
+        if self._fanout_loop:
+            self._loops.start("fanout", self.fanout.run)
         await self.rpc.start()
         await self.rpc.set_serving(True)
         log.info("history serving on %s for shards %s", self.address, self.shards.ids)

@@ -41,8 +41,10 @@ async def start_hist(dsns: dict[int, str], **overrides) -> Hist:
     shards = {str(k): v for k, v in dsns.items()}
     shards.update(overrides.pop("extra_shards", {}))
     timer_loop = overrides.pop("timer_loop", True)
+    fanout_loop = overrides.pop("fanout_loop", timer_loop)  # (no loop of its own either, by default)
     cfg = load(None, shards=shards, **{**FAST, **overrides})
-    server = HistoryServer(cfg, rand=random.Random(1), reconnect_interval_s=0.2, timer_loop=timer_loop)
+    server = HistoryServer(cfg, rand=random.Random(1), reconnect_interval_s=0.2, timer_loop=timer_loop,
+                           fanout_loop=fanout_loop)
     await server.start()
     return Hist(server.address, dsns, server)
 

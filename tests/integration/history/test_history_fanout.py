@@ -92,7 +92,7 @@ async def _complete(hist, leased: list[wpb.LeasedTask], outcome_of, chunk: int =
 
 
 def _ok(t):
-    return "SUCCEEDED", {"result_json": json.dumps({"done": json.loads(t.payload_json)["i"]}).encode()}
+    return "SUCCEEDED", {"result_json": json.dumps({"done": json.loads(t.payload_json).get("i")}).encode()}
 
 
 async def _barrier(hist, parent: str, position: int) -> list[tuple[int, int]]:
@@ -191,3 +191,295 @@ async def _done_count(hist, parent: str, n: int) -> bool:
 
 async def _outbox_empty(hist) -> bool:
     return await _outbox(hist) == 0
+
+
+async def _start_n(hist, tenant, app, parent, position, ids, *, max_attempts: int | None = None,
+                   task_type: str = "work", indexes=None, **task_kw) -> None:
+    """StartChildren of some children (indexes: which; default all), with a retry policy."""
+    by_shard: dict[int, list[h.NewTask]] = {}
+    for i in indexes if indexes is not None else range(len(ids)):
+        t = h.NewTask(task_id=ids[i], tenant_id=tenant, app_id=app, task_type=task_type,
+                      payload_json=json.dumps({"i": i}).encode(),
+                      parent=h.ChildOf(parent_id=parent, position=position, index=i), **task_kw)
+        if max_attempts is not None:
+            t.retry.max_attempts = max_attempts
+        by_shard.setdefault(MAP.shard_for_task(ids[i]), []).append(t)
+    for shard, tasks in by_shard.items():
+        await hist.stub.CreateTasks(h.CreateTasksRequest(shard_id=shard, tasks=tasks), timeout=RPC_TIMEOUT)
+
+
+async def _done_rows(hist, parent: str, position: int = 0) -> list[tuple]:
+    rows = await hist.sql(1, "SELECT child_index, state, error_class FROM workflow_child_done "
+                             "WHERE workflow_id = $1::uuid AND position = $2 ORDER BY child_index", parent, position)
+    return [tuple(r) for r in rows]
+
+
+async def _wakes(hist, parent: str) -> int:
+    return sum(1 for x in await hist.log(parent) if x[1:3] == ("WAITING", "ENQUEUED"))
+
+
+def _shard_of(task_id: str) -> int:
+    return MAP.shard_for_task(task_id)
+
+
+async def test_a_5000_child_fanout_spreads_over_the_shards_under_concurrent_deliverers(hist):
+    tenant, app, leased = await _run(hist)
+    parent = leased.task_id
+    ids = list((await _begin(hist, leased, 0, 5000)).child_ids)
+    assert len(set(ids)) == 5000
+    per_shard = {s: sum(1 for c in ids if _shard_of(c) == s) for s in (1, 2)}
+    assert min(per_shard.values()) > 2000  # spread by the hash: about half on each
+    await _start(hist, tenant, app, parent, 0, ids)
+    await _suspend(hist, leased, 0)
+    mesh = hist.server.mesh
+    stop = asyncio.Event()
+
+    async def deliverer(shard: int) -> None:  # two more loops per shard, racing the server's
+        while not stop.is_set():
+            if not await fanout.deliver(mesh, shard, 100):
+                await asyncio.sleep(0.01)
+    extra = [asyncio.create_task(deliverer(s)) for s in (1, 2, 1, 2)]
+    try:
+        for shard in (1, 2):
+            await _complete(hist, await _lease_all(hist, app, shard, per_shard[shard]), _ok, chunk=100)
+        await eventually(lambda: _is(hist, parent, tenant, "ENQUEUED"), timeout=30)
+    finally:
+        stop.set()
+        await asyncio.gather(*extra)
+    assert await _done_count(hist, parent, 5000) and await _wakes(hist, parent) == 1
+    assert all(r == 0 for _, r in await _barrier(hist, parent, 0))
+    steps = await hist.stub.GetWorkflowSteps(h.GetWorkflowStepsRequest(shard_id=1, workflow_id=parent,
+                                                                       tenant_id=tenant), timeout=RPC_TIMEOUT)
+    assert (steps.steps[0].child_count, steps.steps[0].children_done) == (5000, 5000)
+    page = await hist.stub.ListWorkflowChildren(h.ListWorkflowChildrenRequest(
+        shard_id=1, workflow_id=parent, tenant_id=tenant, position=0, from_index=4990, page_size=100),
+        timeout=RPC_TIMEOUT)
+    assert [c.index for c in page.children] == list(range(4990, 5000)) and page.next_index == -1
+    assert [c.child_id for c in page.children] == ids[4990:]
+    assert all(c.state == tasks_pb2.TASK_STATE_SUCCEEDED for c in page.children)
+    assert page.children[0].result.struct_value["done"] == 4990
+    again = await hist.lease_one(app, lease_s=LEASE_S)
+    done = await _begin(hist, again, 0, 5000)
+    assert [c.index for c in done.children] == list(range(5000)) and [c.child_id for c in done.children] == ids
+
+
+async def test_a_redelivered_batch_changes_nothing(hist):
+    tenant, app, leased = await _run(hist)
+    parent = leased.task_id
+    ids = list((await _begin(hist, leased, 0, 40)).child_ids)
+    await _start(hist, tenant, app, parent, 0, ids)
+    await _suspend(hist, leased, 0)
+    children = await _lease_all(hist, app, 1, 40)
+    await _complete(hist, children[:20], _ok)
+    await eventually(lambda: _done_count(hist, parent, 20))
+    before = (await _barrier(hist, parent, 0), await _done_rows(hist, parent))
+    rows = await hist.sql(1, "SELECT d.child_id, d.workflow_id AS parent_id, d.position, d.child_index, d.state, "
+                             "d.result, d.error_class, d.error_message, d.ended_at FROM workflow_child_done d "
+                             "WHERE d.workflow_id = $1::uuid", parent)
+    ends = [fanout.ChildEnd.of(r) for r in rows]
+    mesh = hist.server.mesh
+    await fanout.record(mesh, hist.server.shards.get(1), ends)  # the same batch again
+    await asyncio.gather(*(fanout.record(mesh, hist.server.shards.get(1), ends) for _ in range(3)))
+    assert (await _barrier(hist, parent, 0), await _done_rows(hist, parent)) == before
+    await _complete(hist, children[20:], _ok)
+    await eventually(lambda: _is(hist, parent, tenant, "ENQUEUED"))
+    await fanout.record(mesh, hist.server.shards.get(1), ends)  # after the barrier fired: nothing either
+    assert await _wakes(hist, parent) == 1 and len(await _done_rows(hist, parent)) == 40
+
+
+async def test_a_crash_between_the_parents_commit_and_the_outbox_delete_is_delivered_once(make_hist):
+    hist = await make_hist()
+    tenant, app, leased = await _run(hist)
+    parent = leased.task_id
+    ids = list((await _begin(hist, leased, 0, 20)).child_ids)
+    await _start(hist, tenant, app, parent, 0, ids)
+    await _suspend(hist, leased, 0)
+    crashes = 0
+
+    async def crash(_name: str) -> None:  # the parent's shard committed; the outbox delete never runs
+        nonlocal crashes
+        crashes += 1
+        raise ConnectionResetError("history died before the outbox delete")
+    hist.server.store.before["workflow_outbox_delete"] = crash
+    await _complete(hist, await _lease_all(hist, app, 1, 20), _ok)
+    await eventually(lambda: _is(hist, parent, tenant, "ENQUEUED"), timeout=10)
+    await eventually(lambda: _crashed(lambda: crashes, 2), timeout=10)  # redelivered after the crash too
+    assert await _outbox(hist) == 20  # kept: the deliveries rolled back on the child's shard
+    del hist.server.store.before["workflow_outbox_delete"]
+    await eventually(lambda: _outbox_empty(hist), timeout=10)
+    assert len(await _done_rows(hist, parent)) == 20 and await _wakes(hist, parent) == 1
+    assert all(r == 0 for _, r in await _barrier(hist, parent, 0))
+    assert await _step_state(hist, parent, 0) == "COMPLETED"
+
+
+async def _crashed(count, n: int) -> bool:
+    return count() >= n
+
+
+async def test_fail_fast_completes_at_the_first_failure_and_cancels_the_siblings(hist):
+    tenant, app, leased = await _run(hist)
+    parent = leased.task_id
+    ids = list((await _begin(hist, leased, 0, 30, on_failure="FAIL_FAST")).child_ids)
+    await _start_n(hist, tenant, app, parent, 0, ids, max_attempts=1, indexes=range(5))
+    await _suspend(hist, leased, 0)
+    running = await _lease_all(hist, app, 1, 5)  # five leased; the rest created after them, ENQUEUED
+    await _start_n(hist, tenant, app, parent, 0, ids, max_attempts=1, indexes=range(5, 30))
+    failed, held = running[0], running[1:]
+    err = tasks_pb2.TaskError(error_class="ValueError", message="bad input")
+    await _complete(hist, [failed], lambda t: ("FAILED", {"error": err}))
+    await eventually(lambda: _is(hist, parent, tenant, "ENQUEUED"), timeout=10)
+    assert await _step_state(hist, parent, 0) == "COMPLETED"
+    rest = [c for c in ids if c not in {t.task_id for t in running}]
+    await eventually(lambda: _all_state(hist, tenant, rest, "CANCELED"), timeout=10)
+    for t in held:  # running: asked to stop (the same decision CancelTask makes)
+        got = await hist.get(t.task_id, tenant)
+        assert got.state == tasks_pb2.TASK_STATE_LEASED and got.cancel_requested
+    again = await hist.lease_one(app, lease_s=LEASE_S)
+    done = await _begin(hist, again, 0, 30, on_failure="FAIL_FAST")
+    assert done.status == wpb.STEP_STATUS_DONE
+    by = {c.child_id: c for c in done.children}
+    assert by[failed.task_id].state == tasks_pb2.TASK_STATE_FAILED
+    assert by[failed.task_id].error.error_class == "ValueError"
+    assert await _wakes(hist, parent) == 1
+    await eventually(lambda: _cascades_empty(hist))
+
+
+async def _all_state(hist, tenant, ids, state) -> bool:
+    for c in ids:
+        if await hist.state(c, tenant, _shard_of(c)) != state:
+            return False
+    return True
+
+
+async def _cascades_empty(hist) -> bool:
+    rows = await hist.sql(1, "SELECT count(*) FROM workflow_child_outbox WHERE state = 'CASCADE'")
+    return rows[0][0] == 0
+
+
+async def test_collect_keeps_each_failure_in_place_and_waits_for_every_child(hist):
+    tenant, app, leased = await _run(hist)
+    parent = leased.task_id
+    ids = list((await _begin(hist, leased, 0, 10)).child_ids)
+    await _start_n(hist, tenant, app, parent, 0, ids, max_attempts=1)
+    await _suspend(hist, leased, 0)
+    children = await _lease_all(hist, app, 1, 10)
+    index = {t.task_id: json.loads(t.payload_json)["i"] for t in children}
+
+    def outcome(t):
+        if index[t.task_id] in (2, 7):
+            return "FAILED", {"error": tasks_pb2.TaskError(error_class="KeyError", message=f"no {index[t.task_id]}")}
+        return _ok(t)
+    await _complete(hist, [t for t in children if index[t.task_id] != 9], outcome)
+    await eventually(lambda: _done_count(hist, parent, 9))
+    assert await _is(hist, parent, tenant, "WAITING")  # collect: the failures do not fire it
+    await _complete(hist, [t for t in children if index[t.task_id] == 9], outcome)
+    await eventually(lambda: _is(hist, parent, tenant, "ENQUEUED"))
+    again = await hist.lease_one(app, lease_s=LEASE_S)
+    done = await _begin(hist, again, 0, 10)
+    assert [c.index for c in done.children] == list(range(10))
+    assert [c.state for c in done.children] == [tasks_pb2.TASK_STATE_FAILED if i in (2, 7)
+                                                else tasks_pb2.TASK_STATE_SUCCEEDED for i in range(10)]
+    assert done.children[7].error.error_class == "KeyError" and done.children[7].error.message == "no 7"
+    assert json.loads(done.children[3].result_json) == {"done": 3}
+
+
+async def test_a_cancelled_parent_cascades_to_its_children_and_a_child_runs_children(hist):
+    tenant, app, leased = await _run(hist)
+    parent = leased.task_id
+    ids = list((await _begin(hist, leased, 0, 4)).child_ids)
+    await _start_n(hist, tenant, app, parent, 0, ids, task_type="flow", indexes=[0])
+    await _suspend(hist, leased, 0)
+    child_run = await hist.lease_one(app, lease_s=LEASE_S)  # child 0 is a workflow run with its own fan-out
+    assert child_run.task_id == ids[0]
+    app2 = unique("app2")
+    grand = list((await _begin(hist, child_run, 0, 3)).child_ids)
+    await _start_n(hist, tenant, app2, ids[0], 0, grand)
+    await _suspend(hist, child_run, 0)
+    await _start_n(hist, tenant, app, parent, 0, ids, indexes=[1, 2, 3])
+    held = await hist.lease_one(app, lease_s=LEASE_S)  # one child running
+    gheld = await hist.lease_one(app2, lease_s=LEASE_S)  # one grandchild running
+    r = await hist.cancel(parent, tenant)
+    assert r.state == tasks_pb2.TASK_STATE_CANCELED
+    others = [c for c in ids if c != held.task_id]
+    gothers = [c for c in grand if c != gheld.task_id]
+    await eventually(lambda: _all_state(hist, tenant, others + gothers, "CANCELED"), timeout=10)
+    for t in (held, gheld):
+        got = await hist.get(t.task_id, tenant)
+        assert got.state == tasks_pb2.TASK_STATE_LEASED and got.cancel_requested
+    await eventually(lambda: _cascades_empty(hist))
+    # the children's ends are still recorded on the cancelled parent (harmless)
+    await eventually(lambda: _done_count(hist, parent, 3))
+
+
+async def test_a_leased_parent_woken_by_its_suspension_when_the_barrier_fired_first(hist):
+    tenant, app, leased = await _run(hist)
+    parent = leased.task_id
+    ids = list((await _begin(hist, leased, 0, 3)).child_ids)
+    await _start(hist, tenant, app, parent, 0, ids)
+    await _complete(hist, await _lease_all(hist, app, 1, 3), _ok)  # before the parent suspends
+    await eventually(lambda: _step_is(hist, parent, "COMPLETED"))
+    assert await _is(hist, parent, tenant, "LEASED")
+    r = await _suspend(hist, leased, 0)
+    assert r.accepted and r.state == tasks_pb2.TASK_STATE_ENQUEUED  # the suspension finds it no longer RUNNING
+
+
+async def _step_is(hist, parent, state) -> bool:
+    return await _step_state(hist, parent, 0) == state
+
+
+# -- the outbox: every terminal path, and only children --------------------------------------
+
+async def test_every_terminal_path_of_a_child_writes_its_outbox_row_and_no_other_task_does(make_hist):
+    hist = await make_hist()
+    held = asyncio.Event()
+
+    async def hold(_name: str) -> None:  # the delivery waits: the outbox rows stay to be read
+        await held.wait()
+    hist.server.store.before["workflow_outbox_take"] = hold
+    tenant, app, leased = await _run(hist)
+    parent = leased.task_id
+    ids = list((await _begin(hist, leased, 0, 6)).child_ids)
+    await _start_n(hist, tenant, app, parent, 0, ids, max_attempts=1, indexes=[0, 1, 2])
+    await _suspend(hist, leased, 0)
+    plain = await hist.create_one(tenant, app)  # an ordinary task beside them
+    got = await _lease_all(hist, app, 1, 4)
+    by = {t.task_id: t for t in got}
+    await _complete(hist, [by[ids[0]]], _ok)  # completion
+    await _complete(hist, [by[ids[1]]], lambda t: ("FAILED", {"error": tasks_pb2.TaskError(error_class="E")}))
+    await _complete(hist, [by[plain]], _ok)
+    # lease expiry: re-lease child 2 with a short lease, never heartbeat it
+    await hist.sql(1, "UPDATE tasks SET lease_expires_at = now(), lease_check_at = now() WHERE task_id = $1::uuid",
+                   ids[2])
+    await hist.sql(1, "UPDATE timer_queue SET fire_at = now() WHERE task_id = $1::uuid AND kind = 'lease'", ids[2])
+    hist.server.timers.wake_all()
+    await _start_n(hist, tenant, app, parent, 0, ids, indexes=[3])
+    await hist.cancel(ids[3], tenant)  # cancel of an ENQUEUED child
+    await _start_n(hist, tenant, app, parent, 0, ids, indexes=[4],
+                   timeouts=tasks_pb2.Timeouts(schedule_to_close=_seconds(0.2)))  # expiry
+    await eventually(lambda: _is(hist, ids[4], tenant, "EXPIRED"), timeout=10)
+    bulk_app = unique("bulk")  # (the bulk cancel's scope: child 5 and another ordinary task)
+    await _start_n(hist, tenant, bulk_app, parent, 0, ids, indexes=[5])
+    plain2 = await hist.create_one(tenant, bulk_app)
+    await hist.start_bulk(unique("op"), tenant, bulk_app, kind="CANCEL")  # the bulk cancel
+    want = {ids[0]: "SUCCEEDED", ids[1]: "FAILED", ids[2]: "FAILED", ids[3]: "CANCELED", ids[4]: "EXPIRED",
+            ids[5]: "CANCELED"}
+    await eventually(lambda: _outbox_is(hist, want), timeout=15)
+    rows = await hist.sql(1, "SELECT child_id::text, parent_id::text, position, child_index, convert_from(result, "
+                             "'UTF8') AS result, error_class FROM workflow_child_outbox ORDER BY child_index")
+    assert [(r["parent_id"], r["position"], r["child_index"]) for r in rows] == [(parent, 0, i) for i in range(6)]
+    assert json.loads(rows[0]["result"]) == {"done": 0} and rows[1]["error_class"] == "E"
+    assert await _is(hist, plain, tenant, "SUCCEEDED") and await _is(hist, plain2, tenant, "CANCELED")
+    held.set()
+    await eventually(lambda: _outbox_empty(hist), timeout=10)
+    assert [s for _, s, _ in await _done_rows(hist, parent)] == [want[c] for c in ids]
+    await eventually(lambda: _is(hist, parent, tenant, "ENQUEUED"))
+
+
+def _seconds(s: float):
+    from ratchet.services.history.policy import duration
+    return duration(s)
+
+
+async def _outbox_is(hist, want: dict[str, str]) -> bool:
+    rows = await hist.sql(1, "SELECT child_id::text, state FROM workflow_child_outbox")
+    return {r["child_id"]: r["state"] for r in rows} == want

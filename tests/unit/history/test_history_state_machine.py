@@ -198,9 +198,14 @@ def test_every_other_task_update_is_fenced_on_state_and_epoch():
                 assert re.search(r"\bretried_as IS NULL\b", where_part), f"{name}: retried_as set twice"
                 assert "state IN ('SUCCEEDED', 'FAILED', 'CANCELED', 'EXPIRED')" in where_part, name
                 continue
+            if re.findall(r"(?<![\w.])(\w+)\s*=", set_part) == ["parent_id"]:
+                # A fan-out child's parent link, set once, in the transaction that created it.
+                links.append(name)
+                assert re.search(r"\bparent_id IS NULL\b", where_part), f"{name}: parent_id set twice"
+                continue
             assert re.search(r"\bstate\s*=\s*'LEASED'", where_part), f"{name}: unguarded UPDATE tasks"
             assert re.search(r"\blease_epoch\s*=", where_part), f"{name}: UPDATE tasks without an epoch fence"
-    assert links == ["task_retry_batch"]
+    assert sorted(links) == ["task_retry_batch", "workflow_children_link"]
 
 
 # -- one path: the guarded one ----------------------------------------------------
