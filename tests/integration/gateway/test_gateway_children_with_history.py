@@ -1,11 +1,13 @@
 """A fan-out through the gateway and the real history process (2 real shards): the test leases
 the run and speaks the step protocol itself (as the dispatcher forwards it), starts the
 children through ControlService.StartChildren as a host agent would, completes them, and
-reads the run, its fan-out step's counts and ListWorkflowChildren through the public API."""
+reads the run, its fan-out step's counts and ListWorkflowChildren through the public API; and
+an event resent with its event id, kept once in the real inbox."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 
 import pytest
 
@@ -127,3 +129,22 @@ async def _children(e, wid: str, auth: dict) -> list[dict]:
         if not token:
             return out
     raise AssertionError("more pages than children")
+
+
+async def test_an_event_resent_with_its_id_is_kept_once_in_the_real_inbox(real):  # noqa: F811
+    e, hist = real
+    t = await e.new_tenant("events-real")
+    await e.deploy(t.api_key, handlers=HANDLERS, files={"app.py": b"# events\n"})
+    auth = {"Authorization": f"Bearer {t.api_key}"}
+    wid = (await e.http.post("/v1/workflows", json={"workflow_type": "order"}, headers=auth)).json()["workflow_id"]
+    (leased,) = await _lease(hist, ShardMap.even(SHARDS).shard_for_task(wid), t.app_id, 1)
+    with_id, without = {"name": "paid", "data": {"n": 1}, "event_id": "ev-1"}, {"name": "paid", "data": {"n": 2}}
+    for body in (with_id, with_id, without, without):  # (each sent twice, as a client's resend would)
+        r = await e.http.post(f"/v1/workflows/{wid}/events", json=body, headers=auth)
+        assert r.status_code == 200 and r.json() == {"delivered": False}, r.text
+    # The inbox holds ev-1 once and the two events without an id: three waits take them, a fourth waits.
+    taken = []
+    for position in range(4):
+        got = await _step(hist, leased, "BEGIN", position, "paid", "WAIT", match_json=b"{}")
+        taken.append(json.loads(got.result_json) if got.status == wk.STEP_STATUS_DONE else got.status)
+    assert taken == [{"n": 1}, {"n": 2}, {"n": 2}, wk.STEP_STATUS_SUSPEND]
