@@ -42,6 +42,8 @@ MAX_CHILDREN = 10_000
 # A fan-out of more children than this spreads them over the shards (their ids' slots);
 # up to it, they share the parent's slot and shard.
 SPREAD_ABOVE = 1000
+# Children per enqueue call (the public batch limit, and history's per request).
+CREATE_CALL = 1000
 _TERMINAL = frozenset({tasks_pb2.TASK_STATE_SUCCEEDED, tasks_pb2.TASK_STATE_FAILED, tasks_pb2.TASK_STATE_CANCELED,
                        tasks_pb2.TASK_STATE_EXPIRED})
 
@@ -122,11 +124,12 @@ def check_payloads(specs: Any, max_payload_bytes: int) -> tuple[list[bytes], lis
 
 
 def form(p: Principal, parent: str, position: int, ids: list[str], types: list[str], payloads: list[bytes],
-         sizes: list[int], handlers: Handlers) -> enqueue.Tasks:
-    """The children as one enqueue call: each type's policy resolved as for an enqueue of it
-    without overrides (one type: shared, with its wire form), and each child's parent link."""
+         sizes: list[int], handlers: Handlers, first: int = 0) -> enqueue.Tasks:
+    """The children first.. as one enqueue call: each type's policy resolved as for an enqueue
+    of it without overrides (one type: shared, with its wire form), and each child's parent
+    link (its index in the whole fan-out)."""
     shared: dict[str, Any] = {"tenant_id": p.tenant_id, "app_id": p.app_id, "queue": DEFAULT_QUEUE}
-    columns: dict[str, list] = {"parent": [history_pb2.ChildOf(parent_id=parent, position=position, index=i)
+    columns: dict[str, list] = {"parent": [history_pb2.ChildOf(parent_id=parent, position=position, index=first + i)
                                            for i in range(len(ids))]}
     distinct = set(types)
     policies = {t: handlers[t].resolve(where=f"children[{types.index(t)}].retry") for t in distinct}
@@ -167,9 +170,13 @@ class ChildrenApi:
         assert handlers is not None  # (check_types refuses an app without a deployment)
         self._check_parent(task, handlers, parent)
         p = Principal(req.tenant_id, req.app_id, "")
-        done = await self.creates.create(form(p, parent, req.position, ids, types, payloads, sizes, handlers),
-                                         timeout)
-        existing = sum(done.deduplicated) if done.deduplicated else 0
+        # In calls of at most CREATE_CALL children, as a batch enqueue is: history takes at most
+        # that many per request, and a spread fan-out's call of 1,000 spans the shards.
+        calls = [form(p, parent, req.position, ids[k:k + CREATE_CALL], types[k:k + CREATE_CALL],
+                      payloads[k:k + CREATE_CALL], sizes[k:k + CREATE_CALL], handlers, first=k)
+                 for k in range(0, len(ids), CREATE_CALL)]
+        dones = await asyncio.gather(*(self.creates.create(c, timeout) for c in calls))
+        existing = sum(sum(d.deduplicated) for d in dones if d.deduplicated)
         return control_pb2.StartChildrenResponse(created=len(ids) - existing)
 
     async def _parent(self, tenant_id: str, parent: str, timeout: float) -> tasks_pb2.Task:

@@ -5,6 +5,7 @@ import os
 import time
 
 from ratchet import FatalError, RetryableError, RetryPolicy, task, workflow
+from ratchet.errors import ChildError, ChildFailed
 
 FAST_RETRY = RetryPolicy(max_attempts=3, base="100ms", cap="200ms")
 
@@ -116,7 +117,49 @@ def release_steps(ctx, payload):
     return "done"
 
 
-@workflow(retries=FAST_RETRY)
+@workflow(retries=FAST_RETRY, timeout="10m")
 def many_steps(ctx, payload):
-    """payload["n"] memoized no-op steps."""
-    return sum(ctx.step(f"s{i}", lambda i=i: i) for i in range(payload["n"]))
+    """payload["n"] memoized no-op steps, then (with "sleep_s") a sleep, so the run resumes
+    through every one of them before it returns."""
+    total = sum(ctx.step(f"s{i}", lambda i=i: i) for i in range(payload["n"]))
+    if payload.get("sleep_s"):
+        ctx.sleep("rest", seconds=payload["sleep_s"])
+    return total
+
+
+@task(retries=FAST_RETRY)
+def child_task(ctx, payload):
+    """A fan-out's child: doubles its index, or fails fatally when asked."""
+    if payload.get("fail"):
+        raise FatalError(f"child {payload['i']} fails on purpose")
+    if payload.get("sleep_s"):
+        time.sleep(payload["sleep_s"])
+    return payload["i"] * 2
+
+
+@workflow(retries=FAST_RETRY)
+def fan_out(ctx, payload):
+    """payload["n"] children; the step after the fan-out records each time it runs."""
+    fail = set(payload.get("fail", []))
+    calls = [(child_task, {"i": i, "fail": i in fail, "sleep_s": payload.get("child_sleep_s", 0)})
+             for i in range(payload["n"])]
+    try:
+        results = ctx.parallel("fan", calls, on_failure=payload.get("on_failure", "collect"))
+    except ChildFailed as e:
+        return {"failed_child": e.index}
+    after = ctx.step("after", lambda: _effect(payload["dir"], "after"))
+    return {"sum": sum(r for r in results if isinstance(r, int)), "after": after,
+            "errors": [i for i, r in enumerate(results) if isinstance(r, ChildError)]}
+
+
+@workflow(retries=FAST_RETRY)
+def nap(ctx, payload):
+    """A child workflow with a durable sleep of its own."""
+    ctx.sleep("nap", seconds=payload.get("seconds", 0.3))
+    return {"napped": payload.get("seconds", 0.3)}
+
+
+@workflow(retries=FAST_RETRY)
+def parent_of_nap(ctx, payload):
+    """Awaits one child workflow like a step."""
+    return {"child": ctx.child("sub", nap, {"seconds": 0.3})}
