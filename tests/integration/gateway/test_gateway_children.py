@@ -15,6 +15,7 @@ import pytest_asyncio
 from ratchet.api.apps.v1 import apps_pb2
 from ratchet.api.tasks.v1 import tasks_pb2
 from ratchet.api.workflows.v1 import workflows_pb2 as wpb
+from ratchet.api.workflows.v1 import workflows_pb2_grpc
 from ratchet.internal.gateway.v1 import control_pb2, control_pb2_grpc
 from ratchet.internal.worker.v1 import worker_pb2
 from ratchet.libs.shardmap import ShardMap, new_task_id
@@ -107,7 +108,7 @@ async def test_a_fan_out_of_more_than_1000_spreads_over_the_shards_in_calls_of_a
     assert resp.created == n
     calls = _creates(env, before)
     shard_map = ShardMap.even(SHARDS)
-    assert set(c.shard_id for c in calls) == set(SHARDS)  # (every shard gets some)
+    assert {c.shard_id for c in calls} == set(SHARDS)  # (every shard gets some)
     assert all(len(c.tasks) <= 1000 for c in calls)  # (history's per-request limit)
     sent = {t.task_id: t for c in calls for t in c.tasks}
     assert set(sent) == set(child_ids(parent, 0, n))
@@ -118,6 +119,27 @@ async def test_a_fan_out_of_more_than_1000_spreads_over_the_shards_in_calls_of_a
     for i in child_ids(parent, 0, n)[:500]:
         env.history.tasks.pop(i)
     assert (await _start(env, _req(app, parent, 0, [("notify", b"%d" % i) for i in range(n)]))).created == 500
+
+
+async def test_a_shard_down_fails_the_call_and_a_resend_creates_only_the_rest(env, app):
+    """Above 1,000 the children spread over the shards: a shard that fails leaves the others'
+    children created; the resend (the agent retries UNAVAILABLE) creates the rest, once."""
+    parent = _parent(env, app)
+    n = 1200
+    specs = [("notify", b"%d" % i) for i in range(n)]
+    ids = child_ids(parent, 0, n)
+    on_down = [i for i in ids if ShardMap.even(SHARDS).shard_for_task(i) == 3]
+    env.history.creates_down.add(3)
+    try:
+        with pytest.raises(grpc.aio.AioRpcError) as e:
+            await _start(env, _req(app, parent, 0, specs))
+    finally:
+        env.history.creates_down.discard(3)
+    assert e.value.code() == grpc.StatusCode.UNAVAILABLE and "shard 3" in e.value.details(), e.value.details()
+    assert 0 < len(on_down) < n and not any(i in env.history.tasks for i in on_down)
+    assert sum(i in env.history.tasks for i in ids) == n - len(on_down)
+    assert (await _start(env, _req(app, parent, 0, specs))).created == len(on_down)
+    assert all(i in env.history.tasks for i in ids)
 
 
 def _bad_cases(parent: str):
@@ -232,6 +254,11 @@ async def test_children_are_listed_by_index_in_pages_and_the_step_counts_them(en
                            headers=auth)
     rest = r.json()
     assert [c["child_id"] for c in rest["children"]] == [ids[2]] and not rest.get("next_page_token"), rest
+    stub = workflows_pb2_grpc.WorkflowServiceStub(env.channel)  # (gRPC: the same handler)
+    got = await stub.ListWorkflowChildren(wpb.ListWorkflowChildrenRequest(workflow_id=parent, position=1),
+                                          metadata=(("authorization", f"Bearer {app.key}"),), timeout=5)
+    assert [c.child_id for c in got.children] == ids and not got.next_page_token
+    assert got.children[0].state == S.TASK_STATE_SUCCEEDED
     # A token of this fan-out is refused for another position; a position that is no fan-out is 404.
     r = await env.http.get(f"/v1/workflows/{parent}/steps/0/children?page_token={page['next_page_token']}",
                            headers=auth)
