@@ -372,7 +372,7 @@ CREATE TABLE workflow_steps (
     CONSTRAINT workflow_steps_pkey PRIMARY KEY (workflow_id, position),
     CONSTRAINT workflow_steps_position_valid CHECK (position >= 0 AND attempt >= 1),
     CONSTRAINT workflow_steps_kind_known CHECK (kind IN
-        ('STEP', 'VERSION', 'SLEEP', 'WAIT', 'PARALLEL', 'CHILD')),
+        ('STEP', 'VERSION', 'SLEEP', 'WAIT', 'PARALLEL', 'CHILD', 'ON_CANCEL', 'COMPENSATE')),
     CONSTRAINT workflow_steps_fanout_has_children CHECK (
         (kind IN ('PARALLEL', 'CHILD')) = (child_count IS NOT NULL)
         AND (on_failure IS NULL OR on_failure IN ('COLLECT', 'FAIL_FAST'))),
@@ -465,3 +465,12 @@ CREATE TABLE workflow_child_done (
 
 CREATE UNIQUE INDEX workflow_inbox_event_id ON workflow_inbox (workflow_id, event_id)
     WHERE event_id IS NOT NULL;
+
+-- A cancelled run that registered compensations (migration 0018): its cancel
+-- is kept until the activation that runs them ends it CANCELED.
+CREATE TABLE workflow_cancels (
+    workflow_id  uuid        NOT NULL,
+    requested_at timestamptz NOT NULL,
+    reason       text        NOT NULL,
+    CONSTRAINT workflow_cancels_pkey PRIMARY KEY (workflow_id)
+);

@@ -53,7 +53,7 @@ async def _catalog(dsn: str) -> list[tuple[str, str, str]]:
 
 async def test_migrations_produce_the_committed_schema(fresh_db):
     migrated, committed = fresh_db("hist_migrated"), fresh_db("hist_committed")
-    assert await migrate.apply(migrated, "history", HISTORY / "migrations") == list(range(1, 18))
+    assert await migrate.apply(migrated, "history", HISTORY / "migrations") == list(range(1, 19))
     assert await migrate.apply(migrated, "history", HISTORY / "migrations") == []  # idempotent
     conn = await asyncpg.connect(committed, timeout=10)
     try:
@@ -326,7 +326,7 @@ async def test_migrations_0012_and_0013_keep_every_task_row(fresh_db, tmp_path):
         before = [{k: v for k, v in dict(r).items() if k not in ("queue", "retry_policy", "timeouts")}
                   for r in await conn.fetch(read)]
         logs = await _logs_and_attempts(conn)
-        assert await migrate.apply(dsn, "history", HISTORY / "migrations") == [12, 13, 14, 15, 16, 17]
+        assert await migrate.apply(dsn, "history", HISTORY / "migrations") == [12, 13, 14, 15, 16, 17, 18]
         # (0017 adds parent_id, NULL on every task that was there)
         after = [dict(r) for r in await conn.fetch(read)]
         assert all(r.pop("parent_id") is None for r in after)

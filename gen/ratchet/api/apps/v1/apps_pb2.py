@@ -27,7 +27,7 @@ from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__
 from ratchet.api.tasks.v1 import tasks_pb2 as ratchet_dot_api_dot_tasks_dot_v1_dot_tasks__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1eratchet/api/apps/v1/apps.proto\x12\x13ratchet.api.apps.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a ratchet/api/tasks/v1/tasks.proto\"\xf7\x01\n\x07Handler\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x30\n\x05retry\x18\x02 \x01(\x0b\x32!.ratchet.api.tasks.v1.RetryPolicy\x12\x30\n\x08timeouts\x18\x03 \x01(\x0b\x32\x1e.ratchet.api.tasks.v1.Timeouts\x12\x15\n\rnon_retryable\x18\x04 \x03(\t\x12.\n\x04kind\x18\x05 \x01(\x0e\x32 .ratchet.api.apps.v1.HandlerKind\x12\x33\n\x06resume\x18\x06 \x01(\x0e\x32#.ratchet.api.apps.v1.WorkflowResume\"\x86\x01\n\x17\x43reateDeploymentRequest\x12\x0b\n\x03\x61pp\x18\x01 \x01(\t\x12\x0e\n\x06\x62undle\x18\x02 \x01(\x0c\x12\x0e\n\x06\x64igest\x18\x03 \x01(\t\x12\x0e\n\x06module\x18\x04 \x01(\t\x12.\n\x08handlers\x18\x05 \x03(\x0b\x32\x1c.ratchet.api.apps.v1.Handler\"O\n\x18\x43reateDeploymentResponse\x12\x33\n\ndeployment\x18\x01 \x01(\x0b\x32\x1f.ratchet.api.apps.v1.Deployment\"\xaa\x01\n\nDeployment\x12\x0b\n\x03\x61pp\x18\x01 \x01(\t\x12\x0e\n\x06\x64igest\x18\x02 \x01(\t\x12\x0e\n\x06module\x18\x03 \x01(\t\x12.\n\x08handlers\x18\x04 \x03(\x0b\x32\x1c.ratchet.api.apps.v1.Handler\x12.\n\ncreated_at\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0f\n\x07\x63reated\x18\x06 \x01(\x08*]\n\x0bHandlerKind\x12\x1c\n\x18HANDLER_KIND_UNSPECIFIED\x10\x00\x12\x15\n\x11HANDLER_KIND_TASK\x10\x01\x12\x19\n\x15HANDLER_KIND_WORKFLOW\x10\x02*i\n\x0eWorkflowResume\x12\x1f\n\x1bWORKFLOW_RESUME_UNSPECIFIED\x10\x00\x12\x1a\n\x16WORKFLOW_RESUME_LATEST\x10\x01\x12\x1a\n\x16WORKFLOW_RESUME_PINNED\x10\x02\x32\xa5\x01\n\nAppService\x12\x96\x01\n\x10\x43reateDeployment\x12,.ratchet.api.apps.v1.CreateDeploymentRequest\x1a-.ratchet.api.apps.v1.CreateDeploymentResponse\"%\x82\xd3\xe4\x93\x02\x1f\"\x1a/v1/apps/{app}/deployments:\x01*b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1eratchet/api/apps/v1/apps.proto\x12\x13ratchet.api.apps.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a ratchet/api/tasks/v1/tasks.proto\"\xf7\x01\n\x07Handler\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x30\n\x05retry\x18\x02 \x01(\x0b\x32!.ratchet.api.tasks.v1.RetryPolicy\x12\x30\n\x08timeouts\x18\x03 \x01(\x0b\x32\x1e.ratchet.api.tasks.v1.Timeouts\x12\x15\n\rnon_retryable\x18\x04 \x03(\t\x12.\n\x04kind\x18\x05 \x01(\x0e\x32 .ratchet.api.apps.v1.HandlerKind\x12\x33\n\x06resume\x18\x06 \x01(\x0e\x32#.ratchet.api.apps.v1.WorkflowResume\"\xac\x01\n\x17\x43reateDeploymentRequest\x12\x0b\n\x03\x61pp\x18\x01 \x01(\t\x12\x0e\n\x06\x62undle\x18\x02 \x01(\x0c\x12\x0e\n\x06\x64igest\x18\x03 \x01(\t\x12\x0e\n\x06module\x18\x04 \x01(\t\x12.\n\x08handlers\x18\x05 \x03(\x0b\x32\x1c.ratchet.api.apps.v1.Handler\x12$\n\x1c\x61llow_dropping_live_handlers\x18\x06 \x01(\x08\"O\n\x18\x43reateDeploymentResponse\x12\x33\n\ndeployment\x18\x01 \x01(\x0b\x32\x1f.ratchet.api.apps.v1.Deployment\"\xaa\x01\n\nDeployment\x12\x0b\n\x03\x61pp\x18\x01 \x01(\t\x12\x0e\n\x06\x64igest\x18\x02 \x01(\t\x12\x0e\n\x06module\x18\x03 \x01(\t\x12.\n\x08handlers\x18\x04 \x03(\x0b\x32\x1c.ratchet.api.apps.v1.Handler\x12.\n\ncreated_at\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0f\n\x07\x63reated\x18\x06 \x01(\x08*]\n\x0bHandlerKind\x12\x1c\n\x18HANDLER_KIND_UNSPECIFIED\x10\x00\x12\x15\n\x11HANDLER_KIND_TASK\x10\x01\x12\x19\n\x15HANDLER_KIND_WORKFLOW\x10\x02*i\n\x0eWorkflowResume\x12\x1f\n\x1bWORKFLOW_RESUME_UNSPECIFIED\x10\x00\x12\x1a\n\x16WORKFLOW_RESUME_LATEST\x10\x01\x12\x1a\n\x16WORKFLOW_RESUME_PINNED\x10\x02\x32\xa5\x01\n\nAppService\x12\x96\x01\n\x10\x43reateDeployment\x12,.ratchet.api.apps.v1.CreateDeploymentRequest\x1a-.ratchet.api.apps.v1.CreateDeploymentResponse\"%\x82\xd3\xe4\x93\x02\x1f\"\x1a/v1/apps/{app}/deployments:\x01*b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -36,18 +36,18 @@ if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_APPSERVICE'].methods_by_name['CreateDeployment']._loaded_options = None
   _globals['_APPSERVICE'].methods_by_name['CreateDeployment']._serialized_options = b'\202\323\344\223\002\037\"\032/v1/apps/{app}/deployments:\001*'
-  _globals['_HANDLERKIND']._serialized_start=793
-  _globals['_HANDLERKIND']._serialized_end=886
-  _globals['_WORKFLOWRESUME']._serialized_start=888
-  _globals['_WORKFLOWRESUME']._serialized_end=993
+  _globals['_HANDLERKIND']._serialized_start=831
+  _globals['_HANDLERKIND']._serialized_end=924
+  _globals['_WORKFLOWRESUME']._serialized_start=926
+  _globals['_WORKFLOWRESUME']._serialized_end=1031
   _globals['_HANDLER']._serialized_start=153
   _globals['_HANDLER']._serialized_end=400
   _globals['_CREATEDEPLOYMENTREQUEST']._serialized_start=403
-  _globals['_CREATEDEPLOYMENTREQUEST']._serialized_end=537
-  _globals['_CREATEDEPLOYMENTRESPONSE']._serialized_start=539
-  _globals['_CREATEDEPLOYMENTRESPONSE']._serialized_end=618
-  _globals['_DEPLOYMENT']._serialized_start=621
-  _globals['_DEPLOYMENT']._serialized_end=791
-  _globals['_APPSERVICE']._serialized_start=996
-  _globals['_APPSERVICE']._serialized_end=1161
+  _globals['_CREATEDEPLOYMENTREQUEST']._serialized_end=575
+  _globals['_CREATEDEPLOYMENTRESPONSE']._serialized_start=577
+  _globals['_CREATEDEPLOYMENTRESPONSE']._serialized_end=656
+  _globals['_DEPLOYMENT']._serialized_start=659
+  _globals['_DEPLOYMENT']._serialized_end=829
+  _globals['_APPSERVICE']._serialized_start=1034
+  _globals['_APPSERVICE']._serialized_end=1199
 # @@protoc_insertion_point(module_scope)

@@ -47,18 +47,20 @@ class Handler(_message.Message):
     def __init__(self, name: _Optional[str] = ..., retry: _Optional[_Union[_tasks_pb2.RetryPolicy, _Mapping]] = ..., timeouts: _Optional[_Union[_tasks_pb2.Timeouts, _Mapping]] = ..., non_retryable: _Optional[_Iterable[str]] = ..., kind: _Optional[_Union[HandlerKind, str]] = ..., resume: _Optional[_Union[WorkflowResume, str]] = ...) -> None: ...
 
 class CreateDeploymentRequest(_message.Message):
-    __slots__ = ("app", "bundle", "digest", "module", "handlers")
+    __slots__ = ("app", "bundle", "digest", "module", "handlers", "allow_dropping_live_handlers")
     APP_FIELD_NUMBER: _ClassVar[int]
     BUNDLE_FIELD_NUMBER: _ClassVar[int]
     DIGEST_FIELD_NUMBER: _ClassVar[int]
     MODULE_FIELD_NUMBER: _ClassVar[int]
     HANDLERS_FIELD_NUMBER: _ClassVar[int]
+    ALLOW_DROPPING_LIVE_HANDLERS_FIELD_NUMBER: _ClassVar[int]
     app: str
     bundle: bytes
     digest: str
     module: str
     handlers: _containers.RepeatedCompositeFieldContainer[Handler]
-    def __init__(self, app: _Optional[str] = ..., bundle: _Optional[bytes] = ..., digest: _Optional[str] = ..., module: _Optional[str] = ..., handlers: _Optional[_Iterable[_Union[Handler, _Mapping]]] = ...) -> None: ...
+    allow_dropping_live_handlers: bool
+    def __init__(self, app: _Optional[str] = ..., bundle: _Optional[bytes] = ..., digest: _Optional[str] = ..., module: _Optional[str] = ..., handlers: _Optional[_Iterable[_Union[Handler, _Mapping]]] = ..., allow_dropping_live_handlers: _Optional[bool] = ...) -> None: ...
 
 class CreateDeploymentResponse(_message.Message):
     __slots__ = ("deployment",)

@@ -23,6 +23,8 @@ class StepKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     STEP_KIND_WAIT: _ClassVar[StepKind]
     STEP_KIND_PARALLEL: _ClassVar[StepKind]
     STEP_KIND_CHILD: _ClassVar[StepKind]
+    STEP_KIND_ON_CANCEL: _ClassVar[StepKind]
+    STEP_KIND_COMPENSATE: _ClassVar[StepKind]
 
 class StepState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -37,6 +39,8 @@ STEP_KIND_SLEEP: StepKind
 STEP_KIND_WAIT: StepKind
 STEP_KIND_PARALLEL: StepKind
 STEP_KIND_CHILD: StepKind
+STEP_KIND_ON_CANCEL: StepKind
+STEP_KIND_COMPENSATE: StepKind
 STEP_STATE_UNSPECIFIED: StepState
 STEP_STATE_RUNNING: StepState
 STEP_STATE_COMPLETED: StepState

@@ -115,9 +115,12 @@ class WorkflowServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def CancelWorkflow(self, request, context):
-        """Cancel a run: a run that is not executing (enqueued, retrying, waiting)
-        ends CANCELED now, its timers and waits with it; an executing one is
-        asked to stop, as a task is.
+        """Cancel a run: its open fan-outs' children are cancelled, its timers and
+        waits deleted. A run that registered compensations (ctx.on_cancel) gets
+        one more activation that runs them, last registered first, and then
+        ends CANCELED; any other run that is not executing (enqueued, retrying,
+        waiting) ends CANCELED now, and an executing one is asked to stop, as a
+        task is.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

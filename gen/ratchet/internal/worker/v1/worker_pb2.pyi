@@ -43,6 +43,8 @@ class StepKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     STEP_KIND_WAIT: _ClassVar[StepKind]
     STEP_KIND_PARALLEL: _ClassVar[StepKind]
     STEP_KIND_CHILD: _ClassVar[StepKind]
+    STEP_KIND_ON_CANCEL: _ClassVar[StepKind]
+    STEP_KIND_COMPENSATE: _ClassVar[StepKind]
 
 class ParallelFailure(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -58,6 +60,7 @@ class StepStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     STEP_STATUS_SUSPEND: _ClassVar[StepStatus]
     STEP_STATUS_MISMATCH: _ClassVar[StepStatus]
     STEP_STATUS_ABSENT: _ClassVar[StepStatus]
+    STEP_STATUS_CANCELLED: _ClassVar[StepStatus]
 LEASE_ACTION_UNSPECIFIED: LeaseAction
 LEASE_ACTION_CONTINUE: LeaseAction
 LEASE_ACTION_CANCEL: LeaseAction
@@ -78,6 +81,8 @@ STEP_KIND_SLEEP: StepKind
 STEP_KIND_WAIT: StepKind
 STEP_KIND_PARALLEL: StepKind
 STEP_KIND_CHILD: StepKind
+STEP_KIND_ON_CANCEL: StepKind
+STEP_KIND_COMPENSATE: StepKind
 PARALLEL_FAILURE_UNSPECIFIED: ParallelFailure
 PARALLEL_FAILURE_COLLECT: ParallelFailure
 PARALLEL_FAILURE_FAIL_FAST: ParallelFailure
@@ -87,6 +92,7 @@ STEP_STATUS_DONE: StepStatus
 STEP_STATUS_SUSPEND: StepStatus
 STEP_STATUS_MISMATCH: StepStatus
 STEP_STATUS_ABSENT: StepStatus
+STEP_STATUS_CANCELLED: StepStatus
 
 class PollRequest(_message.Message):
     __slots__ = ("worker_id", "capacity", "app_ids", "max_wait")
