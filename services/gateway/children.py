@@ -175,8 +175,11 @@ class ChildrenApi:
         calls = [form(p, parent, req.position, ids[k:k + CREATE_CALL], types[k:k + CREATE_CALL],
                       payloads[k:k + CREATE_CALL], sizes[k:k + CREATE_CALL], handlers, first=k)
                  for k in range(0, len(ids), CREATE_CALL)]
-        dones = await asyncio.gather(*(self.creates.create(c, timeout) for c in calls))
-        existing = sum(sum(d.deduplicated) for d in dones if d.deduplicated)
+        outcomes = await asyncio.gather(*(self.creates.create(c, timeout) for c in calls), return_exceptions=True)
+        for o in outcomes:  # (every call has ended: none is left running behind the answer)
+            if isinstance(o, BaseException):
+                raise o
+        existing = sum(sum(d.deduplicated) for d in outcomes if isinstance(d, enqueue.Created) and d.deduplicated)
         return control_pb2.StartChildrenResponse(created=len(ids) - existing)
 
     async def _parent(self, tenant_id: str, parent: str, timeout: float) -> tasks_pb2.Task:

@@ -24,7 +24,7 @@ from ratchet.internal.cron.v1 import cron_pb2 as cpb
 from ratchet.internal.cron.v1 import cron_pb2_grpc
 from ratchet.internal.dispatcher.v1 import dispatcher_pb2, dispatcher_pb2_grpc
 from ratchet.internal.history.v1 import history_pb2, history_pb2_grpc
-from ratchet.libs.rpc.errors import ServiceError
+from ratchet.libs.rpc.errors import ServiceError, Unavailable
 from ratchet.libs.shardmap import ShardMap, new_task_id
 from ratchet.services.gateway.children import child_ids
 from ratchet.services.history import callstream
@@ -82,6 +82,7 @@ class FakeHistory(history_pb2_grpc.HistoryServiceServicer):
         self.calls: list[tuple[str, object]] = []
         self.delay_s = 0.0
         self.down: set[int] = set()
+        self.creates_down: set[int] = set()  # shards whose CreateTasks fail UNAVAILABLE
         self.hold_bulk = False
         self.ops: dict[tuple[int, str], tuple[history_pb2.StartBulkOperationRequest, tasks_pb2.BulkOperation]] = {}
         # Workflow runs (tasks of any type: history does not know kinds): their step logs,
@@ -111,6 +112,10 @@ class FakeHistory(history_pb2_grpc.HistoryServiceServicer):
     async def _create(self, request: history_pb2.CreateTasksRequest) -> history_pb2.CreateTasksResponse:
         request = _expanded(request)
         self.calls.append(("CreateTasks", request))
+        if request.shard_id in self.creates_down:
+            raise Unavailable(f"shard {request.shard_id} database unreachable")
+        if len(request.tasks) > 1000:  # (history's limit per request)
+            raise InvalidArgument(f"a CreateTasks request holds at most 1000 tasks, got {len(request.tasks)}")
         if self.delay_s:
             await asyncio.sleep(self.delay_s)
         results, conflict, new = [], False, []

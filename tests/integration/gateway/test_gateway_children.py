@@ -184,6 +184,16 @@ async def test_bad_start_children_are_refused_naming_what_to_fix_and_create_noth
     assert _creates(env, before) == []
 
 
+async def test_the_largest_fan_out_is_created_in_calls_history_takes(env, app):
+    parent = _parent(env, app)
+    before = len(env.history.calls)
+    resp = await _start(env, _req(app, parent, 7, [("charge", b"{}")] * 10_000))
+    assert resp.created == 10_000
+    calls = _creates(env, before)
+    assert all(len(c.tasks) <= 1000 for c in calls) and sum(len(c.tasks) for c in calls) == 10_000
+    assert sorted(t.parent.index for c in calls for t in c.tasks) == list(range(10_000))
+
+
 async def test_too_many_children_are_refused(env, app):
     parent = _parent(env, app)
     req = _req(app, parent, 0, [("notify", b"1")] * 10_001, ids=[])
