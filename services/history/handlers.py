@@ -396,7 +396,7 @@ class HistoryServicer(history_pb2_grpc.HistoryServiceServicer):
                                                   request.from_index, size)
         out = history_pb2.ListWorkflowChildrenResponse(next_index=nxt)
         for c in page:
-            run = out.children.add(index=c.index, child_id=c.child_id,
+            run = out.children.add(index=c.index, child_id=c.child_id, task_type=c.task_type,
                                    state=taskstate.to_proto(c.state) if c.state else 0)
             value = convert.json_value(c.result)
             if value is not None:

@@ -670,6 +670,16 @@ class Tx:
         """Drop delivered child ends."""
         await self._run("workflow_outbox_delete", _uuids(child_ids))
 
+    async def workflow_barriers_lock(self, ends: Sequence[ChildEnd]) -> None:
+        """Lock the stripe rows these ends may decrement, in one global order."""
+        await self._run("workflow_barriers_lock", _uuids([e.parent_id for e in ends]), [e.position for e in ends],
+                        [e.child_index for e in ends])
+
+    async def workflow_children_states(self, ids: Sequence[str]) -> dict[str, tuple[str, str]]:
+        """{task_id: (state, task_type)} of the ids on this shard."""
+        recs = await self._run("workflow_children_states", _uuids(ids))
+        return {str(r["task_id"]): (r["state"], r["task_type"]) for r in recs}
+
     async def workflow_child_deliver(self, ends: Sequence[ChildEnd]) -> list[tuple[str, int, str, str]]:
         """Record child ends on the parent's shard (once each) and decrement the barriers;
         [(parent, position, why, on_failure)] of the fan-outs completed now."""

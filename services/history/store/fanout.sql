@@ -77,6 +77,21 @@ SELECT o.child_id, o.parent_id, o.position, o.child_index, o.state, o.result, o.
 -- The delivered child ends (recorded on the parent's shard), gone.
 DELETE FROM workflow_child_outbox WHERE child_id = ANY($1::uuid[]) AND state <> 'CASCADE'
 
+-- name: workflow_barriers_lock
+-- The stripe rows a delivery batch (parent $1, position $2, index $3) may
+-- decrement, locked in (run, position, stripe) order before
+-- workflow_child_deliver, so two deliverers of one fan-out's children (two
+-- shards' loops) take them in one order and never deadlock on them.
+SELECT 1
+  FROM workflow_barriers b
+  JOIN (SELECT DISTINCT i.parent_id, i.position, i.child_index % least(16, s.child_count) AS stripe
+          FROM unnest($1::uuid[], $2::int[], $3::int[]) AS i(parent_id, position, child_index)
+          JOIN workflow_steps s ON s.workflow_id = i.parent_id AND s.position = i.position
+         WHERE s.kind IN ('PARALLEL', 'CHILD')) x
+    ON b.workflow_id = x.parent_id AND b.position = x.position AND b.stripe = x.stripe
+ ORDER BY b.workflow_id, b.position, b.stripe
+   FOR UPDATE OF b
+
 -- name: workflow_child_deliver
 -- On the parent's shard: record children's ends (child $1, parent $2,
 -- position $3, index $4, state $5, result $6, error $7 $8, ended at $9) once
@@ -179,6 +194,10 @@ d AS (
     DELETE FROM workflow_child_outbox WHERE child_id = $1::uuid AND state = 'CASCADE' AND $2::int >= $3::int
 )
 SELECT 1
+
+-- name: workflow_children_states
+-- The state and task type of fan-out children on this shard (ListWorkflowChildren).
+SELECT t.task_id, t.state, t.task_type FROM tasks t WHERE t.task_id = ANY($1::uuid[])
 
 -- name: workflow_children_cancel_lock
 -- The children of a cascade batch that are not terminal, locked in task_id

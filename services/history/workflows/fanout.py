@@ -72,10 +72,11 @@ class Outcome:
     error: ErrorInfo | None
 
 
-def child_ids(parent_id: str, position: int, n: int) -> list[str]:
-    """The ids of a fan-out's n children: the parent's slot up to SPREAD_ABOVE, else spread."""
+def child_ids(parent_id: str, position: int, n: int, lo: int = 0, hi: int | None = None) -> list[str]:
+    """The ids of a fan-out's n children (those of index lo..hi-1): the parent's slot up to
+    SPREAD_ABOVE children, else spread over the slots."""
     spread = n > SPREAD_ABOVE
-    return [child_id(parent_id, position, i, spread) for i in range(n)]
+    return [child_id(parent_id, position, i, spread) for i in range(lo, n if hi is None else min(hi, n))]
 
 
 def outcome(d: ChildDoneRow) -> Outcome:
@@ -122,7 +123,8 @@ async def record(mesh: Mesh, shard: Shard, ends: Sequence[ChildEnd]) -> None:
     """On the parent's shard, one transaction: the ends recorded once, the barriers decremented,
     the fan-outs that fired completed, their parents woken and (fail_fast) a cascade opened."""
     async with shard.conn() as conn, mesh.store.tx(conn) as tx:
-        fired = await tx.workflow_child_deliver(sorted(ends, key=lambda e: (e.parent_id, e.child_index)))
+        await tx.workflow_barriers_lock(ends)
+        fired = await tx.workflow_child_deliver(ends)
         if not fired:
             return
         for parent, position, why, on_failure in fired:
@@ -142,7 +144,7 @@ async def cascade(mesh: Mesh, shard_id: int, limit: int = CASCADE_BATCH) -> int:
     async with shard.conn() as conn, mesh.store.tx(conn) as tx:
         open_ = await tx.workflow_cascade_take(10)
         for cascade_id, parent, position, cursor, n in open_:
-            ids = child_ids(parent, position, n)[cursor:cursor + limit]
+            ids = child_ids(parent, position, n, cursor, cursor + limit)
             by_shard: dict[int, list[str]] = {}
             for c in ids:
                 by_shard.setdefault(mesh.map.shard_for_task(c), []).append(c)

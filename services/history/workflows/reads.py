@@ -51,7 +51,8 @@ class ChildState:
 
     index: int
     child_id: str
-    state: str  # '' when the child does not exist (yet)
+    task_type: str  # '' when the child does not exist (yet)
+    state: str  # '' likewise
     result: bytes | None = None
     error: ErrorInfo | None = None
 
@@ -72,30 +73,32 @@ async def children_page(mesh: fanout.Mesh, conn: asyncpg.Connection, workflow_id
         n = counts[position][0]
         size = max(0, min(page_size, n - from_index))
         done = {d.child_index: d for d in await tx.workflow_child_done_page(workflow_id, position, from_index, size)}
-    ids = fanout.child_ids(workflow_id, position, n)[from_index:from_index + size]
-    live = await _live_states(mesh, [c for k, c in enumerate(ids) if from_index + k not in done])
+    ids = fanout.child_ids(workflow_id, position, n, from_index, from_index + size)
+    live = await _live_states(mesh, ids)
     out = []
     for k, cid in enumerate(ids):
         d = done.get(from_index + k)
-        if d is not None:
+        state, task_type = live.get(cid, ("", ""))
+        if d is not None:  # ended: as recorded (what the step's DONE gives back)
             o = fanout.outcome(d)
-            out.append(ChildState(o.index, cid, o.state, o.result, o.error))
+            out.append(ChildState(o.index, cid, task_type, o.state, o.result, o.error))
         else:
-            out.append(ChildState(from_index + k, cid, live.get(cid, "")))
+            out.append(ChildState(from_index + k, cid, task_type, state))
     nxt = from_index + size
     return out, nxt if nxt < n else -1
 
 
-async def _live_states(mesh: fanout.Mesh, ids: list[str]) -> dict[str, str]:
-    """{child: state} read from the children's shards (one read per shard)."""
+async def _live_states(mesh: fanout.Mesh, ids: list[str]) -> dict[str, tuple[str, str]]:
+    """{child: (state, task_type)} read from the children's shards (one read per shard); a
+    child not created yet is absent."""
     by_shard: dict[int, list[str]] = {}
     for c in ids:
         by_shard.setdefault(mesh.map.shard_for_task(c), []).append(c)
-    out: dict[str, str] = {}
+    out: dict[str, tuple[str, str]] = {}
     for sid, group in by_shard.items():
         shard = mesh.served(sid)
         if shard is None:
             continue  # not served here: shown without a state
         async with shard.conn() as conn:
-            out.update(await mesh.store.on(conn).task_state_batch(group))
+            out.update(await mesh.store.on(conn).workflow_children_states(group))
     return out

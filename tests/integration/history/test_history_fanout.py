@@ -579,3 +579,68 @@ async def test_the_completion_statement_costs_the_same_with_the_outbox_a_b(make_
     print(f"task_transition_apply, {BATCH} completions: A (before) {a:.3f} ms, B (with the outbox) {b:.3f} ms "
           f"per statement (medians {ma:.3f} / {mb:.3f}) over {len(times['A'])}/{len(times['B'])} statements")
     assert b <= a * 1.25 + 0.3, (a, b)
+
+
+# -- reads and event ids -----------------------------------------------------------------
+
+async def test_the_children_list_shows_ended_live_and_missing_children_by_index(hist):
+    tenant, app, leased = await _run(hist)
+    parent = leased.task_id
+    ids = list((await _begin(hist, leased, 0, 6)).child_ids)
+    await _start_n(hist, tenant, app, parent, 0, ids, indexes=[0, 1, 2, 3])
+    await _suspend(hist, leased, 0)
+    got = {t.task_id: t for t in await _lease_all(hist, app, 1, 4)}
+    await _complete(hist, [got[ids[0]], got[ids[2]]], _ok)
+    await eventually(lambda: _done_count(hist, parent, 2))
+
+    async def page(from_index: int, size: int, **kw):
+        return await hist.stub.ListWorkflowChildren(h.ListWorkflowChildrenRequest(
+            shard_id=1, workflow_id=kw.get("wid", parent), tenant_id=kw.get("tenant", tenant),
+            position=kw.get("position", 0), from_index=from_index, page_size=size), timeout=RPC_TIMEOUT)
+    first = await page(0, 4)
+    assert first.next_index == 4 and [c.child_id for c in first.children] == ids[:4]
+    assert [c.state for c in first.children] == [tasks_pb2.TASK_STATE_SUCCEEDED, tasks_pb2.TASK_STATE_LEASED,
+                                                 tasks_pb2.TASK_STATE_SUCCEEDED, tasks_pb2.TASK_STATE_LEASED]
+    assert {c.task_type for c in first.children} == {"work"}
+    assert first.children[2].result.struct_value["done"] == 2
+    rest = await page(4, 4)
+    assert rest.next_index == -1 and [(c.index, c.state, c.task_type) for c in rest.children] == [(4, 0, ""),
+                                                                                                (5, 0, "")]
+    steps = await hist.stub.GetWorkflowSteps(h.GetWorkflowStepsRequest(shard_id=1, workflow_id=parent,
+                                                                       tenant_id=tenant), timeout=RPC_TIMEOUT)
+    assert (steps.steps[0].child_count, steps.steps[0].children_done) == (6, 2)
+    for kw in ({"tenant": "someone-else"}, {"position": 1}, {"wid": new_task_id()}):
+        with pytest.raises(grpc.aio.AioRpcError) as e:
+            await page(0, 10, **kw)
+        assert e.value.code() == grpc.StatusCode.NOT_FOUND
+
+
+async def test_a_resent_inbox_event_with_its_id_is_kept_once_and_answers_as_the_first(hist):
+    tenant, _, leased = await _run(hist)
+    run = leased.task_id
+
+    async def send(event_id: str, data: dict, name: str = "approved") -> int:
+        req = h.DeliverEventRequest(shard_id=1, tenant_id=tenant, name=name, data_json=json.dumps(data).encode(),
+                                    workflow_id=run, event_id=event_id)
+        return (await hist.stub.DeliverEvent(req, timeout=RPC_TIMEOUT)).delivered
+    assert await send("e-1", {"by": "ann"}) == 0  # no wait yet: kept in the inbox
+    assert await send("e-1", {"by": "ann"}) == 0  # resent: kept once
+    assert await send("e-2", {"by": "bob"}, name="other") == 0
+    rows = await hist.sql(1, "SELECT event_id FROM workflow_inbox WHERE workflow_id = $1::uuid ORDER BY seq", run)
+    assert [r["event_id"] for r in rows] == ["e-1", "e-2"]
+    req = wpb.StepRequest(lease=wpb.LeaseRef(shard_id=1, task_id=run, lease_epoch=leased.lease_epoch),
+                          op=wpb.STEP_OP_BEGIN, position=0, name="approved", kind=wpb.STEP_KIND_WAIT)
+    r = (await hist.stub.WorkflowStep(h.WorkflowStepRequest(step=req), timeout=RPC_TIMEOUT)).step
+    assert r.status == wpb.STEP_STATUS_DONE  # the wait took e-1 from the inbox
+    assert await send("e-1", {"by": "ann"}) == 0  # still what the first delivery answered
+    req.position, req.name = 1, "shipped"
+    r = (await hist.stub.WorkflowStep(h.WorkflowStepRequest(step=req), timeout=RPC_TIMEOUT)).step
+    assert r.status == wpb.STEP_STATUS_SUSPEND
+    assert await send("s-1", {"n": 1}, name="shipped") == 1  # completed the open wait
+    assert await send("s-1", {"n": 1}, name="shipped") == 1  # resent: the same answer, kept once
+    rows = await hist.sql(1, "SELECT count(*) FROM workflow_inbox WHERE workflow_id = $1::uuid", run)
+    assert rows[0][0] == 3
+    with pytest.raises(grpc.aio.AioRpcError) as e:
+        await hist.stub.DeliverEvent(h.DeliverEventRequest(shard_id=1, tenant_id=tenant, name="x", data_json=b"{}",
+                                                           event_id="b-1"), timeout=RPC_TIMEOUT)
+    assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "event_id" in e.value.details()
