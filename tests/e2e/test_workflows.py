@@ -105,23 +105,37 @@ def test_a_sandbox_killed_between_side_effect_and_checkpoint_reruns_the_step_onc
     assert charge.attempt == 2 and charge.state == "COMPLETED"
 
 
-def test_a_deploy_that_removes_a_completed_step_fails_the_run_with_a_versioning_error(platform, client, effects,
-                                                                                       tmp_path):
-    # The sleep outlasts the deploy and the host agent's deployment cache (deployment_cache_s, 5 s).
-    wid = client.start_workflow("release_steps", {"dir": str(effects), "sleep_s": 9})
-    _waiting_at(client, wid, "pause")
+def test_a_deploy_under_live_runs_fails_a_removed_step_and_ctx_version_migrates_or_keeps_the_branch(
+        platform, client, effects, tmp_path):
+    # The sleeps outlast the deploy and the host agent's deployment cache (deployment_cache_s, 5 s).
+    removed = client.start_workflow("release_steps", {"dir": str(effects), "sleep_s": 9})
+    before_branch = client.start_workflow("branching", {"sleep_s": 9})
+    past_branch = client.start_workflow("branching", {"sleep_s": 9, "activate_first": True})
+    for wid in (removed, before_branch, past_branch):
+        _waiting_at(client, wid, "pause" if wid == removed else "s")
     next_release = tmp_path / "app"
     shutil.copytree(APP_DIR, next_release)
     source = (next_release / "app.py").read_text()
     (next_release / "app.py").write_text(source.replace("WORKFLOW_RELEASE = 1", "WORKFLOW_RELEASE = 2"))
     deploy(platform, next_release, "default")
     try:
-        run = _finished(client, wid)
+        runs = {wid: _finished(client, wid) for wid in (removed, before_branch, past_branch)}
     finally:
         deploy(platform, APP_DIR, "default")
+    # Release 2 dropped the completed step b: a versioning error, and the next step never runs.
+    run = runs[removed]
     assert run.state == "FAILED" and run.error.error_class == "WorkflowVersionError", run
     assert "'b'" in run.error.message and "'pause'" in run.error.message
-    assert _runs(effects, "c") == 0  # the following step did not execute
+    assert _runs(effects, "c") == 0
+    # A run that had not reached the new marker takes the new branch ...
+    run = runs[before_branch]
+    assert run.state == "SUCCEEDED" and run.result == "v2", run
+    assert [s.name for s in run.steps] == ["a", "s", "activation-v2", "activate_v2"]
+    assert next(s for s in run.steps if s.kind == "VERSION").result == 1
+    # ... one that passed that point before the marker existed keeps its branch (0).
+    run = runs[past_branch]
+    assert run.state == "SUCCEEDED" and run.result == "v1", run
+    assert [s.name for s in run.steps] == ["a", "activate", "s"]
 
 
 def test_a_sleep_survives_a_restart_of_every_service(platform, client, effects):

@@ -163,3 +163,25 @@ def nap(ctx, payload):
 def parent_of_nap(ctx, payload):
     """Awaits one child workflow like a step."""
     return {"child": ctx.child("sub", nap, {"seconds": 0.3})}
+
+
+def _branch(ctx):
+    """Release 1 activates one way; release 2 branches on a version marker."""
+    if WORKFLOW_RELEASE == 1:
+        return ctx.step("activate", lambda: "v1")
+    if ctx.version("activation-v2") >= 1:
+        return ctx.step("activate_v2", lambda: "v2")
+    return ctx.step("activate", lambda: "v1")
+
+
+@workflow(retries=FAST_RETRY)
+def branching(ctx, payload):
+    """Reaches the branch point before or after its sleep, as payload["activate_first"] says."""
+    ctx.step("a", lambda: "a")
+    if payload.get("activate_first"):
+        activated = _branch(ctx)
+        ctx.sleep("s", seconds=payload["sleep_s"])
+    else:
+        ctx.sleep("s", seconds=payload["sleep_s"])
+        activated = _branch(ctx)
+    return activated
