@@ -69,7 +69,7 @@ bench-full: setup
 chaos: setup
 	@command -v faketime >/dev/null || { [ "$$(id -u)" = 0 ] && (apt-get update -qq && apt-get install -y -qq faketime) >/dev/null 2>&1; } || echo "chaos: libfaketime is not installed and could not be (Debian package faketime): the clock-skew scenarios will be skipped"
 	@dir=build/chaos/$$(date +%Y%m%d-%H%M%S); \
-	GRPC_ENABLE_FORK_SUPPORT=0 RATCHET_FAULT_DIR=$$dir $(PY) -m pytest tests/fault -m chaos -q -p no:cacheprovider; status=$$?; \
+	GRPC_ENABLE_FORK_SUPPORT=0 RATCHET_FAULT_DIR=$$dir $(PY) -m pytest tests/fault tests/e2e -m chaos -q -p no:cacheprovider; status=$$?; \
 	echo "chaos report: $$dir/report.md (one folder per run, with verdict.json and the rerun command)"; exit $$status
 
 clean:
