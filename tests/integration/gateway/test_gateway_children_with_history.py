@@ -50,7 +50,7 @@ async def _until(check, what: str, timeout: float = 20.0):
         await asyncio.sleep(0.1)
 
 
-async def test_children_started_through_the_gateway_end_and_the_real_barrier_wakes_the_run(real):  # noqa: F811
+async def test_children_started_through_the_gateway_end_and_the_real_barrier_wakes_the_run(real):  # noqa: F811 - real is the imported fixture
     e, hist = real
     t = await e.new_tenant("fanout-real")
     await e.deploy(t.api_key, handlers=HANDLERS, files={"app.py": b"# fan-out\n"})
@@ -133,7 +133,7 @@ async def _children(e, wid: str, auth: dict) -> list[dict]:
     raise AssertionError("more pages than children")
 
 
-async def test_an_event_resent_with_its_id_is_kept_once_in_the_real_inbox(real):  # noqa: F811
+async def test_an_event_resent_with_its_id_is_kept_once_in_the_real_inbox(real):  # noqa: F811 - real is the imported fixture
     e, hist = real
     t = await e.new_tenant("events-real")
     await e.deploy(t.api_key, handlers=HANDLERS, files={"app.py": b"# events\n"})
