@@ -161,13 +161,14 @@ class WorkflowCalls:
         poll = Poll(workflow_id, timeout, max_interval, noun="workflow")
         while True:
             try:
-                run: WorkflowInfo | None = self.get_workflow(workflow_id)
+                # (polls read one step; the answer, once the run has ended, the first page)
+                run: WorkflowInfo | None = self.get_workflow(workflow_id, step_page_size=1)
             except (Unavailable, DeadlineExceeded):
                 if poll.out_of_time():
                     raise
                 run = None
             if run is not None and run.terminal:
-                return run
+                return self.get_workflow(workflow_id)
             time.sleep(poll.pause(run))
 
     def list_workflow_children(self, workflow_id: str, position: int, *, page_size: int | None = None,

@@ -187,13 +187,14 @@ class AsyncClient:
         poll = Poll(workflow_id, timeout, max_interval, noun="workflow")
         while True:
             try:
-                run: WorkflowInfo | None = await self.get_workflow(workflow_id)
+                # (polls read one step; the answer, once the run has ended, the first page)
+                run: WorkflowInfo | None = await self.get_workflow(workflow_id, step_page_size=1)
             except (Unavailable, DeadlineExceeded):
                 if poll.out_of_time():
                     raise
                 run = None
             if run is not None and run.terminal:
-                return run
+                return await self.get_workflow(workflow_id)
             await self.sleep(poll.pause(run))
 
     async def list_workflow_children(self, workflow_id: str, position: int, *, page_size: int | None = None,

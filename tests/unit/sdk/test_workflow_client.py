@@ -160,6 +160,8 @@ def test_wait_workflow_returns_the_run_once_it_has_ended(gw, client):
     gw.workflows.fail_with = [U]  # (a read that fails is read again)
     run = client.wait_workflow(wid, timeout=10, max_interval=0.05)
     assert (run.workflow_id, run.state, run.result, run.terminal) == (wid, "SUCCEEDED", "done", True)
+    reads = [r.step_page_size for r in gw.workflows.requests if hasattr(r, "step_page_size")]
+    assert reads == [1, 1, 1, 1, 0] and len(run.steps) == 6  # (polls read one step; the answer a full page)
     other = client.start_workflow("onboard", idempotency_key="w2")
     with pytest.raises(TimeoutError, match=f"workflow {other} is still WAITING after 0.2s"):
         client.wait_workflow(other, timeout=0.2, max_interval=0.05)
