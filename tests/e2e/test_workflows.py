@@ -9,6 +9,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 import uuid
 
 import httpx
@@ -136,6 +137,25 @@ def test_a_deploy_under_live_runs_fails_a_removed_step_and_ctx_version_migrates_
     run = runs[past_branch]
     assert run.state == "SUCCEEDED" and run.result == "v1", run
     assert [s.name for s in run.steps] == ["a", "activate", "s"]
+
+
+def test_a_runner_whose_lease_expired_mid_step_has_its_commit_refused(platform, client, effects):
+    """Pausing the host agent mid-step lets the lease (2 s here) expire; once it runs again a new
+    activation claims the step (step_attempt 2) and the stale runner's commit is refused, so
+    the log holds the second runner's result only."""
+    wid = client.start_workflow("slow_step", {"dir": str(effects), "seconds": 3})
+    wait_for(lambda: _runs(effects, "slow") == 1, timeout=30, what="the step to start")
+    platform.pause("hostagent")
+    try:
+        time.sleep(4)  # past the lease: history's timer moves the run to RETRY_WAIT
+    finally:
+        platform.resume("hostagent")
+    run = _finished(client, wid)
+    assert run.state == "SUCCEEDED", run
+    assert run.result["step_attempt"] == 2 and run.result["runs"] == 2, run.result
+    [work] = run.steps
+    assert work.attempt == 2 and work.state == "COMPLETED" and work.result == run.result
+    assert _runs(effects, "slow") == 2  # one execution per claim, and no third
 
 
 def test_a_sleep_survives_a_restart_of_every_service(platform, client, effects):

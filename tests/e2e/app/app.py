@@ -185,3 +185,13 @@ def branching(ctx, payload):
         ctx.sleep("s", seconds=payload["sleep_s"])
         activated = _branch(ctx)
     return activated
+
+
+@workflow(retries=FAST_RETRY)
+def slow_step(ctx, payload):
+    """One step that outlasts a lease when its host agent is paused mid-step."""
+    def work():
+        runs = _effect(payload["dir"], "slow")
+        time.sleep(payload.get("seconds", 3))
+        return {"runs": runs, "step_attempt": ctx.step_attempt, "epoch": ctx.lease_epoch}
+    return ctx.step("work", work)
