@@ -299,7 +299,7 @@ class StepRequest(_message.Message):
     def __init__(self, lease: _Optional[_Union[LeaseRef, _Mapping]] = ..., op: _Optional[_Union[StepOp, str]] = ..., position: _Optional[int] = ..., name: _Optional[str] = ..., kind: _Optional[_Union[StepKind, str]] = ..., result_json: _Optional[bytes] = ..., error: _Optional[_Union[_tasks_pb2.TaskError, _Mapping]] = ..., fatal: _Optional[bool] = ..., duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., match_json: _Optional[bytes] = ..., version: _Optional[int] = ..., children: _Optional[_Iterable[_Union[ChildSpec, _Mapping]]] = ..., on_failure: _Optional[_Union[ParallelFailure, str]] = ...) -> None: ...
 
 class StepResponse(_message.Message):
-    __slots__ = ("status", "attempt", "result_json", "error", "wake_after", "logged_name", "logged_kind", "child_ids", "children")
+    __slots__ = ("status", "attempt", "result_json", "error", "wake_after", "logged_name", "logged_kind", "child_ids", "children", "ahead")
     STATUS_FIELD_NUMBER: _ClassVar[int]
     ATTEMPT_FIELD_NUMBER: _ClassVar[int]
     RESULT_JSON_FIELD_NUMBER: _ClassVar[int]
@@ -309,6 +309,7 @@ class StepResponse(_message.Message):
     LOGGED_KIND_FIELD_NUMBER: _ClassVar[int]
     CHILD_IDS_FIELD_NUMBER: _ClassVar[int]
     CHILDREN_FIELD_NUMBER: _ClassVar[int]
+    AHEAD_FIELD_NUMBER: _ClassVar[int]
     status: StepStatus
     attempt: int
     result_json: bytes
@@ -318,4 +319,19 @@ class StepResponse(_message.Message):
     logged_kind: StepKind
     child_ids: _containers.RepeatedScalarFieldContainer[str]
     children: _containers.RepeatedCompositeFieldContainer[ChildOutcome]
-    def __init__(self, status: _Optional[_Union[StepStatus, str]] = ..., attempt: _Optional[int] = ..., result_json: _Optional[bytes] = ..., error: _Optional[_Union[_tasks_pb2.TaskError, _Mapping]] = ..., wake_after: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., logged_name: _Optional[str] = ..., logged_kind: _Optional[_Union[StepKind, str]] = ..., child_ids: _Optional[_Iterable[str]] = ..., children: _Optional[_Iterable[_Union[ChildOutcome, _Mapping]]] = ...) -> None: ...
+    ahead: _containers.RepeatedCompositeFieldContainer[LoggedStep]
+    def __init__(self, status: _Optional[_Union[StepStatus, str]] = ..., attempt: _Optional[int] = ..., result_json: _Optional[bytes] = ..., error: _Optional[_Union[_tasks_pb2.TaskError, _Mapping]] = ..., wake_after: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., logged_name: _Optional[str] = ..., logged_kind: _Optional[_Union[StepKind, str]] = ..., child_ids: _Optional[_Iterable[str]] = ..., children: _Optional[_Iterable[_Union[ChildOutcome, _Mapping]]] = ..., ahead: _Optional[_Iterable[_Union[LoggedStep, _Mapping]]] = ...) -> None: ...
+
+class LoggedStep(_message.Message):
+    __slots__ = ("position", "name", "kind", "attempt", "result_json")
+    POSITION_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    RESULT_JSON_FIELD_NUMBER: _ClassVar[int]
+    position: int
+    name: str
+    kind: StepKind
+    attempt: int
+    result_json: bytes
+    def __init__(self, position: _Optional[int] = ..., name: _Optional[str] = ..., kind: _Optional[_Union[StepKind, str]] = ..., attempt: _Optional[int] = ..., result_json: _Optional[bytes] = ...) -> None: ...
