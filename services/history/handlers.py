@@ -16,6 +16,7 @@ from ratchet.libs.rpc.errors import rpc, rpc_stream
 from ratchet.services.history import callstream, convert, policy
 from ratchet.services.history.bulk import operations
 from ratchet.services.history.config import HistoryConfig
+from ratchet.services.history.enqueue import CreateOut
 from ratchet.services.history.enqueue.commit import Committer
 from ratchet.services.history.enqueue.convert import create_request
 from ratchet.services.history.errors import InvalidArgument
@@ -75,6 +76,14 @@ def _step_response(a: steps.StepAnswer) -> worker_pb2.StepResponse:
                              result_json=c.result or b"")
         if c.error is not None:
             o.error.CopyFrom(tasks_pb2.TaskError(error_class=c.error.error_class, message=c.error.message))
+    return out
+
+
+def _part(req: history_pb2.CreateTasksRequest, idx) -> history_pb2.CreateTasksRequest:
+    """The tasks at idx of a CreateTasks request, with its shared fields."""
+    out = history_pb2.CreateTasksRequest(shard_id=req.shard_id, tasks=[req.tasks[i] for i in idx])
+    if req.HasField("shared"):
+        out.shared.CopyFrom(req.shared)
     return out
 
 
@@ -140,7 +149,8 @@ class HistoryServicer(history_pb2_grpc.HistoryServiceServicer):
     async def _create_tasks(self, request) -> history_pb2.CreateTasksResponse:
         shard = self.shards.get(request.shard_id)
         _batch(request.tasks, "tasks")
-        if request.tasks and request.tasks[0].HasField("parent"):  # (one test per request)
+        tasks = request.tasks
+        if tasks and (tasks[0].HasField("parent") or tasks[-1].HasField("parent")):  # (two tests a request)
             return await self._create_children(shard, request)
         results = await self.creates.create(shard, create_request(request))
         await gates.reach("history.enqueue.after_commit")  # fault tests: committed, not yet answered
@@ -151,16 +161,29 @@ class HistoryServicer(history_pb2_grpc.HistoryServiceServicer):
             for r in results])
 
     async def _create_children(self, shard, request) -> history_pb2.CreateTasksResponse:
-        """A fan-out's children (the gateway sends them in their own CreateTasks calls): created
-        with their parent links, off the group committer."""
+        """A fan-out's children (the gateway sends them in their own CreateTasks calls, or as
+        single enqueues it coalesced with others): created with their parent links, off the
+        group committer. Tasks without a parent among them (coalesced singles) take the
+        ordinary path, as their own request (each was its caller's own call)."""
+        plain = [i for i, t in enumerate(request.tasks) if not t.HasField("parent")]
+        results: list = [None] * len(request.tasks)
+        kids = [i for i, t in enumerate(request.tasks) if t.HasField("parent")] if plain else range(len(results))
+        if plain:
+            ordinary = create_request(_part(request, plain))
+            answers = await self.creates.create(shard, ordinary)
+            for i, k in zip(plain, range(len(plain)), strict=True):
+                results[i] = answers[k] if answers is not None else CreateOut(ordinary.batch.task_ids[k])
+            request = _part(request, kids)
         async with shard.conn() as conn:
             out = await fanout.create_children(conn, self.store, request, self.cfg.idempotency_window_s)
         if out.due:
             self.hub.publish(shard.id)
         self.hub.timer_due(shard.id, out.timer_in_s)
+        for i, r in zip(kids, out.results, strict=True):
+            results[i] = r
         return history_pb2.CreateTasksResponse(results=[
             history_pb2.CreateResult(task_id=r.task_id, deduplicated=r.deduplicated, conflict=r.conflict)
-            for r in out.results])
+            for r in results])
 
     @rpc
     async def GetTask(self, request, context):

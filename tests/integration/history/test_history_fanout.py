@@ -644,3 +644,33 @@ async def test_a_resent_inbox_event_with_its_id_is_kept_once_and_answers_as_the_
         await hist.stub.DeliverEvent(h.DeliverEventRequest(shard_id=1, tenant_id=tenant, name="x", data_json=b"{}",
                                                            event_id="b-1"), timeout=RPC_TIMEOUT)
     assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "event_id" in e.value.details()
+
+
+async def test_a_child_coalesced_with_ordinary_single_enqueues_is_linked_and_they_are_not(hist):
+    """The gateway coalesces single enqueues (a CHILD's one child among them) into one call;
+    history looks at the first and the last task only (O(1) per request: the ordinary path
+    pays nothing), so the child must come first or last (the gateway's side, noted)."""
+    tenant, app, leased = await _run(hist)
+    parent = leased.task_id
+    ids = list((await _begin(hist, leased, 0, 2)).child_ids)
+    a, b = hist.task(tenant, app), hist.task(tenant, app)
+    kids = [h.NewTask(task_id=c, tenant_id=tenant, app_id=app, task_type="work", payload_json=b"{}",
+                      parent=h.ChildOf(parent_id=parent, position=0, index=i)) for i, c in enumerate(ids)]
+    for tasks in ([a, kids[0]], [kids[1], b]):
+        r = await hist.stub.CreateTasks(h.CreateTasksRequest(shard_id=1, tasks=tasks), timeout=RPC_TIMEOUT)
+        assert [x.task_id for x in r.results] == [t.task_id for t in tasks]
+        assert not any(x.deduplicated for x in r.results)
+        again = await hist.stub.CreateTasks(h.CreateTasksRequest(shard_id=1, tasks=tasks), timeout=RPC_TIMEOUT)
+        assert all(x.deduplicated for x in again.results)
+    rows = await hist.sql(1, "SELECT task_id::text, parent_id::text FROM tasks WHERE task_id = ANY($1::uuid[])",
+                          [a.task_id, b.task_id, *ids])
+    assert {r["task_id"]: r["parent_id"] for r in rows} == {a.task_id: None, b.task_id: None, ids[0]: parent,
+                                                            ids[1]: parent}
+    await _suspend(hist, leased, 0)
+    got = {t.task_id: t for t in await _lease_all(hist, app, 1, 4)}
+    await _complete(hist, [got[a.task_id], got[b.task_id], got[ids[0]]], _ok)
+    await eventually(lambda: _done_count(hist, parent, 1))
+    await asyncio.sleep(0.2)
+    assert await _is(hist, parent, tenant, "WAITING")  # ordinary tasks are no children
+    await _complete(hist, [got[ids[1]]], _ok)
+    await eventually(lambda: _is(hist, parent, tenant, "ENQUEUED"))
