@@ -21,7 +21,7 @@ import time
 
 from google.protobuf import json_format, struct_pb2
 
-from loadtest import dbstats, loadgen, profiling, workflows
+from loadtest import cpu, dbstats, loadgen, profiling, workflows
 from loadtest.peers.probe import ProbeFile
 from loadtest.peers.workflow_cells import STARTERS, wait_probes
 from loadtest.ratchet_cells import Bench, Q, guarded
@@ -78,7 +78,7 @@ async def summary(b: Bench, since) -> dict:
 async def cell_idle(b: Bench, runs: Runs, p: WorkflowPlan) -> None:
     """One run at a time, host agent up: start call -> last line, and per step."""
     samples, seen = workflows.IdleSamples(), {}
-    t0 = time.monotonic()
+    t0, cpu_a = time.monotonic(), cpu.take(b.pt.cpu_roots())
     for i in range(p.samples):
         key = f"wi-{i}-{time.time_ns()}"
         sent = time.time()
@@ -86,11 +86,13 @@ async def cell_idle(b: Bench, runs: Runs, p: WorkflowPlan) -> None:
         await wait_probes(runs.probes, seen, [f"{key}:e"], p.sample_timeout_s)
         samples.add(sent, seen, key, p.steps)
         await asyncio.sleep(0.05)
+    cpu_ms = cpu.diff_ms(cpu_a, cpu.take(b.pt.cpu_roots()), children_label={"hostagent": "sandboxes"})
     c = b.cell("workflow_run_idle", {"steps": p.steps, "samples": p.samples}, rate=None, unit="",
-               n=len(samples.run_ms), wall=time.monotonic() - t0, latency=samples.run_ms,
+               n=len(samples.run_ms), wall=time.monotonic() - t0, latency=samples.run_ms, cpu_ms=cpu_ms,
                notes=f"latency = the workflow's last line - just before StartWorkflow, one run of {p.steps} "
-                     "no-op steps at a time; step_ms = (last line - first line) / steps")
+                     "no-op steps at a time; step_ms = (last line - first line) / steps; CPU per run")
     c.extra.update(samples.extra())
+    c.extra["cpu_ms_per_step"] = cpu.per_task(cpu_ms, len(samples.run_ms) * p.steps)
     b.run.record(c)
 
 

@@ -128,9 +128,9 @@ def _median(values) -> float | None:
     return statistics.median(vals) if vals else None
 
 
-def _cpu_total(c) -> float | None:
-    """CPU ms per step summed over every process charged (the machine's busy share left out)."""
-    parts = [v for k, v in (c.cpu_ms_per_task or {}).items() if k != "machine_busy_pct"]
+def _cpu_sum(by_process: dict | None) -> float | None:
+    """CPU ms summed over every process charged (the machine's busy share left out)."""
+    parts = [v for k, v in (by_process or {}).items() if k != "machine_busy_pct"]
     return sum(parts) if parts else None
 
 
@@ -142,6 +142,12 @@ def _steps(cells, system: str, fig) -> float | None:
 def _idle_pct(cells, system: str, field: str, pct: str) -> float | None:
     from loadtest import compare
     return _median(((c.latency_ms if field == "run" else (c.extra or {}).get(field)) or {}).get(pct)
+                   for c in compare.cells_of(cells, system, "workflow_run_idle"))
+
+
+def _idle_cpu(cells, system: str) -> float | None:
+    from loadtest import compare
+    return _median(_cpu_sum((c.extra or {}).get("cpu_ms_per_step"))
                    for c in compare.cells_of(cells, system, "workflow_run_idle"))
 
 
@@ -161,7 +167,9 @@ ROWS = (
      lambda cells, s: _steps(cells, s, lambda c: c.write_xacts_per_task)),
     ("WAL bytes per step (whole runs, starts included)", False,
      lambda cells, s: _steps(cells, s, lambda c: c.wal_bytes_per_task)),
-    ("CPU ms per step, every process charged", False, lambda cells, s: _steps(cells, s, _cpu_total)),
+    ("CPU ms per step, every process charged", False,
+     lambda cells, s: _steps(cells, s, lambda c: _cpu_sum(c.cpu_ms_per_task))),
+    ("CPU ms per step at idle (one run at a time), every process", False, lambda cells, s: _idle_cpu(cells, s)),
 )
 
 

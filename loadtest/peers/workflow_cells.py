@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import time
 
-from loadtest import loadgen, workflows
+from loadtest import cpu, loadgen, workflows
 from loadtest.peers.cells import PeerBench
 from loadtest.peers.probe import ProbeFile
 from loadtest.workflows import WorkflowPlan
@@ -42,7 +42,7 @@ async def idle(b: PeerBench, p: WorkflowPlan) -> None:
         peer.start_worker()
         await peer.wait_ready()
     samples, seen = workflows.IdleSamples(), {}
-    t0 = time.monotonic()
+    t0, cpu_a = time.monotonic(), cpu.take(peer.cpu_roots())
     for i in range(p.samples):
         key = f"wi{b.round}-{i}-{time.time_ns()}"
         sent = time.time()
@@ -50,11 +50,13 @@ async def idle(b: PeerBench, p: WorkflowPlan) -> None:
         await wait_probes(peer.probes, seen, [f"{key}:e"], p.sample_timeout_s)
         samples.add(sent, seen, key, p.steps)
         await asyncio.sleep(0.05)
+    cpu_ms = cpu.diff_ms(cpu_a, cpu.take(peer.cpu_roots()))
     c = b.cell("workflow_run_idle", b.params(steps=p.steps, samples=p.samples), rate=None, unit="",
-               n=len(samples.run_ms), wall=time.monotonic() - t0, latency=samples.run_ms,
+               n=len(samples.run_ms), wall=time.monotonic() - t0, latency=samples.run_ms, cpu_ms=cpu_ms,
                notes=f"latency = the workflow's last line - just before the start call, one run of {p.steps} "
-                     "no-op steps at a time; step_ms = (last line - first line) / steps")
+                     "no-op steps at a time; step_ms = (last line - first line) / steps; CPU per run")
     c.extra.update(samples.extra())
+    c.extra["cpu_ms_per_step"] = cpu.per_task(cpu_ms, len(samples.run_ms) * p.steps)
     c.extra["workflow_note"] = peer.workflow_note
     b.record(c)
 

@@ -83,7 +83,8 @@ def _steps(system, rate, commits, wal, label=None):
 def _idle(system, p50, step_p50):
     c = Cell(system=system, workload="workflow_run_idle", params={"steps": 10})
     c.latency_ms = {"p50": p50, "p99": p50 * 2}
-    c.extra = {"step_ms": {"p50": step_p50, "p99": step_p50 * 2}, "start_to_first_line_ms": {"p50": 1.0}}
+    c.extra = {"step_ms": {"p50": step_p50, "p99": step_p50 * 2}, "start_to_first_line_ms": {"p50": 1.0},
+               "cpu_ms_per_step": {"history": 1.5, "postgres": 0.5, "machine_busy_pct": 30.0}}
     return c
 
 
@@ -99,6 +100,7 @@ def test_report_table_has_every_row_ratios_and_the_fan_in_row():
     assert "| step latency idle p50, ms ((last line - first line) / K) | 5.00 | 2.50 | 2.00× ▼ |" in text
     assert "| commits per step (whole runs, starts included) | 2.50 | 5.00 | 0.50× ▲ |" in text
     assert "| CPU ms per step, every process charged | 3.00 | 3.00 | 1.00× |" in text
+    assert "| CPU ms per step at idle (one run at a time), every process | 2.00 | 2.00 | 1.00× |" in text
     assert "| fan-in latency, 1,000-way fan-out | not measured | not measured | – |" in text
     assert workflows.FAN_IN_NOTE in text and "N = 200 runs of K = 10 steps" in text
 
