@@ -674,3 +674,47 @@ async def test_a_child_coalesced_with_ordinary_single_enqueues_is_linked_and_the
     assert await _is(hist, parent, tenant, "WAITING")  # ordinary tasks are no children
     await _complete(hist, [got[ids[1]]], _ok)
     await eventually(lambda: _is(hist, parent, tenant, "ENQUEUED"))
+
+
+async def test_a_cancel_of_a_leased_parent_cancels_its_open_fanouts_children(hist):
+    tenant, app, leased = await _run(hist)
+    parent = leased.task_id
+    ids = list((await _begin(hist, leased, 0, 5)).child_ids)
+    await _start(hist, tenant, app, parent, 0, ids)
+    r = await hist.cancel(parent, tenant)  # still LEASED: the activation is asked to stop
+    assert r.state == tasks_pb2.TASK_STATE_LEASED and r.cancel_requested
+    await eventually(lambda: _all_state(hist, tenant, ids, "CANCELED"), timeout=10)
+    await eventually(lambda: _cascades_empty(hist))
+
+
+async def test_a_crash_mid_cascade_resumes_at_its_cursor(make_hist):
+    hist = await make_hist()
+    tenant, app, leased = await _run(hist)
+    parent = leased.task_id
+    n = 1200  # spread over both shards; cascades go 500 children a batch
+    ids = list((await _begin(hist, leased, 0, n, on_failure="FAIL_FAST")).child_ids)
+    await _start_n(hist, tenant, app, parent, 0, ids, max_attempts=1)
+    await _suspend(hist, leased, 0)
+    calls, cursors = 0, []
+
+    async def crash(_name: str) -> None:
+        nonlocal calls
+        calls += 1
+        if calls == 3:  # the first cancel of the second batch: the first batch committed
+            rows = await hist.sql(1, "SELECT child_index FROM workflow_child_outbox WHERE state = 'CASCADE'")
+            cursors.append([r[0] for r in rows])
+            raise ConnectionResetError("history died mid-cascade")
+    hist.server.store.before["workflow_children_cancel_lock"] = crash
+    failing = await hist.lease_one(app, shard=1, lease_s=LEASE_S)
+    await _complete(hist, [failing], lambda t: ("FAILED", {"error": tasks_pb2.TaskError(error_class="E")}))
+    await eventually(lambda: _is(hist, parent, tenant, "ENQUEUED"), timeout=10)
+    await eventually(lambda: _cascades_empty(hist), timeout=20)
+    assert cursors == [[500]]  # the first batch's progress was durable when it crashed
+    rest = [c for c in ids if c != failing.task_id]
+    counts = {}
+    for s in (1, 2):
+        for r in await hist.sql(s, "SELECT state, count(*) FROM tasks WHERE task_id = ANY($1::uuid[]) GROUP BY 1",
+                                rest):
+            counts[r[0]] = counts.get(r[0], 0) + r[1]
+    assert counts == {"CANCELED": n - 1}
+    await eventually(lambda: _done_count(hist, parent, n), timeout=20)  # every end recorded, once
