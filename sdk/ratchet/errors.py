@@ -118,6 +118,16 @@ class StepUnavailable(WorkflowInterrupt):
     was malformed): the activation fails and is retried, replaying what was logged."""
 
 
+class WorkflowCancelled(WorkflowInterrupt):
+    """The run was cancelled and has compensations (ctx.on_cancel): the code stops at the
+    checkpoint at `position` (the point the run had reached), and the runner then runs the
+    registered compensations, last first, from that position on."""
+
+    def __init__(self, position: int):
+        super().__init__(f"the run was cancelled; it stops at step position {position} to run its compensations")
+        self.position = position
+
+
 class ChildError(FatalError):
     """How one child of a fan-out ended when it did not succeed: `ctx.parallel(...,
     on_failure="collect")` returns it in that child's place (it is not raised).

@@ -23,7 +23,8 @@ MAX_COMPLETIONS = 1000
 _OUTCOMES = "SUCCEEDED, FAILED, CANCELED, CRASHED or SUSPENDED"
 _STEP_OPS = {wpb.STEP_OP_BEGIN, wpb.STEP_OP_COMMIT}
 _FAN_OUT = {wpb.STEP_KIND_PARALLEL, wpb.STEP_KIND_CHILD}
-_STEP_KINDS = {wpb.STEP_KIND_STEP, wpb.STEP_KIND_VERSION, wpb.STEP_KIND_SLEEP, wpb.STEP_KIND_WAIT} | _FAN_OUT
+_STEP_KINDS = {wpb.STEP_KIND_STEP, wpb.STEP_KIND_VERSION, wpb.STEP_KIND_SLEEP, wpb.STEP_KIND_WAIT,
+               wpb.STEP_KIND_ON_CANCEL, wpb.STEP_KIND_COMPENSATE} | _FAN_OUT
 _ON_FAILURE = {wpb.PARALLEL_FAILURE_UNSPECIFIED, wpb.PARALLEL_FAILURE_COLLECT, wpb.PARALLEL_FAILURE_FAIL_FAST}
 # History's bound on one fan-out (docs/design/workflows-protocol.md), and on a child's input.
 MAX_CHILDREN = 10_000
@@ -92,8 +93,11 @@ def step(request: wpb.StepRequest) -> None:
     if request.op not in _STEP_OPS:
         raise InvalidArgument(f"op must be STEP_OP_BEGIN or STEP_OP_COMMIT, got {request.op}")
     if request.kind not in _STEP_KINDS:
-        raise InvalidArgument(f"kind must be STEP_KIND_STEP, _VERSION, _SLEEP, _WAIT, _PARALLEL or _CHILD, "
-                              f"got {request.kind}")
+        raise InvalidArgument(f"kind must be STEP_KIND_STEP, _VERSION, _SLEEP, _WAIT, _PARALLEL, _CHILD, "
+                              f"_ON_CANCEL or _COMPENSATE, got {request.kind}")
+    if request.kind == wpb.STEP_KIND_ON_CANCEL and request.op != wpb.STEP_OP_BEGIN:
+        raise InvalidArgument("an ON_CANCEL step is only begun (it registers a compensation); its compensation "
+                              "runs as a STEP_KIND_COMPENSATE step")
     if request.position < 0:
         raise InvalidArgument(f"position must be >= 0 (the Nth checkpoint call of the run), got {request.position}")
     if not request.name:

@@ -25,6 +25,10 @@ of the children (an unknown handler, a bad input) cannot be helped by a retry:
 the reply is "error" with `fatal: true`; a parent that has ended
 (FAILED_PRECONDITION) is "lost". A DONE carries every child's outcome
 by index in the reply's "children".
+
+Compensations: kind "on_cancel" (begin only: it logs a registration) and
+"compensate" (begin/commit like "step"); a cancelled run that has compensations
+is answered "cancelled" (StepStatus CANCELLED) at the checkpoint where it stops.
 """
 
 from __future__ import annotations
@@ -64,8 +68,12 @@ MAX_ERROR_CLASS_CHARS = 200
 OPS = {"begin": worker_pb2.STEP_OP_BEGIN, "commit": worker_pb2.STEP_OP_COMMIT}
 KINDS = {"step": worker_pb2.STEP_KIND_STEP, "version": worker_pb2.STEP_KIND_VERSION,
          "sleep": worker_pb2.STEP_KIND_SLEEP, "wait": worker_pb2.STEP_KIND_WAIT,
-         "parallel": worker_pb2.STEP_KIND_PARALLEL, "child": worker_pb2.STEP_KIND_CHILD}
+         "parallel": worker_pb2.STEP_KIND_PARALLEL, "child": worker_pb2.STEP_KIND_CHILD,
+         "on_cancel": worker_pb2.STEP_KIND_ON_CANCEL, "compensate": worker_pb2.STEP_KIND_COMPENSATE}
 FAN_OUT = {worker_pb2.STEP_KIND_PARALLEL, worker_pb2.STEP_KIND_CHILD}
+# Kinds that are only begun: a fan-out (its children's ends complete it) and an on_cancel
+# (registering a compensation logs it at once; the compensation runs as a COMPENSATE step).
+BEGIN_ONLY = FAN_OUT | {worker_pb2.STEP_KIND_ON_CANCEL}
 ON_FAILURE = {"collect": worker_pb2.PARALLEL_FAILURE_COLLECT, "fail_fast": worker_pb2.PARALLEL_FAILURE_FAIL_FAST}
 # History's bound on one fan-out (workflows-protocol.md); the frame limit bounds the bytes.
 MAX_CHILDREN = 10_000
@@ -77,7 +85,7 @@ CHILDREN_REFUSED = (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.NOT_FOUND,
 KIND_NAMES = {number: name for name, number in KINDS.items()}
 STATUSES = {worker_pb2.STEP_STATUS_RUN: "run", worker_pb2.STEP_STATUS_DONE: "done",
             worker_pb2.STEP_STATUS_SUSPEND: "suspend", worker_pb2.STEP_STATUS_MISMATCH: "mismatch",
-            worker_pb2.STEP_STATUS_ABSENT: "absent"}
+            worker_pb2.STEP_STATUS_ABSENT: "absent", worker_pb2.STEP_STATUS_CANCELLED: "cancelled"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -100,7 +108,7 @@ class StepFrame:
 class Reply:
     """What the stub is told about one step call (the step_reply frame without its address)."""
 
-    status: str  # run | done | suspend | mismatch | absent | lost | error
+    status: str  # run | done | suspend | mismatch | absent | cancelled | lost | error
     attempt: int = 0
     result: str | None = None
     error: dict | None = None
@@ -144,6 +152,8 @@ def parse_frame(message: dict) -> StepFrame:
         raise ProtocolError("a step frame's name must be a string")
     request = worker_pb2.StepRequest(op=op, kind=kind, position=_integer(message, "position", INT32_MAX),
                                      name=name, fatal=_flag(message, "fatal"))
+    if op == worker_pb2.STEP_OP_COMMIT and kind == worker_pb2.STEP_KIND_ON_CANCEL:
+        raise ProtocolError("an on_cancel step is only begun (it registers a compensation), never committed")
     _optional_fields(message, request)
     _fan_out_fields(message, request)
     return StepFrame(task_id, call, request)

@@ -4,7 +4,8 @@ A request is the body of a `step` frame (sdk/ratchet/sandbox/protocol.py):
 op, position, name, kind, result, error, fatal, duration_s, match, version,
 children, on_failure. A reply is the body of a `step_reply` frame: status,
 attempt, result, error, wake_after_s, logged_name, logged_kind, message, and
-for a fan-out "children" (its outcomes) or for a refusal "fatal". The sandbox stub carries them
+for a fan-out "children" (its outcomes) or for a refusal "fatal"; status
+"cancelled" at a checkpoint of a cancelled run that has compensations. The sandbox stub carries them
 to the host agent (which adds the lease and calls DispatchService.Step);
 ratchet.testing answers them from an in-memory log under the same rules.
 """
@@ -21,10 +22,12 @@ MISMATCH = "mismatch"
 ABSENT = "absent"
 LOST = "lost"
 ERROR = "error"
-STATUSES = frozenset({RUN, DONE, SUSPEND, MISMATCH, ABSENT, LOST, ERROR})
+# The run was cancelled and has compensations: stop here and run them (StepStatus CANCELLED).
+CANCELLED = "cancelled"
+STATUSES = frozenset({RUN, DONE, SUSPEND, MISMATCH, ABSENT, LOST, ERROR, CANCELLED})
 
 OPS = ("begin", "commit")
-KINDS = ("step", "version", "sleep", "wait", "parallel", "child")
+KINDS = ("step", "version", "sleep", "wait", "parallel", "child", "on_cancel", "compensate")
 ON_FAILURE = ("collect", "fail_fast")
 
 

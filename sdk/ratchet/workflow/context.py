@@ -1,13 +1,19 @@
 """`ctx` of a workflow: a TaskContext plus the calls that checkpoint into the run's log.
 
 Every checkpoint call (`step`, `version`, `sleep`, `wait_for_event`, `parallel`,
-`child`) takes the
+`child`, `on_cancel`) takes the
 next position of the log (0-based, in the order the code makes them; a version
 marker answered ABSENT takes none), so a resumed run re-executes its function
 from the top and each call meets its own earlier outcome: a finished step
 answers from the log instead of running again. The code must therefore make
 the same calls in the same order on every activation; when it changes under a
 live run, the first call that meets another entry raises WorkflowVersionError.
+
+Compensations: `on_cancel` registers a function (logged, not run). When the run
+has been cancelled the platform answers "cancelled" at the first checkpoint the
+run had not passed; the code unwinds there (WorkflowCancelled) and the runner
+calls `_compensate()`, which runs the registered functions last first, each a
+memoized "compensate" step at the next positions (from the cancelled one on).
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ import datetime as dt
 import inspect
 import json
 import math
+import re
 import threading
 from collections.abc import Callable
 from typing import Any, NoReturn
@@ -31,6 +38,7 @@ from ratchet.errors import (
     StepFailed,
     StepRefused,
     StepUnavailable,
+    WorkflowCancelled,
     WorkflowSuspended,
     WorkflowVersionError,
 )
@@ -41,10 +49,15 @@ from ratchet.workflow import channel as ch
 
 # What the customer wrote, for messages: the log's kinds are the calls' short names.
 _CALL = {"step": "ctx.step", "version": "ctx.version", "sleep": "ctx.sleep", "wait": "ctx.wait_for_event",
-         "parallel": "ctx.parallel", "child": "ctx.child"}
+         "parallel": "ctx.parallel", "child": "ctx.child", "on_cancel": "ctx.on_cancel",
+         "compensate": "ctx.on_cancel"}
 _UNITS = (("seconds", 1.0), ("minutes", 60.0), ("hours", 3600.0), ("days", 86400.0))
 # The longest duration the platform stores (protobuf's Duration: 10,000 years).
 MAX_DURATION_S = 315_576_000_000.0
+# A compensation's arguments are logged for people to read; larger ones are logged as null.
+MAX_LOGGED_ARGS_BYTES = 64 * 1024
+_NOT_IN_NAMES = re.compile(r"[^A-Za-z0-9_.:-]")
+MAX_NAME_CHARS = 200
 
 
 def check_name(kind: str, name: Any) -> str:
@@ -53,6 +66,31 @@ def check_name(kind: str, name: Any) -> str:
         raise ValueError(f"{_CALL.get(kind, kind)}() name must be 1..200 characters of [A-Za-z0-9_.:-], "
                          f"got {name!r}")
     return name
+
+
+def compensation_name(fn: Any) -> str:
+    """The name an on_cancel without name= logs: fn's __name__ with every character the
+    platform refuses made "_", cut to 200 ("<lambda>" is "_lambda_")."""
+    raw = getattr(fn, "__name__", None) or type(fn).__name__
+    return _NOT_IN_NAMES.sub("_", str(raw))[:MAX_NAME_CHARS] or "compensation"
+
+
+def compensate_name(name: str) -> str:
+    """The step name a compensation runs under: "compensate:" + its on_cancel's name, cut to
+    the platform's 200 characters (the position, not the name, tells two apart)."""
+    return f"compensate:{name}"[:MAX_NAME_CHARS]
+
+
+def logged_args(args: tuple, kwargs: dict) -> str | None:
+    """A compensation's arguments as JSON text for the log ({"args", "kwargs"}), or None when
+    they are not JSON or too large: they are shown, never read back (the code passes them
+    again on every replay)."""
+    try:
+        text = json.dumps({"args": list(args), "kwargs": kwargs}, separators=(",", ":"), ensure_ascii=False,
+                          allow_nan=False)
+    except (TypeError, ValueError):
+        return None
+    return text if len(text.encode("utf-8")) <= MAX_LOGGED_ARGS_BYTES else None
 
 
 def sleep_seconds(duration: Any, units: dict[str, Any]) -> float:
@@ -128,6 +166,8 @@ class WorkflowContext(TaskContext):
         # Positions follow call order, so calls from two threads would number at random.
         self._thread = threading.get_ident()
         self.step_attempt: int | None = None
+        # (name, fn, args, kwargs) of each ctx.on_cancel passed, in order (again on every replay).
+        self._compensations: list[tuple[str, Callable[..., Any], tuple, dict]] = []
 
     @classmethod
     def of(cls, ctx: TaskContext, channel: ch.StepChannel, policy: RetryPolicy | None = None) -> WorkflowContext:
@@ -262,6 +302,64 @@ class WorkflowContext(TaskContext):
             raise ChildFailed(name, value)
         return value
 
+    def on_cancel(self, fn: Callable[..., Any], /, *args: Any, name: str | None = None, **kwargs: Any) -> None:
+        """Register fn(*args, **kwargs) as a compensation: nothing runs now. If the run is
+        cancelled later, it replays to the point it had reached and then runs every
+        registered compensation, the last registered first, each once (a memoized step:
+        `ctx.step_attempt` inside), and ends CANCELED. One that raises a retryable error is
+        tried again by the run's next activation; a fatal one is logged FAILED and the
+        others still run. `name` (default: fn's name) is what the log shows."""
+        if not callable(fn):
+            raise TypeError(f"ctx.on_cancel(fn): fn must be callable, got {fn!r}")
+        label = compensation_name(fn) if name is None else name
+        self._enter("on_cancel", label)
+        position = self._position
+        self._ask(ch.request("begin", "on_cancel", position, label, result=logged_args(args, kwargs)), (ch.DONE,))
+        self._position += 1
+        self._compensations.append((label, fn, args, kwargs))
+
+    @property
+    def compensations(self) -> list[str]:
+        """The names of the compensations registered so far, in registration order."""
+        return [name for name, _fn, _args, _kwargs in self._compensations]
+
+    def _compensate(self) -> BaseException | None:
+        """Run the registered compensations, last first, after a WorkflowCancelled stopped the
+        code: None when each has run (or had, per the log), else what stops the activation: a
+        compensation's retryable exception (committed; the next activation tries again) or an
+        interrupt of the platform's (also in `halted`). A fatal one is committed and skipped."""
+        self._halt = None  # the cancel was expected; what stops the compensations is what counts
+        for name, fn, args, kwargs in reversed(self._compensations):
+            try:
+                failure = self._compensate_one(name, fn, args, kwargs)
+            except BaseException as exc:  # noqa: BLE001 -- an interrupt, or a BaseException from fn
+                return self._halt if self._halt is not None else exc
+            if failure is not None:
+                return failure
+        return None
+
+    def _compensate_one(self, name: str, fn: Callable[..., Any], args: tuple, kwargs: dict) -> Exception | None:
+        """One compensation as a memoized step at the next position; its retryable error, if any."""
+        from ratchet.sandbox.execute import error_info
+
+        step_name, position = compensate_name(name), self._position
+        reply = self._ask(ch.request("begin", "compensate", position, step_name), (ch.RUN, ch.DONE))
+        self._position += 1
+        if reply["status"] == ch.DONE:
+            return None  # it ran in an earlier activation (succeeded, or failed for good)
+        self.step_attempt, self._in_step = int(reply.get("attempt") or 1), step_name
+        try:
+            text = self._encode(step_name, self._call_step(step_name, fn, args, kwargs))
+        except Exception as exc:  # noqa: BLE001 -- every error of a compensation is logged
+            fatal = isinstance(exc, FatalError) or self._policy.is_non_retryable(exc)
+            self._commit(position, step_name, kind="compensate", error=error_info(exc, skip_files=(__file__,)),
+                         fatal=fatal)
+            return None if fatal else exc
+        finally:
+            self.step_attempt, self._in_step = None, None
+        self._commit(position, step_name, kind="compensate", result=text)
+        return None
+
     # ---- internals ------------------------------------------------------------------------
 
     def _resolve_handler(self, handler: Any) -> None:
@@ -313,6 +411,10 @@ class WorkflowContext(TaskContext):
         kind, name, position = request["kind"], request["name"], request["position"]
         if status == ch.MISMATCH:
             self._poison(self._mismatch(kind, name, position, reply))
+        if status == ch.CANCELLED and request["op"] == "begin" and kind not in ("compensate", "on_cancel"):
+            # The run had not passed this point when it was cancelled: stop here; the
+            # compensations take the positions from this one on.
+            self._stop(WorkflowCancelled(position))
         message = reply.get("message") if isinstance(reply, dict) else None
         if status == ch.LOST:
             self._stop(LeaseLost(message or f"run {self.task_id}: the lease of activation {self.attempt} is gone"))
@@ -403,8 +505,8 @@ class WorkflowContext(TaskContext):
         except (ResultNotSerializable, ResultTooLarge) as e:
             raise type(e)(e.message.replace("the handler", f"step {name!r}", 1)) from None
 
-    def _commit(self, position: int, name: str, **outcome: Any) -> None:
-        self._ask(ch.request("commit", "step", position, name, **outcome), (ch.DONE,))
+    def _commit(self, position: int, name: str, kind: str = "step", **outcome: Any) -> None:
+        self._ask(ch.request("commit", kind, position, name, **outcome), (ch.DONE,))
 
     def __repr__(self) -> str:
         return (f"WorkflowContext(task_id={self.task_id!r}, task_type={self.task_type!r}, "

@@ -4,8 +4,9 @@ ratchet.testing runs workflows against it, so a workflow under test meets the
 same answers as on the platform (docs/design/workflows-protocol.md, "Step
 semantics" and "Fan-out"): memoized steps, claims and their attempts, version
 markers and ABSENT, sleeps and waits that suspend, the inbox, timeouts, fan-outs
-and their barrier, and MISMATCH when the code no longer matches the log. Time is
-the caller's clock, in seconds.
+and their barrier, compensations (on_cancel rows; once `cancelled`, CANCELLED at
+the first checkpoint the run had not passed, and compensate steps), and MISMATCH
+when the code no longer matches the log. Time is the caller's clock, in seconds.
 """
 
 from __future__ import annotations
@@ -23,10 +24,12 @@ FAILED = "FAILED"
 
 @dataclasses.dataclass
 class StepRecord:
-    """One entry of a run's log: `kind` is "step", "version", "sleep", "wait", "parallel"
-    or "child"; `status` RUNNING, COMPLETED or FAILED (as history stores them); `result` the
-    decoded value (a step's return, a version's branch, a wait's event data); `wake_at`
-    when a sleep or a wait's timeout ends, on the log's clock (seconds). A fan-out has
+    """One entry of a run's log: `kind` is "step", "version", "sleep", "wait", "parallel",
+    "child", "on_cancel" (a registered compensation; result: its logged arguments) or
+    "compensate" (one that ran after a cancel); `status` RUNNING, COMPLETED or FAILED (as
+    history stores them); `result` the decoded value (a step's return, a version's branch,
+    a wait's event data); `wake_at` when a sleep or a wait's timeout ends, on the log's
+    clock (seconds). A fan-out has
     `child_ids` (by index), `on_failure`, and `children_done` (each ended child's outcome
     by index: index, child_id, state, result JSON text, error)."""
 
@@ -119,6 +122,8 @@ class StepLog:
         self.run_id = run_id
         self.steps: list[StepRecord] = []
         self.inbox: list[InboxEvent] = []
+        # The run was cancelled and has compensations (history's workflow_cancels row).
+        self.cancelled = False
 
     def answer(self, request: dict, epoch: int, now: float) -> dict:
         """The reply to one step request of the activation holding lease `epoch`."""
@@ -130,6 +135,10 @@ class StepLog:
             return self._commit(request, epoch)
         row = self.steps[position] if position < len(self.steps) else None
         kind, name = request["kind"], request["name"]
+        if kind in ("on_cancel", "compensate"):
+            return self._compensation(row, request, epoch)
+        if self.cancelled and _not_passed(row):
+            return reply(ch.CANCELLED)  # the run stops here; nothing written
         if kind == "version":
             return self._version(row, request, epoch)
         if row is not None and (row.name != name or row.kind != kind):
@@ -162,10 +171,32 @@ class StepLog:
             row.status, row.attempt, row.epoch, row.error = RUNNING, row.attempt + 1, epoch, None
         return reply(ch.RUN, attempt=row.attempt)
 
+    def _compensation(self, row: StepRecord | None, request: dict, epoch: int) -> dict:
+        """on_cancel: present or new, like a version marker (logged COMPLETED with its
+        arguments). compensate: a step, allowed only once the run is cancelled; its first
+        one may take the cancel point's position from the checkpoint left RUNNING there."""
+        if request["kind"] == "on_cancel":
+            if row is None:
+                row = self._append(request, COMPLETED, epoch, result_json=request.get("result"))
+                return reply(ch.DONE, attempt=1, result=row.result_json)
+            if row.kind == "on_cancel" and row.name == request["name"]:
+                return reply(ch.DONE, attempt=row.attempt, result=row.result_json)
+            return reply(ch.MISMATCH, logged_name=row.name, logged_kind=row.kind)
+        if not self.cancelled:
+            return reply(ch.LOST, message="the run is not cancelled")
+        if row is not None and row.kind != "compensate" and row.status == RUNNING:
+            row.waiting = False
+            del self.steps[row.position:]  # the checkpoint the cancel interrupted gives way
+            row = None
+        if row is not None and (row.name != request["name"] or row.kind != "compensate"):
+            return reply(ch.MISMATCH, logged_name=row.name, logged_kind=row.kind)
+        return self._step(row, request, epoch)
+
     def _commit(self, request: dict, epoch: int) -> dict:
         position = request["position"]
         row = self.steps[position] if position < len(self.steps) else None
-        if row is None or row.kind != "step" or row.name != request["name"] or row.epoch != epoch:
+        if (row is None or row.kind != request["kind"] or row.kind not in ("step", "compensate")
+                or row.name != request["name"] or row.epoch != epoch):
             return reply(ch.LOST, message=f"no claim of step {request['name']!r} at position {position} under "
                                           f"lease {epoch}")
         error = request.get("error")
@@ -277,6 +308,13 @@ class StepLog:
         """The run ended or was cancelled: its waits are deleted."""
         for row in self.steps:
             row.waiting = False
+
+
+def _not_passed(row: StepRecord | None) -> bool:
+    """Whether a cancelled run stops at this row: the run had not passed it (absent, still
+    RUNNING, or failed retryably), or an earlier activation's compensations began there."""
+    return row is None or row.kind == "compensate" or row.status == RUNNING or (row.status == FAILED
+                                                                                and not row.fatal)
 
 
 def child_id(run_id: str, position: int, index: int) -> str:

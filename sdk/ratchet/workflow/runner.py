@@ -5,13 +5,15 @@ function runs through execute() (the same payload decoding, result limits and
 cancel rules), then what stopped it, if anything, overrides what it returned
 or raised: a suspension, a lost lease, an unavailable platform, a
 WorkflowVersionError or a StepRefused, even when the workflow's code caught it.
+A cancel (WorkflowCancelled) is followed, before the activation ends, by the run's
+compensations; when each has run the outcome is "canceled".
 """
 
 from __future__ import annotations
 
 import dataclasses
 
-from ratchet.errors import FatalError, WorkflowSuspended
+from ratchet.errors import FatalError, RetryableError, WorkflowCancelled, WorkflowSuspended
 from ratchet.sandbox.execute import Outcome, error_info, execute
 from ratchet.task import TaskSpec
 from ratchet.workflow.context import WorkflowContext
@@ -37,6 +39,8 @@ def halted_outcome(halt: BaseException) -> Outcome:
     if isinstance(halt, WorkflowSuspended):
         return Suspension("suspended", suspend_position=halt.position, wake_after_s=halt.wake_after_s,
                           exception=halt)
+    if isinstance(halt, WorkflowCancelled):  # (compensated() decides when there are compensations)
+        return Outcome("canceled", exception=halt)
     if isinstance(halt, FatalError):  # WorkflowVersionError, StepRefused: a retry meets the same
         return Outcome("failed", error=error_info(halt), fatal=True, exception=halt)
     # LeaseLost (the agent discards the outcome) and StepUnavailable (retried with backoff).
@@ -48,7 +52,23 @@ def run_workflow(spec: TaskSpec, ctx: WorkflowContext, payload_text: str) -> Out
     (a checkpoint call from a thread the workflow left behind is then refused)."""
     try:
         outcome = execute(spec, ctx, payload_text)
+        if isinstance(ctx.halted, WorkflowCancelled):
+            return compensated(ctx, ctx.halted)
     finally:
         ctx._end()
     halt = ctx.halted
     return outcome if halt is None else halted_outcome(halt)
+
+
+def compensated(ctx: WorkflowContext, cancel: WorkflowCancelled) -> Outcome:
+    """The outcome of a cancelled activation once it has run the run's compensations:
+    "canceled" when each has run; a compensation's retryable error fails the activation
+    retryably (the next one tries the unfinished ones); the platform's interrupt decides
+    as it would anywhere."""
+    stop = ctx._compensate()
+    if stop is None:
+        return Outcome("canceled", exception=cancel)
+    if stop is ctx.halted:
+        return halted_outcome(stop)
+    retry_after = stop.retry_after_s if isinstance(stop, RetryableError) else None
+    return Outcome("failed", error=error_info(stop), fatal=False, retry_after_s=retry_after, exception=stop)

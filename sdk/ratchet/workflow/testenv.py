@@ -332,15 +332,31 @@ class WorkflowEnv:
         return woken
 
     def cancel(self, run: WorkflowRun | str) -> None:
-        """Cancel a run that has not ended: CANCELED, its waits and timer deleted, and the
-        children of its open fan-outs cancelled (a child workflow's own children too)."""
-        target = self._run(run)
-        if not target.ended:
-            target.state, target.wake_at = CANCELED, None
+        """Cancel a run that has not ended: its waits and timer deleted, the children of its
+        open fan-outs cancelled (a child workflow's own children too), and CANCELED. A run that
+        registered compensations (ctx.on_cancel) runs them first, here and now: its next
+        activation replays to where it was and runs them last first (a retryable failure
+        retries the activation by its policy, at once), then it ends CANCELED."""
+        if self._request_cancel(self._run(run)):
+            self.run_until_blocked()
+
+    def _request_cancel(self, target: WorkflowRun) -> bool:
+        """History's CancelTask: True when the run has compensations to run (it is queued)."""
+        if target.ended or target.log.cancelled:
+            return False  # (a second cancel changes nothing)
+        target.wake_at = None
+        target.log.close_waits()
+        for row in target.steps:
+            if row.kind in FAN_OUTS and row.status == "RUNNING":
+                self._cancel_children(target, row.position)
+        if not any(row.kind == "on_cancel" for row in target.steps):
+            target.state = CANCELED
             self._ended(target)
-            for row in target.steps:
-                if row.kind in FAN_OUTS and row.status == "RUNNING":
-                    self._cancel_children(target, row.position)
+            return False
+        target.log.cancelled = True
+        if target.state == WAITING:
+            self._requeue(target)
+        return True
 
     def _run(self, run: WorkflowRun | str) -> WorkflowRun:
         if isinstance(run, WorkflowRun):
@@ -476,7 +492,7 @@ class WorkflowEnv:
     def _cancel_children(self, run: WorkflowRun, position: int) -> None:
         for child in list(run.fan_outs.get(position, ())):
             if isinstance(child, WorkflowRun):
-                self.cancel(child)
+                self._request_cancel(child)  # (its compensations run from the loop running now)
             elif not child.ended:
                 child.state = CANCELED
                 self._ended(child)

@@ -88,7 +88,7 @@ def _child(task_type: str = "charge", payload: bytes = b"1") -> wpb.ChildSpec:
      "children[0].payload_json is 262145 bytes, over the 262144-byte limit"),
     (good_step(children=[_child()]), "children and on_failure are for STEP_KIND_PARALLEL or _CHILD steps only"),
     (good_step(kind=wpb.STEP_KIND_SLEEP, on_failure=wpb.PARALLEL_FAILURE_COLLECT), "children and on_failure are for"),
-    (good_step(kind=9), "kind must be STEP_KIND_STEP, _VERSION, _SLEEP, _WAIT, _PARALLEL or _CHILD, got 9"),
+    (good_step(kind=9), "kind must be STEP_KIND_STEP, _VERSION, _SLEEP, _WAIT, _PARALLEL, _CHILD, _ON_CANCEL or _COMPENSATE, got 9"),
 ])
 def test_malformed_fan_outs_are_refused(request_, fragment):
     with pytest.raises(InvalidArgument) as info:
