@@ -18,6 +18,7 @@ from ratchet.libs.rpc.errors import InvalidArgument, NotFound
 from ratchet.services.gateway import enqueue, policy
 from ratchet.services.gateway.auth import Principal, require_app
 from ratchet.services.gateway.bundles import BlobStore, check_archive, check_digest
+from ratchet.services.gateway.preflight import Preflight, dropped, refusal
 from ratchet.services.gateway.store import ControlStore, DeploymentRow
 
 HANDLER_NAME = re.compile(r"^[A-Za-z0-9_.:\-]{1,200}$")
@@ -123,11 +124,13 @@ class Deployments:
     its policy resolved once per deployment)."""
 
     def __init__(self, store: ControlStore, blobs: BlobStore, max_bundle_bytes: int,
-                 monotonic: Callable[[], float] = time.monotonic):
+                 monotonic: Callable[[], float] = time.monotonic, preflight: Preflight | None = None):
         self.store = store
         self.blobs = blobs
         self.max_bundle_bytes = max_bundle_bytes
         self.monotonic = monotonic
+        # Without a history peer a deploy that drops handlers is refused UNAVAILABLE, never unchecked.
+        self.preflight = preflight or Preflight(None, [])
         # app_id -> (expires, tenant_id, handlers, deployment_id) of its active deployment
         self._cache: dict[str, tuple[float, str | None, Handlers | None, int | None]] = {}
 
@@ -157,8 +160,9 @@ class Deployments:
         self._cache[app_id] = (now + HANDLER_CACHE_S, tenant_id, handlers, deployment_id)
         return tenant_id, handlers
 
-    async def create(self, principal: Principal, req: apps_pb2.CreateDeploymentRequest) -> apps_pb2.Deployment:
-        """Check everything, store the bundle, record the deployment and activate it."""
+    async def create(self, principal: Principal, req: apps_pb2.CreateDeploymentRequest,
+                     timeout: float = 10.0) -> apps_pb2.Deployment:
+        """Check everything, run the preflight, store the bundle, record the deployment and activate it."""
         if not req.app:
             raise InvalidArgument("app is required (the app's name, e.g. 'default')")
         require_app(principal, req.app)
@@ -167,11 +171,26 @@ class Deployments:
         hex_digest = check_digest(req.bundle, req.digest, self.max_bundle_bytes)
         # Inflating a bundle of up to max_bundle_bytes must not stall every other request on the loop.
         await asyncio.to_thread(check_archive, req.bundle)
+        await self._preflight(principal, req, timeout)
         uri = await asyncio.to_thread(self.blobs.put, hex_digest, req.bundle)
         handlers = [json_format.MessageToDict(h, preserving_proto_field_name=True) for h in req.handlers]
         row, created = await self.store.deployment_record(principal.app_id, req.digest, module, handlers, uri)
         self._cache.pop(principal.app_id, None)
         return to_message(row, principal.app_name, created)
+
+    async def _preflight(self, principal: Principal, req: apps_pb2.CreateDeploymentRequest,
+                         timeout: float) -> None:
+        """Refuse (before anything is stored) a deployment that drops handlers live tasks or runs
+        still use, unless the request allows it. A re-deploy of the active digest changes nothing,
+        and one that drops no handler, or sets the flag, counts nothing."""
+        row = await self.store.active_deployment_get(principal.app_id)
+        if row is None or row.digest == req.digest or req.allow_dropping_live_handlers:
+            return
+        gone = dropped((h["name"] for h in row.handlers), (h.name for h in req.handlers))
+        live = await self.preflight.live_counts(principal.tenant_id, principal.app_id, gone, timeout)
+        err = refusal(principal.app_name, live)
+        if err is not None:
+            raise err
 
     async def active(self, app_id: str) -> tuple[str, apps_pb2.Deployment]:
         """(tenant_id, deployment) of the app's active version, for host agents."""

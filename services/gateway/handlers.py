@@ -188,7 +188,7 @@ class AppHandlers:
 
     async def CreateDeployment(self, req: apps_pb2.CreateDeploymentRequest,
                                call: Call) -> apps_pb2.CreateDeploymentResponse:
-        dep = await self.deployments.create(await self.auth.app(call.metadata), req)
+        dep = await self.deployments.create(await self.auth.app(call.metadata), req, call.timeout)
         return apps_pb2.CreateDeploymentResponse(deployment=dep)
 
 

@@ -29,6 +29,7 @@ from ratchet.services.gateway.config import GatewayConfig
 from ratchet.services.gateway.deployments import Deployments
 from ratchet.services.gateway.history_client import HistoryClient
 from ratchet.services.gateway.listing import TaskLister
+from ratchet.services.gateway.preflight import Preflight
 from ratchet.services.gateway.rest.app import RestServer
 from ratchet.services.gateway.schedules import ScheduleApi
 from ratchet.services.gateway.store import ControlStore
@@ -171,12 +172,13 @@ class Gateway:
                                        command_timeout=c.rpc_timeout_s + 1)
         store = ControlStore(self._pool, timeout_s=c.rpc_timeout_s)
         auth = Authenticator(store, c.admin_key_sha256, c.host_token_sha256, c.auth_cache_s)
-        deployments = Deployments(store, LocalBlobStore(c.blob_dir), c.max_bundle_bytes)
         self._channel = aio_channel(c.history_target)
         # Cron and dispatcher are optional peers: without a target their APIs answer UNAVAILABLE.
         self._cron_channel = aio_channel(c.cron_target) if c.cron_target else None
         self._dispatcher_channel = aio_channel(c.dispatcher_target) if c.dispatcher_target else None
         history = self._history = HistoryClient(self._channel, c.history_target, c.enqueue_stream)
+        deployments = Deployments(store, LocalBlobStore(c.blob_dir), c.max_bundle_bytes,
+                                  preflight=Preflight(history, c.shard_ids))
         shard_map = ShardMap.even(c.shard_ids)
         task_api = TaskApi(history, shard_map, deployments, c.max_payload_bytes,
                            calls_in_flight=c.enqueue_calls_in_flight)

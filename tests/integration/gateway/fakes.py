@@ -82,6 +82,7 @@ class FakeHistory(history_pb2_grpc.HistoryServiceServicer):
         self.calls: list[tuple[str, object]] = []
         self.delay_s = 0.0
         self.down: set[int] = set()
+        self.silent: set[int] = set()  # shards whose reads never answer (the caller's deadline passes)
         self.creates_down: set[int] = set()  # shards whose CreateTasks fail UNAVAILABLE
         self.hold_bulk = False
         self.ops: dict[tuple[int, str], tuple[history_pb2.StartBulkOperationRequest, tasks_pb2.BulkOperation]] = {}
@@ -200,6 +201,8 @@ class FakeHistory(history_pb2_grpc.HistoryServiceServicer):
         self.calls.append((name, request))
         if request.shard_id in self.down:
             await context.abort(grpc.StatusCode.UNAVAILABLE, f"shard {request.shard_id} database unreachable")
+        if request.shard_id in self.silent:
+            await asyncio.sleep(60)  # (the gRPC deadline cancels this)
 
     def _matching(self, shard_id: int, tenant_id: str, app_id: str, f: tasks_pb2.TaskFilter) -> list[str]:
         out = []
