@@ -164,7 +164,8 @@ async def run_cells(b: Bench, p: WorkflowPlan | None = None) -> None:
         await guarded(b, "workflow_run_idle", {"steps": p.steps}, lambda: cell_idle(b, runs, p))
         rate = await guarded(b, "workflow_steps", {"runs": p.runs, "steps": p.steps},
                              lambda: cell_steps(b, runs, p))
-        if rate and not b.run.quick and not b.run.args.no_profile:
+        # Once per run (round 1): --only workflows --rounds N repeats the rest.
+        if rate and not b.run.quick and not b.run.args.no_profile and b.round is None:
             await guarded(b, "workflow_profiled", {"steps": p.steps}, lambda: cell_profiled(
                 b, runs, p, rate, seconds=15.0, native=b.run.args.native))
     finally:
