@@ -670,10 +670,16 @@ class Tx:
         """Drop delivered child ends."""
         await self._run("workflow_outbox_delete", _uuids(child_ids))
 
-    async def workflow_barriers_lock(self, ends: Sequence[ChildEnd]) -> None:
-        """Lock the stripe rows these ends may decrement, in one global order."""
-        await self._run("workflow_barriers_lock", _uuids([e.parent_id for e in ends]), [e.position for e in ends],
-                        [e.child_index for e in ends])
+    async def workflow_barriers_lock(self, ends: Sequence[ChildEnd]) -> dict[tuple[str, int, int], tuple[int, int]]:
+        """Lock the stripe rows these ends may decrement, in one global order;
+        {(run, position, stripe): (remaining, the fan-out's K)}."""
+        recs = await self._run("workflow_barriers_lock", _uuids([e.parent_id for e in ends]),
+                               [e.position for e in ends], [e.child_index for e in ends])
+        return {(str(r["workflow_id"]), r["position"], r["stripe"]): (r["remaining"], r["k"]) for r in recs}
+
+    async def workflow_barrier_tops_lock(self, fanouts: Sequence[tuple[str, int]]) -> None:
+        """Lock the top rows of these fan-outs (after their stripes), in order."""
+        await self._run("workflow_barrier_tops_lock", _uuids([f[0] for f in fanouts]), [f[1] for f in fanouts])
 
     async def workflow_children_states(self, ids: Sequence[str]) -> dict[str, tuple[str, str]]:
         """{task_id: (state, task_type)} of the ids on this shard."""

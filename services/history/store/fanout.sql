@@ -80,16 +80,30 @@ DELETE FROM workflow_child_outbox WHERE child_id = ANY($1::uuid[]) AND state <> 
 -- name: workflow_barriers_lock
 -- The stripe rows a delivery batch (parent $1, position $2, index $3) may
 -- decrement, locked in (run, position, stripe) order before
--- workflow_child_deliver, so two deliverers of one fan-out's children (two
--- shards' loops) take them in one order and never deadlock on them.
-SELECT 1
+-- workflow_child_deliver (then workflow_barrier_tops_lock), so two
+-- deliverers of one fan-out's children (two shards' loops) take them in one
+-- order and never deadlock on them. Returns each with its remaining count
+-- and the fan-out's K.
+SELECT b.workflow_id, b.position, b.stripe, b.remaining, x.k
   FROM workflow_barriers b
-  JOIN (SELECT DISTINCT i.parent_id, i.position, i.child_index % least(16, s.child_count) AS stripe
+  JOIN (SELECT DISTINCT i.parent_id, i.position, i.child_index % least(16, s.child_count) AS stripe,
+               least(16, s.child_count) AS k
           FROM unnest($1::uuid[], $2::int[], $3::int[]) AS i(parent_id, position, child_index)
           JOIN workflow_steps s ON s.workflow_id = i.parent_id AND s.position = i.position
          WHERE s.kind IN ('PARALLEL', 'CHILD')) x
     ON b.workflow_id = x.parent_id AND b.position = x.position AND b.stripe = x.stripe
  ORDER BY b.workflow_id, b.position, b.stripe
+   FOR UPDATE OF b
+
+-- name: workflow_barrier_tops_lock
+-- The top rows (stripe -1) of the fan-outs ($1, $2) whose stripes this batch
+-- may bring to zero, locked in order after their stripes (every deliverer
+-- takes stripes, then tops, each in (run, position) order).
+SELECT 1
+  FROM workflow_barriers b
+  JOIN unnest($1::uuid[], $2::int[]) AS i(workflow_id, position)
+    ON b.workflow_id = i.workflow_id AND b.position = i.position AND b.stripe = -1
+ ORDER BY b.workflow_id, b.position
    FOR UPDATE OF b
 
 -- name: workflow_child_deliver

@@ -123,7 +123,7 @@ async def record(mesh: Mesh, shard: Shard, ends: Sequence[ChildEnd]) -> None:
     """On the parent's shard, one transaction: the ends recorded once, the barriers decremented,
     the fan-outs that fired completed, their parents woken and (fail_fast) a cascade opened."""
     async with shard.conn() as conn, mesh.store.tx(conn) as tx:
-        await tx.workflow_barriers_lock(ends)
+        await _lock_barriers(tx, ends)
         fired = await tx.workflow_child_deliver(ends)
         if not fired:
             return
@@ -133,6 +133,25 @@ async def record(mesh: Mesh, shard: Shard, ends: Sequence[ChildEnd]) -> None:
         woken = await wake(tx, sorted({p for p, *_ in fired}), WOKEN_REASON)
     if woken:
         mesh.publish(shard.id)  # after commit: the woken parents are ready now
+
+
+async def _lock_barriers(tx: Tx, ends: Sequence[ChildEnd]) -> None:
+    """Lock the barrier rows the batch may change before changing them, in one global order
+    (every stripe sorted, then every top row sorted), so deliverers racing on one fan-out (two
+    shards' loops) queue instead of deadlocking. A top row is taken only where a stripe may
+    reach zero (its remaining count at most the batch's ends of it: resent ends are counted
+    too, so this errs on the side of locking)."""
+    stripes = await tx.workflow_barriers_lock(ends)
+    k_of = {(run, pos): k for (run, pos, _), (_, k) in stripes.items()}
+    per: dict[tuple[str, int, int], int] = {}
+    for e in ends:
+        k = k_of.get((e.parent_id, e.position))
+        if k is not None:
+            key = (e.parent_id, e.position, e.child_index % k)
+            per[key] = per.get(key, 0) + 1
+    tops = sorted({key[:2] for key, n in per.items() if key in stripes and stripes[key][0] <= n})
+    if tops:
+        await tx.workflow_barrier_tops_lock(tops)
 
 
 async def cascade(mesh: Mesh, shard_id: int, limit: int = CASCADE_BATCH) -> int:
