@@ -120,9 +120,14 @@ async def deliver(mesh: Mesh, shard_id: int, limit: int = DELIVER_BATCH) -> int:
 
 
 async def record(mesh: Mesh, shard: Shard, ends: Sequence[ChildEnd]) -> None:
-    """On the parent's shard, one transaction: the ends recorded once, the barriers decremented,
-    the fan-outs that fired completed, their parents woken and (fail_fast) a cascade opened."""
+    """On the parent's shard, one transaction: the parents' task rows locked, the ends recorded
+    once, the barriers decremented, the fan-outs that fired completed, their parents woken and
+    (fail_fast) a cascade opened."""
     async with shard.conn() as conn, mesh.store.tx(conn) as tx:
+        # The parents' task rows first, as an event locks its run's: a suspension racing the
+        # firing then either commits WAITING before the wake looks (and is woken) or reads the
+        # step after it completed (and wakes itself); never a WAITING run nothing wakes.
+        await tx.workflow_tasks_lock(sorted({e.parent_id for e in ends}))
         await _lock_barriers(tx, ends)
         fired = await tx.workflow_child_deliver(ends)
         if not fired:

@@ -718,3 +718,26 @@ async def test_a_crash_mid_cascade_resumes_at_its_cursor(make_hist):
             counts[r[0]] = counts.get(r[0], 0) + r[1]
     assert counts == {"CANCELED": n - 1}
     await eventually(lambda: _done_count(hist, parent, n), timeout=20)  # every end recorded, once
+
+
+async def test_a_barrier_firing_during_the_parents_suspension_still_wakes_it(make_hist):
+    """The suspension has written WAITING (not committed) when the last child's end is
+    delivered: the delivery waits for the parent's row, then wakes it."""
+    hist = await make_hist()
+    tenant, app, leased = await _run(hist)
+    parent = leased.task_id
+    ids = list((await _begin(hist, leased, 0, 2)).child_ids)
+    await _start(hist, tenant, app, parent, 0, ids)
+    children = await _lease_all(hist, app, 1, 2)
+    await _complete(hist, children[:1], _ok)
+    await eventually(lambda: _done_count(hist, parent, 1))
+
+    async def race(_name: str) -> None:  # inside the suspension's transaction, after its UPDATE
+        await _complete(hist, children[1:], _ok)
+        await asyncio.sleep(0.5)  # the delivery runs meanwhile (the loop is woken by the commit)
+    hist.server.store.after["workflow_suspend_batch"] = race
+    r = await _suspend(hist, leased, 0)
+    del hist.server.store.after["workflow_suspend_batch"]
+    assert r.accepted
+    await eventually(lambda: _is(hist, parent, tenant, "ENQUEUED"), timeout=10)
+    assert await _step_state(hist, parent, 0) == "COMPLETED"
