@@ -224,10 +224,16 @@ class Client(TaskSearchCalls, ScheduleCalls, WorkflowCalls):
             time.sleep(poll.pause(info))
 
     def create_deployment(self, app: str, bundle: bytes, digest: str, module: str,
-                          handlers: list[apps_pb2.Handler]) -> apps_pb2.Deployment:
-        """Upload an app bundle and make it active (safe to retry: same bundle, same answer)."""
+                          handlers: list[apps_pb2.Handler], *,
+                          allow_dropping_live_handlers: bool = False) -> apps_pb2.Deployment:
+        """Upload an app bundle and make it active (safe to retry: same bundle, same answer).
+
+        A bundle that drops handlers live tasks or runs still use is refused (FailedPrecondition
+        naming them and their counts) unless allow_dropping_live_handlers: then those tasks and
+        runs fail with UnknownTaskType when they next run."""
         req = apps_pb2.CreateDeploymentRequest(app=app, bundle=bundle, digest=digest, module=module,
-                                               handlers=handlers)
+                                               handlers=handlers,
+                                               allow_dropping_live_handlers=allow_dropping_live_handlers)
         return self._t.call(self._apps.CreateDeployment, req).deployment
 
 

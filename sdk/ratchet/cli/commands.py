@@ -78,13 +78,17 @@ def handler_messages(description: dict) -> list[apps_pb2.Handler]:
     return out
 
 
-def deploy(target: Target, app_dir: str, app: str, module: str | None) -> int:
+def deploy(target: Target, app_dir: str, app: str, module: str | None,
+           allow_dropping_live_handlers: bool = False) -> int:
+    """Package, describe and deploy; a preflight refusal (handlers dropped under live tasks)
+    is printed by main as one FAILED_PRECONDITION line naming them, and exits 1."""
     data = bundle.package(pathlib.Path(app_dir))
     description = bundle.describe(data, module)
     handlers = handler_messages(description)
     with Client(target.grpc, target.need_api_key(), timeout=60.0) as client:
         dep = client.create_deployment(app, data, bundle.digest(data),
-                                       description.get("module") or module or "app", handlers)
+                                       description.get("module") or module or "app", handlers,
+                                       allow_dropping_live_handlers=allow_dropping_live_handlers)
     out = json_format.MessageToDict(dep, preserving_proto_field_name=True,
                                     always_print_fields_with_no_presence=True)
     out["bundle_bytes"] = len(data)

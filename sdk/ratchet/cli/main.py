@@ -3,7 +3,7 @@
     ratchet dev up [--state-dir DIR] [--shards N] [--detach]
     ratchet dev down | status | env
     ratchet tenants create NAME
-    ratchet deploy DIR --app NAME
+    ratchet deploy DIR --app NAME [--allow-dropping-live-handlers]
     ratchet tasks enqueue TYPE [--payload JSON] [--delay 30s] [--key K] [--queue Q]
     ratchet tasks get|cancel|wait ID
     ratchet tasks list [--state FAILED] [--type T] [--queue Q] [--error-class C] [--since 1d] [--until T] [--all]
@@ -56,6 +56,11 @@ def build_parser() -> argparse.ArgumentParser:
     deploy.add_argument("app_dir", metavar="DIR")
     deploy.add_argument("--app", default="default", help="app name (default: default)")
     deploy.add_argument("--module", help="handler module (default: ratchet.toml's module, else app)")
+    deploy.add_argument("--allow-dropping-live-handlers", action="store_true",
+                        help="deploy even if it drops handlers that live tasks or workflow runs (queued, "
+                             "running, retrying, waiting) still use; without it such a deploy is refused, "
+                             "naming them and their counts. With it, those tasks and runs fail with "
+                             "UnknownTaskType when they next run")
     _state_dir_arg(deploy, None)
     _add_tasks(sub)
     bulk.add_commands(sub)
@@ -122,7 +127,7 @@ def run(args: argparse.Namespace) -> int:
     if args.command == "tenants":
         return commands.tenants_create(target, args.name)
     if args.command == "deploy":
-        return commands.deploy(target, args.app_dir, args.app, args.module)
+        return commands.deploy(target, args.app_dir, args.app, args.module, args.allow_dropping_live_handlers)
     if args.tasks_command == "enqueue":
         return commands.tasks_enqueue(target, args.task_type, args.payload, args.delay, args.run_at,
                                       args.key, args.queue, args.wait)

@@ -6,7 +6,9 @@ deploy UNAVAILABLE and nothing is stored or activated."""
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
+import json
 import pathlib
 import time
 import uuid
@@ -155,3 +157,30 @@ async def test_a_shard_that_does_not_answer_fails_the_deploy_unavailable_and_not
     assert "deploy preflight" in msg and "shard 2 did not answer" in msg and "Nothing was deployed" in msg
     assert took < 5.0  # (half the request's deadline at most: the answer arrives before the client gives up)
     assert await active_digest(env, t) == first and not stored(env, V2)
+
+
+async def test_ratchet_deploy_prints_the_refusal_and_the_flag_deploys(env, tmp_path, monkeypatch, capsys):
+    """The CLI against this gateway: the app folder now declares only `send`, while two `resize`
+    tasks are live; `ratchet deploy` exits 1 with the refusal, the flag deploys it."""
+    from ratchet.cli.main import main
+    t = await tenant(env)
+    live(env, t, "resize", S.TASK_STATE_ENQUEUED, S.TASK_STATE_RETRY_WAIT)
+    app = tmp_path / "app"
+    app.mkdir()
+    (app / "app.py").write_text(f"# {uuid.uuid4().hex}\nfrom ratchet import task\n\n\n"
+                                f"@task\ndef send(ctx, payload):\n    return payload\n")
+    monkeypatch.setenv("RATCHET_ENDPOINT", f"127.0.0.1:{env.gateway.grpc_port}")
+    monkeypatch.setenv("RATCHET_API_KEY", t.api_key)
+    monkeypatch.chdir(tmp_path)
+    first = await active_digest(env, t)
+    code = await asyncio.to_thread(main, ["deploy", str(app)])
+    out, err = capsys.readouterr()
+    assert code == 1 and out == "" and err.startswith("error: FAILED_PRECONDITION: "), err
+    assert "'resize' (2 live)" in err and "onboard" not in err and "--allow-dropping-live-handlers" in err
+    assert await active_digest(env, t) == first
+    code = await asyncio.to_thread(main, ["deploy", str(app), "--allow-dropping-live-handlers"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    dep = json.loads(out)
+    assert dep["created"] is True and [h["name"] for h in dep["handlers"]] == ["send"]
+    assert await active_digest(env, t) == dep["digest"] != first
