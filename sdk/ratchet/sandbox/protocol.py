@@ -12,21 +12,34 @@ JSON (one object with a "type"). Messages:
                   with "suspended" also "suspend_position": int, "wake_after_s": float | null}
                  {"type": "step", "task_id", "call": int (unique within the stub),
                   "op": "begin"|"commit", "position": int, "name": str,
-                  "kind": "step"|"version"|"sleep"|"wait"|"parallel"|"child",
+                  "kind": "step"|"version"|"sleep"|"wait"|"parallel"|"child"|"on_cancel"|"compensate",
                   "result": JSON text | null, "error": {error_class, message, stack} | null,
                   "fatal": bool, "duration_s": float | null, "match": JSON text (an object) | null,
                   "version": int | null, "children": [{"task_type", "payload": JSON text}] | null,
                   "on_failure": "collect"|"fail_fast" | null}
+                   "children": a fan-out's (kind parallel/child, op begin only; child: exactly one),
+                   1..10,000 of them, each payload <= 256 KiB; null or [] for every other kind.
+                   "on_failure": a fan-out's policy, null (= collect) for every other kind.
+                   kind "on_cancel" (op begin only): registers a compensation; "name" is the given
+                   name or the function's, "result" its arguments as JSON text ({"args", "kwargs"})
+                   or null when they are not JSON (shown in the log only).
+                   kind "compensate" (begin/commit like "step"): one compensation running after a
+                   cancel, named "compensate:" + its on_cancel's name (cut to 200 characters).
   agent -> stub  {"type": "run", "task_id", "attempt", "max_attempts", "lease_epoch",
                   "task_type", "payload": JSON text, "last_checkpoint": JSON text | null,
                   "schedule_id": str | null, "scheduled_time": RFC 3339 UTC | null}
                  {"type": "step_reply", "task_id", "call", "status": "run"|"done"|"suspend"|
-                  "mismatch"|"absent"|"lost"|"error", "attempt": int, "result": JSON text | null,
+                  "mismatch"|"absent"|"cancelled"|"lost"|"error", "attempt": int, "result": JSON text | null,
                   "error": {error_class, message, stack} | null, "wake_after_s": float | null,
                   "logged_name": str | null, "logged_kind": str | null, "message": str | null,
-                  for a fan-out's "done" also "children": [{"index", "child_id", "state",
-                  "result": JSON text | null, "error": {...} | null}], for "error" also
-                  "fatal": bool (true: the platform refused for good, e.g. an unknown handler)}
+                  "children": [{"index": int, "child_id": str, "state": str, "result": JSON text
+                  | null, "error": {...} | null}] | null, "fatal": bool}
+                   (both keys always present) "children": a fan-out's "done": each child's outcome
+                   by index, "state" the TaskState name without TASK_STATE_ ("SUCCEEDED",
+                   "FAILED", "CANCELED", "EXPIRED"; a state the agent does not know: its number
+                   as a string); null otherwise. "fatal": true only with "error": the platform
+                   refused for good (an unknown handler, a bad child input, an answer too large
+                   to deliver), so the activation fails without a retry.
                  {"type": "cancel", "task_id"}
                  {"type": "shutdown"}
 
@@ -37,7 +50,12 @@ stops and its done frame (outcome "failed", error LeaseLost) is discarded; "erro
 the platform could not be reached, the activation fails and is retried (with
 "fatal": true it fails for good). A fan-out ("parallel"/"child") is answered
 "suspend" once its children are started, and "done" with their outcomes when its
-barrier has fired.
+barrier has fired (a fan-out's "run" is never shown to the stub: the agent starts the
+children first). "cancelled": the run was cancelled and has compensations; the code stops
+at that checkpoint (which wrote nothing), the stub runs the registered compensations, last
+first, as "compensate" steps at the positions from that one on, and the done frame's
+outcome is "canceled" (a compensation's retryable error: "failed", not fatal, and the next
+activation runs the unfinished ones; a fatal one is logged FAILED and the others run).
 
 The stub never receives a credential, a lease id or the dispatcher address: the agent
 adds the lease it holds for task_id to each step.

@@ -311,6 +311,9 @@ class WorkflowContext(TaskContext):
         others still run. `name` (default: fn's name) is what the log shows."""
         if not callable(fn):
             raise TypeError(f"ctx.on_cancel(fn): fn must be callable, got {fn!r}")
+        if inspect.iscoroutinefunction(fn):  # it would never run: refused now, not after a cancel
+            raise TypeError(f"ctx.on_cancel(fn): fn {fn!r} is an async function; pass a plain one, e.g. "
+                            f"`lambda: asyncio.run(undo(order))`")
         label = compensation_name(fn) if name is None else name
         self._enter("on_cancel", label)
         position = self._position

@@ -484,6 +484,11 @@ class WorkflowEnv:
         done = {"index": parent.index, "child_id": child_id, "state": item.state,
                 "result": item.result_json if item.state == SUCCEEDED else None,
                 "error": item.error if item.state != SUCCEEDED else None}
+        if parent.run.log.cancelled:
+            # A cancelled run's barrier does not fire: the cascade's ends must not move the run
+            # past the point it was cancelled at (its replay stops at the fan-out, compensates).
+            row.children_done.setdefault(parent.index, done)
+            return
         if row.record_child(done):
             self._wake(parent.run)
             if row.on_failure == "fail_fast":

@@ -88,12 +88,23 @@ def _child(task_type: str = "charge", payload: bytes = b"1") -> wpb.ChildSpec:
      "children[0].payload_json is 262145 bytes, over the 262144-byte limit"),
     (good_step(children=[_child()]), "children and on_failure are for STEP_KIND_PARALLEL or _CHILD steps only"),
     (good_step(kind=wpb.STEP_KIND_SLEEP, on_failure=wpb.PARALLEL_FAILURE_COLLECT), "children and on_failure are for"),
-    (good_step(kind=9), "kind must be STEP_KIND_STEP, _VERSION, _SLEEP, _WAIT, _PARALLEL, _CHILD, _ON_CANCEL or _COMPENSATE, got 9"),
+    (good_step(kind=9), "kind must be STEP_KIND_STEP, _VERSION, _SLEEP, _WAIT, _PARALLEL, _CHILD, _ON_CANCEL or "
+                        "_COMPENSATE, got 9"),
 ])
 def test_malformed_fan_outs_are_refused(request_, fragment):
     with pytest.raises(InvalidArgument) as info:
         validation.step(request_)
     assert fragment in info.value.message
+
+
+def test_compensation_steps_pass_and_an_on_cancel_is_only_begun():
+    validation.step(good_step(kind=wpb.STEP_KIND_ON_CANCEL, result_json=b'{"args":[],"kwargs":{}}'))
+    validation.step(good_step(kind=wpb.STEP_KIND_COMPENSATE, name="compensate:refund"))
+    validation.step(good_step(kind=wpb.STEP_KIND_COMPENSATE, op=wpb.STEP_OP_COMMIT, result_json=b"null"))
+    with pytest.raises(InvalidArgument, match="an ON_CANCEL step is only begun"):
+        validation.step(good_step(kind=wpb.STEP_KIND_ON_CANCEL, op=wpb.STEP_OP_COMMIT))
+    with pytest.raises(InvalidArgument, match="children and on_failure are for"):
+        validation.step(good_step(kind=wpb.STEP_KIND_COMPENSATE, children=[_child()]))
 
 
 def test_suspended_completions_are_checked_and_named_in_the_outcome_message():
