@@ -73,10 +73,12 @@ class Preflight:
                 shard_id=s, tenant_id=tenant_id, app_id=app_id,
                 filter=S.TaskFilter(states=LIVE_STATES, task_type=t)), bound) for t in types),
                 return_exceptions=True)
+            counts: list[int] = []
             for o in outcomes:  # (every call has ended: none is left running past the deploy)
                 if isinstance(o, BaseException):
                     raise o
-            return [int(o) for o in outcomes]  # type: ignore[arg-type]
+                counts.append(o)
+            return counts
 
         try:
             per_shard = await each_shard(self.shard_ids, shard)
