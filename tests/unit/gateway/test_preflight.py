@@ -30,6 +30,10 @@ class FakeHistory:
         return self.table.get((req.shard_id, req.filter.task_type), 0)
 
 
+def over(fake: FakeHistory, shards: list[int]) -> Preflight:
+    return Preflight(fake, shards)  # type: ignore[arg-type]  # (a duck-typed fake of HistoryClient)
+
+
 def test_dropped_is_what_the_active_deployment_has_and_the_new_one_lacks():
     assert dropped(["send", "resize", "onboard"], ["send", "report"]) == ["onboard", "resize"]
     assert dropped(["send"], ["send", "report"]) == []
@@ -46,23 +50,23 @@ def test_the_refusal_names_each_live_handler_and_its_count_and_how_to_proceed():
 
 async def test_live_counts_sum_every_shard_with_the_live_states_within_half_the_deadline():
     fake = FakeHistory({(0, "resize"): 2, (3, "resize"): 5, (1, "onboard"): 1})
-    got = await Preflight(fake, [3, 0, 1, 2]).live_counts("t", "a", ["onboard", "resize"], 4.0)  # type: ignore[arg-type]
+    got = await over(fake, [3, 0, 1, 2]).live_counts("t", "a", ["onboard", "resize"], 4.0)
     assert got == {"onboard": 1, "resize": 7}
     assert sorted((r.shard_id, r.filter.task_type) for r, _ in fake.calls) == [
         (s, ty) for s in range(4) for ty in ("onboard", "resize")]
     assert all(list(r.filter.states) == list(LIVE_STATES) and (r.tenant_id, r.app_id) == ("t", "a") and t == 2.0
                for r, t in fake.calls)
     assert S.TASK_STATE_WAITING in LIVE_STATES and S.TASK_STATE_FAILED not in LIVE_STATES
-    await Preflight(fake, [0]).live_counts("t", "a", ["x"], 60.0)  # type: ignore[arg-type]
+    await over(fake, [0]).live_counts("t", "a", ["x"], 60.0)
     assert fake.calls[-1][1] == PREFLIGHT_TIMEOUT_S
 
 
 async def test_no_dropped_handler_makes_no_call_and_a_silent_shard_is_unavailable():
     fake = FakeHistory({}, slow=frozenset({2}))
-    assert await Preflight(fake, [0, 1, 2]).live_counts("t", "a", [], 4.0) == {}  # type: ignore[arg-type]
+    assert await over(fake, [0, 1, 2]).live_counts("t", "a", [], 4.0) == {}
     assert fake.calls == []
     with pytest.raises(Unavailable, match="shard 2 did not answer") as e:
-        await Preflight(fake, [0, 1, 2]).live_counts("t", "a", ["resize"], 4.0)  # type: ignore[arg-type]
+        await over(fake, [0, 1, 2]).live_counts("t", "a", ["resize"], 4.0)
     assert "Nothing was deployed" in e.value.message and e.value.fields == {"shard_id": "2"}
     with pytest.raises(Unavailable, match="no history peer"):
         await Preflight(None, [0]).live_counts("t", "a", ["resize"], 4.0)
