@@ -27,7 +27,7 @@ from ratchet.internal.gateway.v1 import control_pb2, control_pb2_grpc
 from ratchet.libs.pg.cluster import free_port
 from ratchet.libs.shardmap import ShardMap, new_task_id
 
-from .conftest import ADMIN_KEY, HOST_TOKEN, Env, start_gateway
+from .conftest import ADMIN_KEY, HOST_TOKEN, Env, make_bundle, start_gateway
 
 pytestmark = pytest.mark.timeout(90)
 HISTORY_MAIN = pathlib.Path(__file__).resolve().parents[3] / "services" / "history" / "__main__.py"
@@ -368,3 +368,30 @@ async def test_bad_columns_are_refused_whole_naming_the_field(real):
     assert (await real.http.get(f"/v1/tasks/{tid}", headers=real.auth())).status_code == 404  # nothing written
     ok = await real.http.post("/v1/tasks:batch", headers=real.auth(), json={"columns": good})
     assert ok.status_code == 200 and ok.json()["task_ids"] == good["task_ids"]
+
+
+async def test_the_deploy_preflight_counts_the_real_shards_live_tasks_of_a_dropped_handler(real):
+    """Three live `sweep` tasks (one delayed an hour) and one canceled, spread over the real
+    shards: a deploy without `sweep` is refused naming it with 3, and leaves the active
+    deployment as it was; with allow_dropping_live_handlers it deploys."""
+    from ratchet.api.apps.v1 import apps_pb2
+    t = await real.new_tenant("preflight-real-co")
+    first = [apps_pb2.Handler(name="send"), apps_pb2.Handler(name="sweep")]
+    await real.deploy(t.api_key, handlers=first, files={"app.py": b"# preflight v1\n"})
+    ids = []
+    for body in ({}, {}, {"delay": "3600s"}, {}):
+        r = await real.http.post("/v1/tasks", json={"task_type": "sweep", **body}, headers=real.auth(t.api_key))
+        assert r.status_code == 200, r.text
+        ids.append(r.json()["task_id"])
+    assert (await real.http.post(f"/v1/tasks/{ids[-1]}/cancel", headers=real.auth(t.api_key))).status_code == 200
+    assert {ShardMap.even(SHARDS).shard_for_task(i) for i in ids} == set(SHARDS)
+    with pytest.raises(grpc.aio.AioRpcError) as e:
+        await real.deploy(t.api_key, handlers=[apps_pb2.Handler(name="send")], files={"app.py": b"# v2\n"})
+    assert e.value.code() == grpc.StatusCode.FAILED_PRECONDITION and "'sweep' (3 live)" in e.value.details()
+    r = await real.http.post("/v1/tasks", json={"task_type": "sweep"}, headers=real.auth(t.api_key))
+    assert r.status_code == 200, r.text  # (still the first deployment: nothing was activated)
+    dep = await real.apps.CreateDeployment(apps_pb2.CreateDeploymentRequest(
+        app="default", bundle=make_bundle({"app.py": b"# v2\n"})[0], digest=make_bundle({"app.py": b"# v2\n"})[1],
+        handlers=[apps_pb2.Handler(name="send")], allow_dropping_live_handlers=True),
+        metadata=real.md(t.api_key), timeout=10)
+    assert dep.deployment.created and [h.name for h in dep.deployment.handlers] == ["send"]

@@ -25,7 +25,7 @@ from ratchet.internal.worker.v1 import worker_pb2 as wk
 from ratchet.libs.pg.cluster import free_port
 from ratchet.libs.shardmap import ShardMap, new_task_id
 
-from .conftest import ADMIN_KEY, Env, start_gateway
+from .conftest import ADMIN_KEY, Env, make_bundle, start_gateway
 from .test_gateway_with_history import HISTORY_MAIN, _wait_serving
 
 pytestmark = pytest.mark.timeout(120)
@@ -193,3 +193,31 @@ async def test_cancel_lists_and_refusals_on_the_real_shards(real):
             break
     assert set(runs) <= set(got) and task not in got and len(got) == len(set(got))
     assert {x["workflow_type"] for x in canceled.json()["workflows"]} == {"onboard"}
+
+
+async def test_a_deploy_dropping_a_workflow_with_a_waiting_run_is_refused_by_the_preflight(real):
+    """A run suspended at a wait (WAITING on the real shard) is live: a deploy without its
+    workflow is refused naming it with 1, nothing activated; the flag deploys it."""
+    import dataclasses
+    base, hist = real
+    t = await base.new_tenant("wf-preflight")
+    e = dataclasses.replace(base, api_key=t.api_key, tenant_id=t.tenant_id, app_id=t.app_id)
+    await e.deploy(t.api_key, handlers=HANDLERS, files={"app.py": b"# wf v1\n"})
+    r = await e.http.post("/v1/workflows", json={"workflow_type": "onboard"}, headers=e.auth())
+    assert r.status_code == 200, r.text
+    wid = r.json()["workflow_id"]
+    leased = await _lease(hist, e, wid)
+    assert (await _step(hist, leased, "BEGIN", 0, "approved", "WAIT")).status == wk.STEP_STATUS_SUSPEND
+    await _suspend(hist, leased, 0)
+    assert (await _get(e, wid))["workflow"]["state"] == "TASK_STATE_WAITING"
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await e.deploy(t.api_key, handlers=[apps_pb2.Handler(name="send")], files={"app.py": b"# wf v2\n"})
+    assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert "'onboard' (1 live)" in err.value.details() and "UnknownTaskType" in err.value.details()
+    r = await e.http.post("/v1/workflows", json={"workflow_type": "onboard"}, headers=e.auth())
+    assert r.status_code == 200, r.text  # (the first deployment is still the active one)
+    bundle, digest = make_bundle({"app.py": b"# wf v2\n"})
+    dep = await e.apps.CreateDeployment(apps_pb2.CreateDeploymentRequest(
+        app="default", bundle=bundle, digest=digest, handlers=[apps_pb2.Handler(name="send")],
+        allow_dropping_live_handlers=True), metadata=e.md(t.api_key), timeout=10)
+    assert dep.deployment.created and [h.name for h in dep.deployment.handlers] == ["send"]
