@@ -245,3 +245,25 @@ async def test_a_batch_part_goes_at_once_and_a_conflict_names_its_item():
         await b
     assert e.value.message.startswith("tasks[1].idempotency_key 'k' was already used")
     await first
+
+
+async def test_a_fan_out_child_never_shares_a_call_with_other_single_enqueues():
+    """History tells a request of children by its first and last task: a child coalesced into
+    the middle of other single enqueues would lose its parent link."""
+    from ratchet.libs.shardmap import child_id
+    from ratchet.services.gateway import children
+
+    h = FakeHistory()
+    c = enqueue.Creates(h, ShardMap.even([1]))
+    first = asyncio.ensure_future(c.create(single(), 5))  # in flight: what follows coalesces
+    await asyncio.sleep(0)
+    parent = new_task_id()
+    handlers = {"send": register(apps_pb2.Handler(name="send"))}
+    child = children.form(P, parent, 0, [child_id(parent, 0, 0, False)], ["send"], [b"1"], [1], handlers)
+    others = [single() for _ in range(3)]
+    waits = [asyncio.ensure_future(c.create(t, 5)) for t in (others[0], child, others[1], others[2])]
+    await first
+    await asyncio.gather(*waits)
+    [call] = [ids for ids in h.calls if child.ids[0] in ids]
+    assert call == child.ids
+    assert [o.ids[0] for o in others] == [i for ids in h.calls[1:] for i in ids if i != child.ids[0]]
