@@ -74,6 +74,22 @@ cancels the siblings not yet ended):
 result, error, outcomes, retry_delays_s, parent); `env.tasks` holds every child task.
 `env.cancel(run)` cancels its open fan-outs' children too, down the tree. A handler the
 env does not know fails the run at once (StepRefused), as the platform refuses it.
+
+Compensations (`ctx.on_cancel`) run when a run that registered any is cancelled:
+`env.cancel(run)` runs its next activation at once, which replays to where the run was
+(the checkpoint it stopped at answers "cancelled", as the platform's does) and runs the
+compensations last first, each a step named "compensate:<name>" in the log; then the
+run is CANCELED. `fail_step("compensate:<name>", exc)` makes one fail: retryable, the
+activation is retried by the run's policy (at once; the backoff is in retry_delays_s)
+and only the unfinished ones run again, out of attempts the run FAILS; fatal, it is
+logged FAILED and the others run. A run without compensations is CANCELED at once:
+
+    def test_cancel_refunds():
+        env = testing.WorkflowEnv()
+        run = env.start(book_trip, {...}); env.run_until_blocked()   # sleeping till departure
+        env.cancel(run)
+        assert run.state == "CANCELED"
+        assert run.step("compensate:refund").status == "COMPLETED"
 """
 
 from __future__ import annotations

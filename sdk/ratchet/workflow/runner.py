@@ -53,21 +53,21 @@ def run_workflow(spec: TaskSpec, ctx: WorkflowContext, payload_text: str) -> Out
     try:
         outcome = execute(spec, ctx, payload_text)
         if isinstance(ctx.halted, WorkflowCancelled):
-            return compensated(ctx, ctx.halted)
+            return compensated(ctx, Outcome("canceled", exception=ctx.halted))
     finally:
         ctx._end()
     halt = ctx.halted
     return outcome if halt is None else halted_outcome(halt)
 
 
-def compensated(ctx: WorkflowContext, cancel: WorkflowCancelled) -> Outcome:
+def compensated(ctx: WorkflowContext, canceled: Outcome) -> Outcome:
     """The outcome of a cancelled activation once it has run the run's compensations:
-    "canceled" when each has run; a compensation's retryable error fails the activation
+    `canceled` when each has run; a compensation's retryable error fails the activation
     retryably (the next one tries the unfinished ones); the platform's interrupt decides
     as it would anywhere."""
     stop = ctx._compensate()
     if stop is None:
-        return Outcome("canceled", exception=cancel)
+        return canceled
     if stop is ctx.halted:
         return halted_outcome(stop)
     retry_after = stop.retry_after_s if isinstance(stop, RetryableError) else None
