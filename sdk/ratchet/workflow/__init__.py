@@ -21,6 +21,9 @@ the run (no sandbox is held) until its time passes or its event comes.
 `ctx.parallel(name, [(handler, input), ...], on_failure="collect"|"fail_fast")` and
 `ctx.child(name, handler, input)` run other tasks or workflows of the app as children
 and suspend the run until they are done (ChildError in place / ChildFailed raised).
+`ctx.on_cancel(fn, *args, name=None, **kwargs)` registers a compensation: if the run is
+cancelled, it replays to where it was and runs the registered ones, last first, each
+once (a memoized step "compensate:<name>"), then ends CANCELED.
 `ratchet.testing.WorkflowEnv` runs workflows in-process on a fake clock.
 """
 

@@ -1,7 +1,7 @@
 """ctx.on_cancel through the stub, against a fake host agent over a socketpair: the
-on_cancel frames, a "cancelled" reply unwinding the code at a sleep, a step, a wait or a
-version marker and the compensations running last first as "compensate" steps from that
-position on, a compensation failing retryably (the activation fails, retryable) or fatally
+on_cancel frames, a "cancelled" reply unwinding the code at a sleep, a step, a wait, a
+version marker or a fan-out, and the compensations running last first as "compensate"
+steps from that position on, a compensation failing retryably (the activation fails, retryable) or fatally
 (logged, the others run), and a replay that registers again and skips the compensations
 the log holds (docs/design/workflows-protocol.md, "Compensations: ctx.on_cancel")."""
 
@@ -64,6 +64,8 @@ def books(ctx, kind):
             ctx.wait_for_event("approved")
         elif kind == "version":
             ctx.version("v2")
+        elif kind == "parallel":
+            ctx.parallel("notify", [("email", {"to": "a"}), ("sms", {"to": "b"})])
         else:
             ctx.step("ship", lambda: UNDONE.append("shipped"))
     except BaseException:  # noqa: BLE001 -- the code swallowing the cancel must not change its end
@@ -80,7 +82,7 @@ def replay_to_the_cancel(agent, kind, *, task_id="w1"):
     agent.reply(agent.step(op="begin", kind=kind, position=4), "cancelled")
 
 
-@pytest.mark.parametrize("kind", ["sleep", "step", "wait", "version"])
+@pytest.mark.parametrize("kind", ["sleep", "step", "wait", "version", "parallel"])
 def test_a_cancelled_reply_unwinds_the_code_and_runs_the_compensations_last_first_from_that_position(kind):
     UNDONE.clear()
     agent = FakeAgent(books)
