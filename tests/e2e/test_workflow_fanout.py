@@ -12,6 +12,7 @@ import time
 
 import pytest
 
+from ratchet.client import Unavailable
 from ratchet.libs.shardmap import ShardMap
 
 from .conftest import wait_for
@@ -29,7 +30,10 @@ def effects():
 
 def _finished(client, wid: str, timeout: float = 120.0):
     def done():
-        run = client.get_workflow(wid)
+        try:
+            run = client.get_workflow(wid)
+        except Unavailable:  # (history is being killed and restarted: ask again, as a user would)
+            return None
         return run if run.state in ("SUCCEEDED", "FAILED", "CANCELED", "EXPIRED") else None
     return wait_for(done, timeout=timeout, interval=0.2, what=f"workflow {wid} to finish")
 
