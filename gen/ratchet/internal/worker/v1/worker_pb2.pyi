@@ -299,7 +299,7 @@ class StepRequest(_message.Message):
     def __init__(self, lease: _Optional[_Union[LeaseRef, _Mapping]] = ..., op: _Optional[_Union[StepOp, str]] = ..., position: _Optional[int] = ..., name: _Optional[str] = ..., kind: _Optional[_Union[StepKind, str]] = ..., result_json: _Optional[bytes] = ..., error: _Optional[_Union[_tasks_pb2.TaskError, _Mapping]] = ..., fatal: _Optional[bool] = ..., duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., match_json: _Optional[bytes] = ..., version: _Optional[int] = ..., children: _Optional[_Iterable[_Union[ChildSpec, _Mapping]]] = ..., on_failure: _Optional[_Union[ParallelFailure, str]] = ...) -> None: ...
 
 class StepResponse(_message.Message):
-    __slots__ = ("status", "attempt", "result_json", "error", "wake_after", "logged_name", "logged_kind", "child_ids", "children", "ahead")
+    __slots__ = ("status", "attempt", "result_json", "error", "wake_after", "logged_name", "logged_kind", "child_ids", "children", "ahead", "compensate_from")
     STATUS_FIELD_NUMBER: _ClassVar[int]
     ATTEMPT_FIELD_NUMBER: _ClassVar[int]
     RESULT_JSON_FIELD_NUMBER: _ClassVar[int]
@@ -310,6 +310,7 @@ class StepResponse(_message.Message):
     CHILD_IDS_FIELD_NUMBER: _ClassVar[int]
     CHILDREN_FIELD_NUMBER: _ClassVar[int]
     AHEAD_FIELD_NUMBER: _ClassVar[int]
+    COMPENSATE_FROM_FIELD_NUMBER: _ClassVar[int]
     status: StepStatus
     attempt: int
     result_json: bytes
@@ -320,7 +321,8 @@ class StepResponse(_message.Message):
     child_ids: _containers.RepeatedScalarFieldContainer[str]
     children: _containers.RepeatedCompositeFieldContainer[ChildOutcome]
     ahead: _containers.RepeatedCompositeFieldContainer[LoggedStep]
-    def __init__(self, status: _Optional[_Union[StepStatus, str]] = ..., attempt: _Optional[int] = ..., result_json: _Optional[bytes] = ..., error: _Optional[_Union[_tasks_pb2.TaskError, _Mapping]] = ..., wake_after: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., logged_name: _Optional[str] = ..., logged_kind: _Optional[_Union[StepKind, str]] = ..., child_ids: _Optional[_Iterable[str]] = ..., children: _Optional[_Iterable[_Union[ChildOutcome, _Mapping]]] = ..., ahead: _Optional[_Iterable[_Union[LoggedStep, _Mapping]]] = ...) -> None: ...
+    compensate_from: int
+    def __init__(self, status: _Optional[_Union[StepStatus, str]] = ..., attempt: _Optional[int] = ..., result_json: _Optional[bytes] = ..., error: _Optional[_Union[_tasks_pb2.TaskError, _Mapping]] = ..., wake_after: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., logged_name: _Optional[str] = ..., logged_kind: _Optional[_Union[StepKind, str]] = ..., child_ids: _Optional[_Iterable[str]] = ..., children: _Optional[_Iterable[_Union[ChildOutcome, _Mapping]]] = ..., ahead: _Optional[_Iterable[_Union[LoggedStep, _Mapping]]] = ..., compensate_from: _Optional[int] = ...) -> None: ...
 
 class LoggedStep(_message.Message):
     __slots__ = ("position", "name", "kind", "attempt", "result_json")
