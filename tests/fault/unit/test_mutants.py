@@ -232,7 +232,10 @@ class _StepTx:
         self.row, self.statement, self.reclaims = row, statement, 0
 
     async def workflow_lease_share(self, task_id, epoch):
-        return "tenant"
+        return "tenant", False  # (the run's tenant, whether it holds a cancel)
+
+    async def workflow_steps_ahead(self, task_id, position, rows, size):
+        return []
 
     async def workflow_step_lock(self, task_id, position):
         return self.row
