@@ -120,6 +120,8 @@ class Reply:
     children: list[dict] | None = None
     # With "error": retrying cannot help (the stub fails the activation fatally).
     fatal: bool = False
+    # With "cancelled": the position the compensations take from.
+    compensate_from: int | None = None
 
     def frame(self, task_id: str, call: int) -> dict:
         """The step_reply frame answering `call` of `task_id`."""
@@ -127,7 +129,7 @@ class Reply:
                 "attempt": self.attempt, "result": self.result, "error": self.error,
                 "wake_after_s": self.wake_after_s, "logged_name": self.logged_name,
                 "logged_kind": self.logged_kind, "message": self.message, "children": self.children,
-                "fatal": self.fatal}
+                "fatal": self.fatal, "compensate_from": self.compensate_from}
 
 
 def lost(message: str) -> Reply:
@@ -283,7 +285,8 @@ def reply_of(response: worker_pb2.StepResponse) -> Reply:
                  error=_error_of(response.error) if response.HasField("error") else None,
                  wake_after_s=wake, logged_name=response.logged_name or None,
                  logged_kind=KIND_NAMES.get(response.logged_kind),
-                 children=[_outcome(c) for c in response.children] if response.children else None)
+                 children=[_outcome(c) for c in response.children] if response.children else None,
+                 compensate_from=response.compensate_from if status == "cancelled" else None)
 
 
 def _error_of(error: tasks_pb2.TaskError) -> dict:

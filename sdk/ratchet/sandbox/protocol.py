@@ -33,13 +33,15 @@ JSON (one object with a "type"). Messages:
                   "error": {error_class, message, stack} | null, "wake_after_s": float | null,
                   "logged_name": str | null, "logged_kind": str | null, "message": str | null,
                   "children": [{"index": int, "child_id": str, "state": str, "result": JSON text
-                  | null, "error": {...} | null}] | null, "fatal": bool}
+                  | null, "error": {...} | null}] | null, "fatal": bool, "compensate_from": int | null}
                    (both keys always present) "children": a fan-out's "done": each child's outcome
                    by index, "state" the TaskState name without TASK_STATE_ ("SUCCEEDED",
                    "FAILED", "CANCELED", "EXPIRED"; a state the agent does not know: its number
                    as a string); null otherwise. "fatal": true only with "error": the platform
                    refused for good (an unknown handler, a bad child input, an answer too large
-                   to deliver), so the activation fails without a retry.
+                   to deliver), so the activation fails without a retry. "compensate_from": with
+                   "cancelled" only (null otherwise): the position the compensations take from
+                   (StepResponse.compensate_from).
                  {"type": "cancel", "task_id"}
                  {"type": "shutdown"}
 
@@ -53,7 +55,9 @@ the platform could not be reached, the activation fails and is retried (with
 barrier has fired (a fan-out's "run" is never shown to the stub: the agent starts the
 children first). "cancelled": the run was cancelled and has compensations; the code stops
 at that checkpoint (which wrote nothing), the stub runs the registered compensations, last
-first, as "compensate" steps at the positions from that one on, and the done frame's
+first, as "compensate" steps at the positions from compensate_from on (that checkpoint's own
+position when the log has nothing there, else the next: a sleep, wait, fan-out or step claim
+left open there keeps its entry; absent: that position), and the done frame's
 outcome is "canceled" (a compensation's retryable error: "failed", not fatal, and the next
 activation runs the unfinished ones; a fatal one is logged FAILED and the others run).
 

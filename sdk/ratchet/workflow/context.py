@@ -13,7 +13,7 @@ Compensations: `on_cancel` registers a function (logged, not run). When the run
 has been cancelled the platform answers "cancelled" at the first checkpoint the
 run had not passed; the code unwinds there (WorkflowCancelled) and the runner
 calls `_compensate()`, which runs the registered functions last first, each a
-memoized "compensate" step at the next positions (from the cancelled one on).
+memoized "compensate" step at the positions from the CANCELLED answer's compensate_from on.
 """
 
 from __future__ import annotations
@@ -416,8 +416,11 @@ class WorkflowContext(TaskContext):
             self._poison(self._mismatch(kind, name, position, reply))
         if status == ch.CANCELLED and request["op"] == "begin" and kind not in ("compensate", "on_cancel"):
             # The run had not passed this point when it was cancelled: stop here; the
-            # compensations take the positions from this one on.
-            self._stop(WorkflowCancelled(position))
+            # compensations take the positions from compensate_from on (this one, or the next
+            # when a checkpoint left open here keeps its entry).
+            start = reply.get("compensate_from")
+            self._position = start if isinstance(start, int) and start >= position else position
+            self._stop(WorkflowCancelled(position))  # (where the code stopped, as its message says)
         message = reply.get("message") if isinstance(reply, dict) else None
         if status == ch.LOST:
             self._stop(LeaseLost(message or f"run {self.task_id}: the lease of activation {self.attempt} is gone"))

@@ -105,7 +105,7 @@ def contains(data: Any, match: Any) -> bool:
 def reply(status: str, **fields: Any) -> dict:
     """A step reply with every field present."""
     out: dict = {"status": status, "attempt": 0, "result": None, "error": None, "wake_after_s": None,
-                 "logged_name": None, "logged_kind": None, "message": None}
+                 "logged_name": None, "logged_kind": None, "message": None, "compensate_from": None}
     out.update(fields)
     return out
 
@@ -138,7 +138,11 @@ class StepLog:
         if kind in ("on_cancel", "compensate"):
             return self._compensation(row, request, epoch)
         if self.cancelled and _not_passed(row):
-            return reply(ch.CANCELLED)  # the run stops here; nothing written
+            # The run stops here; nothing written. The compensations take the positions from
+            # here when the log has nothing (or a compensation) here, else from the next one:
+            # the checkpoint left open here keeps its entry (StepResponse.compensate_from).
+            start = position if row is None or row.kind == "compensate" else position + 1
+            return reply(ch.CANCELLED, compensate_from=start)
         if kind == "version":
             return self._version(row, request, epoch)
         if row is not None and (row.name != name or row.kind != kind):
@@ -173,8 +177,8 @@ class StepLog:
 
     def _compensation(self, row: StepRecord | None, request: dict, epoch: int) -> dict:
         """on_cancel: present or new, like a version marker (logged COMPLETED with its
-        arguments). compensate: a step, allowed only once the run is cancelled; its first
-        one may take the cancel point's position from the checkpoint left RUNNING there."""
+        arguments). compensate: a step, allowed only once the run is cancelled, at the
+        positions from the CANCELLED answer's compensate_from on."""
         if request["kind"] == "on_cancel":
             if row is None:
                 row = self._append(request, COMPLETED, epoch, result_json=request.get("result"))
@@ -184,10 +188,6 @@ class StepLog:
             return reply(ch.MISMATCH, logged_name=row.name, logged_kind=row.kind)
         if not self.cancelled:
             return reply(ch.LOST, message="the run is not cancelled")
-        if row is not None and row.kind != "compensate" and row.status == RUNNING:
-            row.waiting = False
-            del self.steps[row.position:]  # the checkpoint the cancel interrupted gives way
-            row = None
         if row is not None and (row.name != request["name"] or row.kind != "compensate"):
             return reply(ch.MISMATCH, logged_name=row.name, logged_kind=row.kind)
         return self._step(row, request, epoch)

@@ -102,6 +102,8 @@ def _as_response(answer: dict) -> wpb.StepResponse:
         response.wake_after.CopyFrom(duration_pb2.Duration(seconds=int(answer["wake_after_s"])))
     if answer["logged_kind"]:
         response.logged_kind = steps.KINDS[answer["logged_kind"]]
+    if answer["compensate_from"] is not None:  # (with CANCELLED, as history answers)
+        response.compensate_from = answer["compensate_from"]
     return response
 
 
@@ -141,13 +143,16 @@ async def test_a_cancelled_run_replays_to_its_sleep_compensates_last_first_and_c
     dispatcher.enqueue("book", "false", task_id=first.task_id, lease_epoch=2, attempt=2)
     c = await dispatcher.completion_for(first.task_id, lease_epoch=2)
     assert c.outcome == wpb.COMPLETION_OUTCOME_CANCELED, c
-    assert rows(dispatcher, first.task_id)[4:] == [(4, "compensate", "compensate:refund", "COMPLETED", 1),
-                                                   (5, "compensate", "compensate:release", "COMPLETED", 1)]
-    assert json.loads(dispatcher.logs[first.task_id].steps[4].result_json) == {"refunded": 120, "step_attempt": 1}
+    # The sleep the cancel interrupted keeps its entry; the compensations take the positions
+    # after it (compensate_from 5, carried from the StepResponse through the agent to the stub).
+    assert rows(dispatcher, first.task_id)[4:] == [(4, "sleep", "until_departure", "RUNNING", 1),
+                                                   (5, "compensate", "compensate:refund", "COMPLETED", 1),
+                                                   (6, "compensate", "compensate:release", "COMPLETED", 1)]
+    assert json.loads(dispatcher.logs[first.task_id].steps[5].result_json) == {"refunded": 120, "step_attempt": 1}
     assert [(s.op, s.kind, s.position) for s in dispatcher.steps][4:] == [
         (wpb.STEP_OP_BEGIN, wpb.STEP_KIND_SLEEP, 4),  # answered CANCELLED: nothing written
-        (wpb.STEP_OP_BEGIN, wpb.STEP_KIND_COMPENSATE, 4), (wpb.STEP_OP_COMMIT, wpb.STEP_KIND_COMPENSATE, 4),
-        (wpb.STEP_OP_BEGIN, wpb.STEP_KIND_COMPENSATE, 5), (wpb.STEP_OP_COMMIT, wpb.STEP_KIND_COMPENSATE, 5)]
+        (wpb.STEP_OP_BEGIN, wpb.STEP_KIND_COMPENSATE, 5), (wpb.STEP_OP_COMMIT, wpb.STEP_KIND_COMPENSATE, 5),
+        (wpb.STEP_OP_BEGIN, wpb.STEP_KIND_COMPENSATE, 6), (wpb.STEP_OP_COMMIT, wpb.STEP_KIND_COMPENSATE, 6)]
     assert {s.lease.lease_epoch for s in dispatcher.steps} == {2}
 
 
@@ -160,11 +165,12 @@ async def test_a_compensation_failing_retryably_fails_the_activation_and_the_nex
     dispatcher.enqueue("book", "true", task_id=first.task_id, lease_epoch=2, attempt=2)
     c = await dispatcher.completion_for(first.task_id, lease_epoch=2)
     assert (c.outcome, c.fatal, c.error.error_class) == (wpb.COMPLETION_OUTCOME_FAILED, False, "ConnectionError"), c
-    assert rows(dispatcher, first.task_id)[4:] == [(4, "compensate", "compensate:refund", "FAILED", 1)]
+    assert rows(dispatcher, first.task_id)[5:] == [(5, "compensate", "compensate:refund", "FAILED", 1)]
 
     dispatcher.enqueue("book", "true", task_id=first.task_id, lease_epoch=3, attempt=3)
     c = await dispatcher.completion_for(first.task_id, lease_epoch=3)
     assert c.outcome == wpb.COMPLETION_OUTCOME_CANCELED, c
-    assert rows(dispatcher, first.task_id)[4:] == [(4, "compensate", "compensate:refund", "COMPLETED", 2),
-                                                   (5, "compensate", "compensate:release", "COMPLETED", 1)]
-    assert json.loads(dispatcher.logs[first.task_id].steps[4].result_json) == {"refunded": 120, "step_attempt": 2}
+    assert rows(dispatcher, first.task_id)[4:] == [(4, "sleep", "until_departure", "RUNNING", 1),
+                                                   (5, "compensate", "compensate:refund", "COMPLETED", 2),
+                                                   (6, "compensate", "compensate:release", "COMPLETED", 1)]
+    assert json.loads(dispatcher.logs[first.task_id].steps[5].result_json) == {"refunded": 120, "step_attempt": 2}

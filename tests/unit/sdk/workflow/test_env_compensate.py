@@ -49,8 +49,10 @@ def test_cancel_while_sleeping_runs_the_compensations_last_first_and_the_run_end
     assert [(s.position, s.kind, s.name, s.status) for s in run.steps] == [
         (0, "step", "reserve", "COMPLETED"), (1, "on_cancel", "release", "COMPLETED"),
         (2, "step", "charge", "COMPLETED"), (3, "on_cancel", "refund", "COMPLETED"),
-        # The sleep the cancel interrupted gave its position to the first compensation.
-        (4, "compensate", "compensate:refund", "COMPLETED"), (5, "compensate", "compensate:release", "COMPLETED")]
+        # The sleep the cancel interrupted keeps its entry (left open); the compensations take the
+        # positions after it (the CANCELLED answer's compensate_from).
+        (4, "sleep", "until_departure", "RUNNING"),
+        (5, "compensate", "compensate:refund", "COMPLETED"), (6, "compensate", "compensate:release", "COMPLETED")]
     assert run.step("compensate:release").result == {"released": "7A"}
     assert run.outcomes[-1].outcome == "canceled" and env.clock == 86400.0  # the fake clock did not move
     env.advance("5d")  # the sleep's timer went with the cancel
@@ -154,6 +156,7 @@ def test_cancelling_a_parent_runs_its_and_its_child_workflows_compensations():
     assert sorted(UNDONE) == [("release", "kid-1"), ("release", "parent")]
     assert kid.step("compensate:release_hold").status == "COMPLETED"
     # The kid's end (from the cascade) did not fire the parent's barrier: the parent stopped at
-    # its fan-out and compensated there, not past it.
-    assert [(s.position, s.kind, s.name) for s in run.steps] == [
-        (0, "on_cancel", "parent_undo"), (1, "compensate", "compensate:parent_undo")]
+    # its fan-out (which keeps its entry, still open) and compensated after it, not past it.
+    assert [(s.position, s.kind, s.name, s.status) for s in run.steps] == [
+        (0, "on_cancel", "parent_undo", "COMPLETED"), (1, "parallel", "kids", "RUNNING"),
+        (2, "compensate", "compensate:parent_undo", "COMPLETED")]

@@ -73,13 +73,14 @@ def books(ctx, kind):
     return "shipped"
 
 
-def replay_to_the_cancel(agent, kind, *, task_id="w1"):
-    """Answer the log's four entries done and the checkpoint at position 4 "cancelled"."""
+def replay_to_the_cancel(agent, kind, *, task_id="w1", **cancelled):
+    """Answer the log's four entries done and the checkpoint at position 4 "cancelled" (with
+    `cancelled`'s fields, e.g. compensate_from)."""
     agent.reply(agent.step(kind="step", name="reserve", position=0, task_id=task_id), "done", result='"seat 7"')
     agent.reply(agent.step(kind="on_cancel", name="release_seat", position=1), "done")
     agent.reply(agent.step(kind="step", name="charge", position=2), "done", result='"paid"')
     agent.reply(agent.step(kind="on_cancel", name="refund", position=3), "done")
-    agent.reply(agent.step(op="begin", kind=kind, position=4), "cancelled")
+    agent.reply(agent.step(op="begin", kind=kind, position=4), "cancelled", **cancelled)
 
 
 @pytest.mark.parametrize("kind", ["sleep", "step", "wait", "version", "parallel"])
@@ -98,6 +99,25 @@ def test_a_cancelled_reply_unwinds_the_code_and_runs_the_compensations_last_firs
     done = agent.done()
     assert (done["outcome"], done["result"], done["error"], done["fatal"]) == ("canceled", None, None, False)
     assert UNDONE == ["card", "seat"]  # the checkpoint at the cancel point never ran
+    agent.close()
+
+
+@pytest.mark.parametrize("kind", ["sleep", "step", "wait", "parallel"])
+@pytest.mark.parametrize("offset", [1, 0])
+def test_the_compensations_take_their_positions_from_the_cancelled_replys_compensate_from(kind, offset):
+    # offset 1: the checkpoint left open at 4 keeps its entry there; 0: the log had nothing there.
+    UNDONE.clear()
+    agent = FakeAgent(books)
+    agent.run("books", kind)
+    replay_to_the_cancel(agent, kind, compensate_from=4 + offset)
+    first = 4 + offset
+    agent.reply(agent.step(op="begin", kind="compensate", position=first, name="compensate:refund"), "run")
+    agent.reply(agent.step(op="commit", kind="compensate", position=first, name="compensate:refund"), "done")
+    agent.reply(agent.step(op="begin", kind="compensate", position=first + 1, name="compensate:release_seat"),
+                "run")
+    agent.reply(agent.step(op="commit", kind="compensate", position=first + 1), "done")
+    assert agent.done()["outcome"] == "canceled"
+    assert UNDONE == ["card", "seat"]
     agent.close()
 
 
