@@ -51,7 +51,7 @@ def end_attempt(task: TaskView, outcome: AttemptOutcome, error: ErrorInfo | None
     err = error or _DEFAULT_ERRORS.get(outcome) or ErrorInfo("Error", "the attempt failed without an error")
     base = dict(task_id=task.task_id, from_state=TaskState.LEASED, lease_epoch=task.lease_epoch,
                 attempt_outcome=outcome, attempt_error=err)
-    if task.cancel_reason == CancelReason.USER:
+    if task.cancel_reason == CancelReason.USER and not task.compensating:
         return Transition(to_state=TaskState.CANCELED, reason="canceled by user", **base)
     if task.cancel_reason == CancelReason.SCHEDULE_TO_CLOSE:
         return Transition(to_state=TaskState.FAILED, error=SCHEDULE_TO_CLOSE_ERROR,
@@ -99,7 +99,13 @@ def _succeeded(task: TaskView, c: CompletionIn, checkpoint: bytes | None, cancel
 
 
 def _ended_otherwise(task: TaskView, c: CompletionIn, rand: Rand) -> Transition:
-    """A completion other than a success: a cancel asked for, a crash or a failure."""
+    """A completion other than a success: a cancel asked for, a crash or a failure. A cancelled
+    run with compensations ends CANCELED by the activation that ran them, whichever lease it
+    holds; its other ends are an ordinary attempt's (a retryable compensation failure retries)."""
+    if c.outcome == "CANCELED" and task.compensating:
+        return Transition(task_id=task.task_id, from_state=TaskState.LEASED, to_state=TaskState.CANCELED,
+                          lease_epoch=task.lease_epoch, reason="canceled by user; its compensations ran",
+                          attempt_outcome=AttemptOutcome.CANCELED, attempt_error=c.error or CANCELED_ERROR)
     if c.outcome == "CANCELED" and task.cancel_requested:
         if task.cancel_reason == CancelReason.USER:
             return end_attempt(task, AttemptOutcome.CANCELED, c.error, rand=rand)
@@ -123,7 +129,7 @@ def on_suspend(task: TaskView, c: SuspendIn) -> Transition:
     ends the run CANCELED, a schedule_to_close one FAILED (its timer has fired: nothing would
     expire a WAITING run later). Otherwise the run goes WAITING (a start_to_close cancel is moot:
     the activation stopped)."""
-    if task.cancel_reason == CancelReason.USER:
+    if task.cancel_reason == CancelReason.USER and not task.compensating:  # (compensating: woken at once)
         return end_attempt(task, AttemptOutcome.CANCELED, CANCELED_ERROR)
     if task.cancel_reason == CancelReason.SCHEDULE_TO_CLOSE:
         return end_attempt(task, AttemptOutcome.TIMED_OUT, SCHEDULE_TO_CLOSE_ERROR)
@@ -153,6 +159,8 @@ def _fire_lease(task: TaskView, due: TimerDue, plan: TimerPlan, rand: Rand) -> T
     if task.state != TaskState.LEASED or task.lease_epoch != due.timer_epoch:
         return None  # the lease it guarded is gone: a stale timer
     if due.kill_passed and task.cancel_requested:
+        if task.cancel_reason == CancelReason.USER and task.compensating:
+            return _compensations_due(task)
         if task.cancel_reason == CancelReason.USER:
             return end_attempt(task, AttemptOutcome.CANCELED, CANCEL_GRACE_ERROR, rand=rand)
         error = (SCHEDULE_TO_CLOSE_ERROR if task.cancel_reason == CancelReason.SCHEDULE_TO_CLOSE
@@ -166,6 +174,21 @@ def _fire_lease(task: TaskView, due: TimerDue, plan: TimerPlan, rand: Rand) -> T
         task.cancel_requested, task.cancel_reason = True, CancelReason.START_TO_CLOSE
     plan.reschedule_lease = True
     return None
+
+
+def _compensations_due(task: TaskView) -> Transition:
+    """The kill after the cancel grace of a run with compensations: not CANCELED (they have not
+    run) but RETRY_WAIT due now, so the next activation runs them; the attempt stays charged
+    (out of attempts: FAILED, as any task)."""
+    base = dict(task_id=task.task_id, from_state=TaskState.LEASED, lease_epoch=task.lease_epoch,
+                attempt_outcome=AttemptOutcome.CANCELED, attempt_error=CANCEL_GRACE_ERROR)
+    if task.attempt >= task.max_attempts:
+        return Transition(to_state=TaskState.FAILED, error=CANCEL_GRACE_ERROR,
+                          reason=f"attempts exhausted ({task.attempt}/{task.max_attempts}) before the "
+                                 "compensations ran", **base)
+    return Transition(to_state=TaskState.RETRY_WAIT, delay_s=0.0, error=CANCEL_GRACE_ERROR,
+                      reason="cancelled: killed after the grace; the next activation runs its compensations",
+                      **base)
 
 
 def _fire_schedule_to_close(task: TaskView, plan: TimerPlan) -> Transition | None:

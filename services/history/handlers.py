@@ -40,6 +40,7 @@ _STEP_STATUS = {
     "SUSPEND": worker_pb2.STEP_STATUS_SUSPEND,
     "MISMATCH": worker_pb2.STEP_STATUS_MISMATCH,
     "ABSENT": worker_pb2.STEP_STATUS_ABSENT,
+    "CANCELLED": worker_pb2.STEP_STATUS_CANCELLED,
 }
 
 _ACTIONS = {
@@ -63,7 +64,8 @@ def _create_frame(answers: list[history_pb2.CreateTasksAnswer]) -> history_pb2.C
 
 def _step_response(a: steps.StepAnswer) -> worker_pb2.StepResponse:
     out = worker_pb2.StepResponse(status=_STEP_STATUS[a.status], attempt=a.attempt, result_json=a.result or b"",
-                                  logged_name=a.logged_name, logged_kind=wfconvert.KIND_VALUES.get(a.logged_kind, 0))
+                                  logged_name=a.logged_name, logged_kind=wfconvert.KIND_VALUES.get(a.logged_kind, 0),
+                                  compensate_from=a.compensate_from)
     if a.error is not None:
         out.error.CopyFrom(tasks_pb2.TaskError(error_class=a.error.error_class, message=a.error.message,
                                                stack=a.error.stack))
@@ -71,6 +73,9 @@ def _step_response(a: steps.StepAnswer) -> worker_pb2.StepResponse:
         out.wake_after.CopyFrom(policy.duration(max(0.0, a.wake_after_s)))
     if a.child_ids:
         out.child_ids.extend(a.child_ids)
+    for position, name, kind, attempt, result in a.ahead:
+        out.ahead.add(position=position, name=name, kind=wfconvert.KIND_VALUES[kind], attempt=attempt,
+                      result_json=result or b"")
     for c in a.children:
         o = out.children.add(index=c.index, child_id=c.child_id, state=taskstate.to_proto(c.state),
                              result_json=c.result or b"")
@@ -208,6 +213,8 @@ class HistoryServicer(history_pb2_grpc.HistoryServiceServicer):
                                                            self.cfg.cancel_grace_s)
         if requested:  # the lease check now fires by the kill time
             self.hub.timer_due(shard.id, self.cfg.cancel_grace_s)
+            if state == taskstate.TaskState.ENQUEUED:  # a run with compensations: due now, to run them
+                self.hub.publish(shard.id)
         return history_pb2.CancelTaskResponse(state=taskstate.to_proto(state), cancel_requested=requested)
 
     @rpc

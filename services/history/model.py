@@ -82,6 +82,10 @@ class TaskView:
     cancel_requested: bool
     cancel_reason: CancelReason | None
     rules: dict[str, Rule] = dataclasses.field(default_factory=dict)
+    # A workflow run that holds a cancel for its compensations (workflow_cancels): its user cancel
+    # does not end it before they ran. Read only where such a cancel can matter (a CANCELED
+    # completion, a user-cancelled attempt's end, a kill after the grace); False elsewhere.
+    compensating: bool = False
 
     @classmethod
     def from_row(cls, row) -> TaskView:

@@ -14,11 +14,12 @@ from collections.abc import Sequence
 import asyncpg
 
 from ratchet.libs import gates
-from ratchet.libs.taskstate import CancelReason, TaskState
+from ratchet.libs.taskstate import TERMINAL, CancelReason, TaskState
 from ratchet.services.history.decide import Rand, cancel_now, on_completion
 from ratchet.services.history.errors import TaskNotFound
 from ratchet.services.history.model import CompletionIn, SuspendIn, TaskView, Transition
 from ratchet.services.history.store import Store, Tx
+from ratchet.services.history.store.rows import CancelLocked
 from ratchet.services.history.workflows.suspend import apply_suspensions
 
 
@@ -139,6 +140,7 @@ async def _decide_and_apply(tx: Tx, items: Sequence[CompletionIn], read: Sequenc
     """Decide each completion from its task's view and apply the transitions; returns what applied.
     retry_in collects the retry delay of each applied RETRY_WAIT (the timer hint)."""
     views = {v.task_id: v for v in read}
+    compensating = await mark_compensating(tx, items, views)
     decided: list[Transition] = []
     for c in items:
         view = views.get(c.task_id)
@@ -148,11 +150,30 @@ async def _decide_and_apply(tx: Tx, items: Sequence[CompletionIn], read: Sequenc
     # In task_id order, as the lock took them, so two batches sharing tasks cannot deadlock.
     decided.sort(key=lambda t: t.task_id)
     applied = await tx.task_transition_apply(decided) if decided else {}
+    if compensating:  # a cancelled run with compensations that ended: its kept cancel goes
+        ended = [t.task_id for t in decided if t.task_id in compensating and t.task_id in applied
+                 and t.to_state in TERMINAL]
+        if ended:
+            await tx.workflow_cancels_delete_batch(ended)
     if retry_in is not None:
         for t in decided:
             if t.delay_s is not None and t.task_id in applied:
                 retry_in[t.task_id] = t.delay_s
     return applied
+
+
+async def mark_compensating(tx: Tx, items: Sequence[CompletionIn], views: dict[str, TaskView]) -> set[str]:
+    """Which of these ends are of runs that keep a cancel for their compensations (their views
+    marked). Only a CANCELED completion or an end under a user cancel can be one: successes and
+    ordinary failures look nothing up."""
+    maybe = [c.task_id for c in items if c.outcome != "SUCCEEDED" and c.task_id in views
+             and (c.outcome == "CANCELED" or views[c.task_id].cancel_reason == CancelReason.USER)]
+    if not maybe:
+        return set()
+    held = await tx.workflow_cancelled_batch(maybe)
+    for tid in held:
+        views[tid].compensating = True
+    return held
 
 
 def _state(states: dict, applied: dict, task_id: str) -> TaskState | None:
@@ -165,10 +186,12 @@ async def cancel_task(conn: asyncpg.Connection, store: Store, task_id: str, tena
                       grace_s: float) -> tuple[TaskState, bool]:
     """Cancel one task; returns (state after, cancel_requested)."""
     async with store.tx(conn) as tx:
-        row = await tx.task_lock(task_id)
+        row = await tx.task_cancel_lock(task_id)
         if row is None or row.tenant_id != tenant_id:
             raise TaskNotFound(task_id)
         state = TaskState(row.state)
+        if row.has_compensations and state not in TERMINAL:
+            return await _cancel_compensated(tx, row, state, grace_s)
         t = cancel_now(task_id, state, row.lease_epoch)
         if t is not None:
             await tx.task_transition_apply([t])  # (its timers go with it, a WAITING run's wake too)
@@ -184,3 +207,26 @@ async def cancel_task(conn: asyncpg.Connection, store: Store, task_id: str, tena
             return TaskState.LEASED, True
         return state, row.cancel_requested
 
+
+
+COMPENSATE_REASON = "cancelled: the run runs its compensations"
+
+
+async def _cancel_compensated(tx: Tx, row: CancelLocked, state: TaskState, grace_s: float) -> tuple[TaskState, bool]:
+    """The cancel of a run whose log registered compensations (an ON_CANCEL row): it does not end
+    now. Its cancel is kept (workflow_cancels) until the activation that runs them ends it; its
+    open fan-outs' children are cancelled and its waits dropped as for any cancel; a run not
+    running is due now (ENQUEUED), a running one is asked to stop (its next BEGIN answers
+    CANCELLED). A second cancel changes nothing."""
+    if row.cancelled:
+        return state, True
+    task_id = row.task_id
+    await tx.workflow_cancel_insert(task_id, CancelReason.USER.value)
+    await tx.workflow_cascade_open([task_id])
+    await tx.workflow_waits_delete_batch([task_id])
+    if state == TaskState.LEASED:
+        await tx.task_cancel_request_batch([task_id], [row.lease_epoch], [CancelReason.USER.value], grace_s)
+        await tx.timer_lease_reschedule_batch([task_id], [row.lease_epoch])
+        return TaskState.LEASED, True
+    await tx.workflow_cancel_enqueue(task_id, COMPENSATE_REASON)
+    return TaskState.ENQUEUED, True

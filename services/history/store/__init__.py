@@ -46,6 +46,7 @@ from ratchet.services.history.store.rows import (
     AttemptRow,
     BulkOperationRow,
     CancelCandidate,
+    CancelLocked,
     ChildDoneRow,
     ChildEnd,
     DueTask,
@@ -528,10 +529,40 @@ class Tx:
         return await self._run("timer_next_in", fetch="val")
 
     # -- workflows (workflows.sql) ---------------------------------------------
-    async def workflow_lease_share(self, task_id: str, lease_epoch: int) -> str | None:
-        """Lock a run's task row FOR SHARE while LEASED under lease_epoch; its tenant, or None
-        when the lease is not current."""
-        return await self._run("workflow_lease_share", task_id, lease_epoch, fetch="val")
+    async def workflow_lease_share(self, task_id: str, lease_epoch: int) -> tuple[str, bool] | None:
+        """Lock a run's task row FOR SHARE while LEASED under lease_epoch; (its tenant, whether it
+        holds a cancel for its compensations), or None when the lease is not current."""
+        r = await self._run("workflow_lease_share", task_id, lease_epoch, fetch="row")
+        return None if r is None else (r["tenant_id"], r["cancelled"])
+
+    async def task_cancel_lock(self, task_id: str) -> CancelLocked | None:
+        """task_lock for CancelTask, with whether the run keeps its cancel for compensations."""
+        r = await self._run("task_cancel_lock", task_id, fetch="row")
+        return CancelLocked.of(r) if r is not None else None
+
+    async def workflow_cancel_insert(self, task_id: str, reason: str) -> None:
+        """Keep a run's cancel for its compensations."""
+        await self._run("workflow_cancel_insert", task_id, reason, fetch="status")
+
+    async def workflow_cancel_enqueue(self, task_id: str, reason: str) -> int | None:
+        """ENQUEUED/RETRY_WAIT/WAITING -> ENQUEUED due now (retry and wake timers gone); the new
+        version, or None when the task is in none of those states."""
+        return await self._run("workflow_cancel_enqueue", task_id, reason, fetch="val")
+
+    async def workflow_cancelled_batch(self, ids: Sequence[str]) -> set[str]:
+        """The runs of ids that hold a cancel for their compensations."""
+        return {str(r["workflow_id"]) for r in await self._run("workflow_cancelled_batch", _uuids(ids))}
+
+    async def workflow_steps_ahead(self, task_id: str, position: int, limit: int,
+                                   max_bytes: int) -> list[tuple[int, str, str, int, bytes | None]]:
+        """The completed entries right after position a resuming run answers from (see the SQL):
+        (position, name, kind, attempt, result), in order."""
+        recs = await self._run("workflow_steps_ahead", task_id, position, limit, max_bytes)
+        return [(r["position"], r["name"], r["kind"], r["attempt"], r["result"]) for r in recs]
+
+    async def workflow_cancels_delete_batch(self, ids: Sequence[str]) -> None:
+        """Drop the kept cancels of runs that ended."""
+        await self._run("workflow_cancels_delete_batch", _uuids(ids), fetch="status")
 
     async def workflow_step_lock(self, task_id: str, position: int) -> StepRow | None:
         """The log's row at position, locked; None when the log holds none there."""
@@ -555,13 +586,14 @@ class Tx:
         return await self._run("workflow_step_reclaim", task_id, position, lease_epoch, fetch="val")
 
     async def workflow_step_commit(self, task_id: str, position: int, name: str, lease_epoch: int, state: str,
-                                   result: bytes | None, error: ErrorInfo | None, fatal: bool) -> int | None:
+                                   result: bytes | None, error: ErrorInfo | None, fatal: bool,
+                                   kind: str = "STEP") -> int | None:
         """Store a claimed STEP's outcome (compare-and-set on RUNNING under lease_epoch); its attempt,
         or None when the claim is not this lease's."""
         e = error
         return await self._run("workflow_step_commit", task_id, position, lease_epoch, state, result,
                                e.error_class if e else None, e.message if e else None, e.stack if e else None,
-                               fatal, name, fetch="val")
+                               fatal, name, kind, fetch="val")
 
     async def workflow_step_close(self, task_id: str, position: int, state: str, result: bytes | None = None,
                                   error: ErrorInfo | None = None) -> bool:

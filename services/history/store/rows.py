@@ -140,6 +140,26 @@ class LockedTask:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
+class CancelLocked:
+    """What CancelTask reads of the task it locked (task_cancel_lock): task_lock's columns and
+    whether its cancel keeps it for compensations."""
+
+    task_id: str
+    tenant_id: str
+    state: str
+    lease_epoch: int
+    cancel_requested: bool
+    has_compensations: bool  # its step log holds an ON_CANCEL row
+    cancelled: bool  # it holds a cancel for its compensations already (workflow_cancels)
+
+    @classmethod
+    def of(cls, r) -> CancelLocked:
+        return cls(task_id=str(r["task_id"]), tenant_id=r["tenant_id"], state=r["state"],
+                   lease_epoch=r["lease_epoch"], cancel_requested=r["cancel_requested"],
+                   has_compensations=r["has_compensations"], cancelled=r["cancelled"])
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class RetryCandidate:
     """A terminal task a RETRY operation's scan locked."""
 

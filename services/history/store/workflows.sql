@@ -13,10 +13,12 @@
 -- The fence of a step op: the run's task row, locked FOR SHARE (steps of
 -- one run do not block one another; a completion, a heartbeat's update, an
 -- event or a timer waits), only while LEASED under this lease epoch. No row:
--- the lease is not current and the op writes nothing.
-SELECT t.tenant_id FROM tasks t
+-- the lease is not current and the op writes nothing. cancelled: the run
+-- holds a cancel for its compensations (workflow_cancels; one index probe).
+SELECT t.tenant_id, EXISTS (SELECT 1 FROM workflow_cancels c WHERE c.workflow_id = t.task_id) AS cancelled
+  FROM tasks t
  WHERE t.task_id = $1::uuid AND t.state = 'LEASED' AND t.lease_epoch = $2::bigint
-   FOR SHARE
+   FOR SHARE OF t
 
 -- name: workflow_step_lock
 -- The log's row at a position, locked (a resent op of the same run waits
@@ -57,19 +59,19 @@ UPDATE workflow_steps s
    SET state = 'RUNNING', attempt = s.attempt + 1, lease_epoch = $3::bigint, result = NULL,
        error_class = NULL, error_message = NULL, error_stack = NULL, fatal = false,
        started_at = clock_timestamp(), finished_at = NULL
- WHERE s.workflow_id = $1::uuid AND s.position = $2::int AND s.kind = 'STEP'
+ WHERE s.workflow_id = $1::uuid AND s.position = $2::int AND s.kind IN ('STEP', 'COMPENSATE')
    AND ((s.state = 'RUNNING' AND s.lease_epoch < $3::bigint) OR (s.state = 'FAILED' AND NOT s.fatal))
 RETURNING s.attempt
 
 -- name: workflow_step_commit
--- COMMIT of a claimed STEP named $10: a compare-and-set on (position,
+-- COMMIT of a claimed STEP (or COMPENSATE: kind $11) named $10: a compare-and-set on (position,
 -- RUNNING, lease epoch $3) to COMPLETED with result $5, or FAILED with the
 -- error ($6..$8, $9 fatal). Returns the attempt; nothing when the claim is
 -- not this lease's (or the row is another step).
 UPDATE workflow_steps s
    SET state = $4::text, result = $5::bytea, error_class = $6::text, error_message = $7::text,
        error_stack = $8::text, fatal = $9::bool, finished_at = clock_timestamp()
- WHERE s.workflow_id = $1::uuid AND s.position = $2::int AND s.kind = 'STEP' AND s.state = 'RUNNING'
+ WHERE s.workflow_id = $1::uuid AND s.position = $2::int AND s.kind = $11::text AND s.state = 'RUNNING'
    AND s.lease_epoch = $3::bigint AND s.name = $10::text
 RETURNING s.attempt
 
@@ -326,3 +328,87 @@ ended AS (
        AND t.state IN ('SUCCEEDED', 'FAILED', 'CANCELED', 'EXPIRED')
 )
 SELECT s.workflow_id, s.position FROM s
+
+-- name: task_cancel_lock
+-- CancelTask's lock of one task (task_lock's columns), with whether its
+-- cancel keeps it for its compensations: the log holds an ON_CANCEL row
+-- (has_compensations), and whether it was so cancelled already (its
+-- workflow_cancels row). One statement as before: an ordinary task pays two
+-- index probes that find nothing, no round trip.
+SELECT t.task_id, t.tenant_id, t.state, t.lease_epoch, t.cancel_requested,
+       EXISTS (SELECT 1 FROM workflow_steps s WHERE s.workflow_id = t.task_id AND s.kind = 'ON_CANCEL')
+           AS has_compensations,
+       EXISTS (SELECT 1 FROM workflow_cancels c WHERE c.workflow_id = t.task_id) AS cancelled
+  FROM tasks t WHERE t.task_id = $1::uuid
+   FOR NO KEY UPDATE OF t
+
+-- name: workflow_cancel_insert
+-- Keep a run's cancel until the activation that runs its compensations
+-- ends it (reason $2: user).
+INSERT INTO workflow_cancels (workflow_id, requested_at, reason)
+VALUES ($1::uuid, clock_timestamp(), $2::text)
+    ON CONFLICT (workflow_id) DO NOTHING
+
+-- name: workflow_cancel_enqueue
+-- transitions: RETRY_WAIT->ENQUEUED, WAITING->ENQUEUED
+-- A cancelled run with compensations that waits (a retry's backoff, a
+-- suspension): ENQUEUED and due now (its next activation runs them),
+-- logged with reason $2; its retry and wake timers deleted (a stale one
+-- would find the state moved and do nothing, but it need not fire). An
+-- ENQUEUED run is left as it is: it is due already (a run is ENQUEUED
+-- again only by a wake, due now, or a retry, due when it fired). Returns
+-- the new version, or nothing when the run was not RETRY_WAIT or WAITING.
+WITH now AS (SELECT clock_timestamp() AS t),
+old AS (SELECT t.task_id, t.state FROM tasks t WHERE t.task_id = $1::uuid),
+upd AS (
+    UPDATE tasks t
+       SET state = 'ENQUEUED', version = t.version + 1, run_at = now.t, updated_at = now.t
+      FROM now, old
+     WHERE t.task_id = old.task_id AND (t.state = 'RETRY_WAIT' OR t.state = 'WAITING')
+    RETURNING t.task_id, t.version, t.lease_epoch, t.updated_at
+),
+tr AS (
+    INSERT INTO task_log (task_id, version, from_state, to_state, lease_epoch, at, reason)
+    SELECT upd.task_id, upd.version, old.state, 'ENQUEUED', upd.lease_epoch, upd.updated_at, $2::text
+      FROM upd JOIN old ON old.task_id = upd.task_id
+),
+gone AS (
+    DELETE FROM timer_queue m USING upd WHERE m.task_id = upd.task_id AND m.kind IN ('retry', 'wake')
+)
+SELECT upd.version FROM upd
+
+-- name: workflow_cancelled_batch
+-- The runs of $1 that hold a cancel for their compensations (their
+-- workflow_cancels row): read for a CANCELED completion and a kill after
+-- the cancel grace, never on an ordinary path.
+SELECT workflow_id FROM workflow_cancels WHERE workflow_id = ANY($1::uuid[])
+
+-- name: workflow_cancels_delete_batch
+-- A cancelled run ended: its kept cancel goes.
+DELETE FROM workflow_cancels WHERE workflow_id = ANY($1::uuid[])
+
+-- name: workflow_steps_ahead
+-- A BEGIN answered DONE at position $2: the completed entries logged right
+-- after it, in order and without a gap, of the kinds a resuming run answers
+-- from them (STEP, VERSION, SLEEP, WAIT, ON_CANCEL): at most $3 rows, and
+-- no more than $4 bytes of results in all. The first entry of another
+-- kind or state ends the page (a fan-out, a claim still open, a failure, a
+-- compensation: the run asks for those). One index range scan of at most
+-- $3 rows on the log's key.
+WITH s AS (
+    SELECT position, name, kind, state, attempt, result
+      FROM workflow_steps
+     WHERE workflow_id = $1::uuid AND position > $2::int
+     ORDER BY position
+     LIMIT $3::int
+),
+r AS (
+    SELECT s.*, row_number() OVER w AS n,
+           sum(COALESCE(octet_length(s.result), 0)) OVER w AS bytes,
+           bool_and(s.state = 'COMPLETED' AND s.kind IN ('STEP', 'VERSION', 'SLEEP', 'WAIT', 'ON_CANCEL')) OVER w AS ok
+      FROM s
+    WINDOW w AS (ORDER BY s.position ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)
+)
+SELECT position, name, kind, attempt, result FROM r
+ WHERE ok AND position = $2::int + n AND bytes <= $4::bigint
+ ORDER BY position

@@ -16,8 +16,8 @@ import random
 import asyncpg
 
 from ratchet.libs import gates
-from ratchet.libs.taskstate import TaskState
-from ratchet.services.history.decide import WAKE_TIMER_REASON, Rand, TimerPlan, plan_timers
+from ratchet.libs.taskstate import CancelReason, TaskState
+from ratchet.services.history.decide import CANCEL_GRACE_ERROR, WAKE_TIMER_REASON, Rand, TimerPlan, plan_timers
 from ratchet.services.history.model import TaskView, Transition
 from ratchet.services.history.store import DueTask, Store, Tx
 from ratchet.services.history.workflows.suspend import wake
@@ -37,6 +37,20 @@ def _plans(claimed: list[DueTask], rand: Rand) -> dict[str, tuple[TaskView, Time
     return {d.view.task_id: (d.view, plan_timers(d.view, d.dues, rand=rand)) for d in claimed}
 
 
+async def _mark_compensating(tx: Tx, claimed: list[DueTask]) -> None:
+    """A user-cancelled lease whose kill time passed: is it a run that keeps its cancel for its
+    compensations? Only such kills (rare) are looked up, in one statement."""
+    kills = [d.view.task_id for d in claimed
+             if d.view.cancel_requested and d.view.cancel_reason == CancelReason.USER
+             and any(x.kind == "lease" and x.kill_passed for x in d.dues)]
+    if not kills:
+        return
+    held = await tx.workflow_cancelled_batch(kills)
+    for d in claimed:
+        if d.view.task_id in held:
+            d.view.compensating = True
+
+
 async def _apply_round(tx: Tx, ts: list[Transition]) -> None:
     """One round of transitions. A suspended workflow run woken by its `wake` timer goes by the
     wake statement (due now, logged); one that expires loses its open waits with it."""
@@ -49,6 +63,10 @@ async def _apply_round(tx: Tx, ts: list[Transition]) -> None:
         ended = [t.task_id for t in rest if t.from_state == TaskState.WAITING and t.task_id in applied]
         if ended:
             await tx.workflow_waits_delete_batch(ended)
+        spent = [t.task_id for t in rest if t.to_state == TaskState.FAILED and t.attempt_error is CANCEL_GRACE_ERROR
+                 and t.task_id in applied]
+        if spent:  # a run with compensations out of attempts: its kept cancel goes
+            await tx.workflow_cancels_delete_batch(spent)
 
 
 async def fire_timers(conn: asyncpg.Connection, store: Store, *, max_timers: int, grace_s: float,
@@ -64,6 +82,7 @@ async def fire_timers(conn: asyncpg.Connection, store: Store, *, max_timers: int
         return FireOut(0, False, next_in)
     async with store.tx(conn) as tx:
         claimed = await tx.timer_claim_due(max_timers)
+        await _mark_compensating(tx, claimed)
         plans = _plans(claimed, rand)
         rounds = max((len(p.transitions) for _, p in plans.values()), default=0)
         for k in range(rounds):

@@ -26,14 +26,16 @@ MAX_STEP_PAGE = 1000
 _OPS = {worker_pb2.STEP_OP_BEGIN: "BEGIN", worker_pb2.STEP_OP_COMMIT: "COMMIT"}
 KINDS = {worker_pb2.STEP_KIND_STEP: "STEP", worker_pb2.STEP_KIND_VERSION: "VERSION",
          worker_pb2.STEP_KIND_SLEEP: "SLEEP", worker_pb2.STEP_KIND_WAIT: "WAIT",
-         worker_pb2.STEP_KIND_PARALLEL: "PARALLEL", worker_pb2.STEP_KIND_CHILD: "CHILD"}
+         worker_pb2.STEP_KIND_PARALLEL: "PARALLEL", worker_pb2.STEP_KIND_CHILD: "CHILD",
+         worker_pb2.STEP_KIND_ON_CANCEL: "ON_CANCEL", worker_pb2.STEP_KIND_COMPENSATE: "COMPENSATE"}
 MAX_CHILDREN = 10_000
 _ON_FAILURE = {worker_pb2.PARALLEL_FAILURE_UNSPECIFIED: "COLLECT", worker_pb2.PARALLEL_FAILURE_COLLECT: "COLLECT",
                worker_pb2.PARALLEL_FAILURE_FAIL_FAST: "FAIL_FAST"}
 KIND_VALUES = {v: k for k, v in KINDS.items()}
 _PUBLIC_KINDS = {"STEP": workflows_pb2.STEP_KIND_STEP, "VERSION": workflows_pb2.STEP_KIND_VERSION,
                  "SLEEP": workflows_pb2.STEP_KIND_SLEEP, "WAIT": workflows_pb2.STEP_KIND_WAIT,
-                 "PARALLEL": workflows_pb2.STEP_KIND_PARALLEL, "CHILD": workflows_pb2.STEP_KIND_CHILD}
+                 "PARALLEL": workflows_pb2.STEP_KIND_PARALLEL, "CHILD": workflows_pb2.STEP_KIND_CHILD,
+                 "ON_CANCEL": workflows_pb2.STEP_KIND_ON_CANCEL, "COMPENSATE": workflows_pb2.STEP_KIND_COMPENSATE}
 _PUBLIC_STATES = {"RUNNING": workflows_pb2.STEP_STATE_RUNNING, "COMPLETED": workflows_pb2.STEP_STATE_COMPLETED,
                   "FAILED": workflows_pb2.STEP_STATE_FAILED}
 
@@ -48,8 +50,8 @@ class StepOp:
     op: str  # BEGIN | COMMIT
     position: int
     name: str
-    kind: str  # STEP | VERSION | SLEEP | WAIT | PARALLEL | CHILD
-    result: bytes | None = None  # COMMIT: the value (JSON), when no error
+    kind: str  # STEP | VERSION | SLEEP | WAIT | PARALLEL | CHILD | ON_CANCEL | COMPENSATE
+    result: bytes | None = None  # COMMIT: the value (JSON), when no error; ON_CANCEL: its args (or None)
     error: ErrorInfo | None = None
     fatal: bool = False
     duration_s: float | None = None  # SLEEP: how long; WAIT: the timeout (None: none)
@@ -114,7 +116,8 @@ def step_request(p: worker_pb2.StepRequest) -> StepOp:
     if op is None:
         raise InvalidArgument("step.op must be STEP_OP_BEGIN or STEP_OP_COMMIT")
     if kind is None:
-        raise InvalidArgument("step.kind must be STEP_KIND_STEP, _VERSION, _SLEEP, _WAIT, _PARALLEL or _CHILD")
+        raise InvalidArgument("step.kind must be STEP_KIND_STEP, _VERSION, _SLEEP, _WAIT, _PARALLEL, _CHILD, "
+                              "_ON_CANCEL or _COMPENSATE")
     if p.position < 0:
         raise InvalidArgument(f"step.position must be 0 or more, got {p.position}")
     base: dict[str, Any] = dict(
@@ -126,8 +129,9 @@ def step_request(p: worker_pb2.StepRequest) -> StepOp:
 
 
 def _commit(p: worker_pb2.StepRequest, base: dict[str, Any]) -> StepOp:
-    if base["kind"] != "STEP":
-        raise InvalidArgument("only a STEP is committed: a version, sleep or wait is decided by its BEGIN")
+    if base["kind"] not in ("STEP", "COMPENSATE"):
+        raise InvalidArgument("only a STEP or COMPENSATE is committed: a version, sleep, wait, fan-out or "
+                              "on_cancel is decided by its BEGIN")
     if p.HasField("error"):
         return StepOp(**base, error=_error(p.error, "step.error"), fatal=p.fatal)
     return StepOp(**base, result=json_text(p.result_json or b"", "step.result_json"))
@@ -149,6 +153,8 @@ def _begin_fields(p: worker_pb2.StepRequest, kind: str) -> dict[str, Any]:
         return {"version": p.version}
     if kind in ("PARALLEL", "CHILD"):
         return _fanout_fields(p, kind)
+    if kind == "ON_CANCEL":  # the args, as JSON text when they are JSON: shown in the log only
+        return {"result": json_text(p.result_json, "step.result_json") if p.result_json else None}
     return {}
 
 

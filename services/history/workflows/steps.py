@@ -24,6 +24,10 @@ from ratchet.services.history.workflows import fanout
 from ratchet.services.history.workflows.convert import StepOp
 
 TIMEOUT_ERROR_CLASS = "TimeoutError"
+# A DONE's page of the log ahead (StepResponse.ahead): at most this many entries and bytes of
+# results. Only a position logged before is read ahead: a new one has nothing after it.
+AHEAD_ROWS = 500
+AHEAD_BYTES = 1024 * 1024
 
 
 class LeaseNotCurrent(FailedPrecondition):
@@ -35,7 +39,7 @@ class LeaseNotCurrent(FailedPrecondition):
 
 @dataclasses.dataclass(frozen=True)
 class StepAnswer:
-    """What the run does at the step: RUN, DONE, SUSPEND, MISMATCH or ABSENT."""
+    """What the run does at the step: RUN, DONE, SUSPEND, MISMATCH, ABSENT or CANCELLED."""
 
     status: str
     attempt: int = 0
@@ -46,6 +50,10 @@ class StepAnswer:
     logged_kind: str = ""
     child_ids: tuple[str, ...] = ()  # RUN of a fan-out: the children to start
     children: tuple[fanout.Outcome, ...] = ()  # DONE of a fan-out: how they ended, by index
+    compensate_from: int = 0  # CANCELLED: the position the compensations take from
+    # DONE of a logged position: the completed entries right after it (position, name, kind,
+    # attempt, result), so a resuming run answers its next calls without a round trip each.
+    ahead: tuple[tuple[int, str, str, int, bytes | None], ...] = ()
 
 
 def _done(row: StepRow) -> StepAnswer:
@@ -61,9 +69,12 @@ def _timeout(name: str) -> ErrorInfo:
 async def run_step(conn: asyncpg.Connection, store: Store, op: StepOp) -> StepAnswer:
     """Apply one step op under the run's lease."""
     async with store.tx(conn) as tx:
-        tenant = await tx.workflow_lease_share(op.task_id, op.lease_epoch)
-        if tenant is None:
+        share = await tx.workflow_lease_share(op.task_id, op.lease_epoch)
+        if share is None:
             raise LeaseNotCurrent(op.task_id, op.lease_epoch)
+        tenant, cancelled = share
+        if op.kind == "COMPENSATE" and not cancelled:
+            raise NotCancelled(op.task_id, op.position)
         if op.op == "COMMIT":
             return await _commit(tx, op)
         for _ in range(2):  # a second pass only when a concurrent op inserted the position first
@@ -71,10 +82,41 @@ async def run_step(conn: asyncpg.Connection, store: Store, op: StepOp) -> StepAn
             if row is None and op.position > 0 and not await tx.workflow_step_exists(op.task_id, op.position - 1):
                 raise InvalidArgument(f"step.position {op.position} is past the end of the run's step log "
                                       "(positions are dense: begin the steps before it first)")
+            if cancelled and op.kind not in _GOES_ON_CANCELLED and not _logged_done(row):
+                return _cancelled(op, row)
             answer = await _BEGIN[op.kind](tx, op, tenant, row)
+            if answer is not None and answer.status == "DONE" and row is not None:
+                ahead = await tx.workflow_steps_ahead(op.task_id, op.position, AHEAD_ROWS, AHEAD_BYTES)
+                return dataclasses.replace(answer, ahead=tuple(ahead)) if ahead else answer
             if answer is not None:
                 return answer
     raise Contention(f"step {op.position} of run {op.task_id} was begun concurrently")
+
+
+_GOES_ON_CANCELLED = frozenset(("COMPENSATE", "ON_CANCEL"))  # kinds a cancelled run's BEGIN still takes
+
+
+class NotCancelled(FailedPrecondition):
+    """A COMPENSATE op of a run that holds no cancel: compensations run only after one."""
+
+    def __init__(self, task_id: str, position: int):
+        super().__init__(f"the run is not cancelled (run {task_id}, step {position}): a compensation runs only "
+                         "after a cancel, when a BEGIN answered CANCELLED")
+
+
+def _logged_done(row: StepRow | None) -> bool:
+    """Whether a cancelled run's replay is answered from the log at this row: something completed
+    before the cancel (not a compensation: that is the cancel point of an earlier activation)."""
+    return (row is not None and row.kind != "COMPENSATE"
+            and (row.state == "COMPLETED" or (row.state == "FAILED" and row.fatal)))
+
+
+def _cancelled(op: StepOp, row: StepRow | None) -> StepAnswer:
+    """The cancel point: the code goes no further; nothing is written. The compensations take
+    positions from here when the log holds nothing or a compensation here, else from the next
+    one (a sleep, wait, fan-out or claim left open here keeps its entry)."""
+    start = op.position if row is None or row.kind == "COMPENSATE" else op.position + 1
+    return StepAnswer("CANCELLED", attempt=row.attempt if row is not None else 0, compensate_from=start)
 
 
 def _mismatch(op: StepOp, row: StepRow) -> StepAnswer | None:
@@ -84,10 +126,10 @@ def _mismatch(op: StepOp, row: StepRow) -> StepAnswer | None:
 
 
 async def _begin_step(tx: Tx, op: StepOp, tenant: str, row: StepRow | None) -> StepAnswer | None:
-    """A memoized call: its stored outcome, else a claim (a new try when an older activation's
-    claim or a retryable failure is there)."""
+    """A memoized call (STEP, or a COMPENSATE of a cancelled run): its stored outcome, else a claim
+    (a new try when an older activation's claim or a retryable failure is there)."""
     if row is None:
-        made = await tx.workflow_step_insert(op.task_id, op.position, op.name, "STEP", "RUNNING", op.lease_epoch)
+        made = await tx.workflow_step_insert(op.task_id, op.position, op.name, op.kind, "RUNNING", op.lease_epoch)
         return None if made is None else StepAnswer("RUN", attempt=1)
     other = _mismatch(op, row)
     if other is not None:
@@ -112,6 +154,18 @@ async def _begin_version(tx: Tx, op: StepOp, tenant: str, row: StepRow | None) -
     if row.kind == "VERSION" and row.name == op.name:
         return _done(row)
     return StepAnswer("ABSENT", attempt=row.attempt, logged_name=row.name, logged_kind=row.kind)
+
+
+async def _begin_on_cancel(tx: Tx, op: StepOp, tenant: str, row: StepRow | None) -> StepAnswer | None:
+    """A compensation registered (present or new, like a version marker): the ON_CANCEL row of
+    that name, else record it (its args as the result, shown in the log only); another row
+    here is a MISMATCH."""
+    if row is None:
+        made = await tx.workflow_step_insert(op.task_id, op.position, op.name, "ON_CANCEL", "COMPLETED",
+                                             op.lease_epoch, op.result)
+        return None if made is None else _done(made)
+    other = _mismatch(op, row)
+    return other if other is not None else _done(row)
 
 
 async def _begin_sleep(tx: Tx, op: StepOp, tenant: str, row: StepRow | None) -> StepAnswer | None:
@@ -195,11 +249,11 @@ async def _commit(tx: Tx, op: StepOp) -> StepAnswer:
     """Store a claimed step's outcome; a resent commit answers what the first stored."""
     state = "FAILED" if op.error is not None else "COMPLETED"
     attempt = await tx.workflow_step_commit(op.task_id, op.position, op.name, op.lease_epoch, state, op.result,
-                                            op.error, op.fatal)
+                                            op.error, op.fatal, op.kind)
     if attempt is not None:
         return StepAnswer("DONE", attempt=attempt, result=op.result, error=op.error)
     row = await tx.workflow_step_lock(op.task_id, op.position)
-    if (row is not None and row.kind == "STEP" and row.name == op.name and row.state != "RUNNING"
+    if (row is not None and row.kind == op.kind and row.name == op.name and row.state != "RUNNING"
             and row.lease_epoch == op.lease_epoch):
         return _done(row)
     raise FailedPrecondition(f"step {op.position} ({op.name}) of run {op.task_id} is not claimed under lease "
@@ -208,4 +262,5 @@ async def _commit(tx: Tx, op: StepOp) -> StepAnswer:
 
 _Begin = Callable[[Tx, StepOp, str, StepRow | None], Awaitable[StepAnswer | None]]
 _BEGIN: dict[str, _Begin] = {"STEP": _begin_step, "VERSION": _begin_version, "SLEEP": _begin_sleep,
-                             "WAIT": _begin_wait, "PARALLEL": _begin_fanout, "CHILD": _begin_fanout}
+                             "WAIT": _begin_wait, "PARALLEL": _begin_fanout, "CHILD": _begin_fanout,
+                             "ON_CANCEL": _begin_on_cancel, "COMPENSATE": _begin_step}

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ratchet.libs import taskstate
-from ratchet.libs.taskstate import TaskState
+from ratchet.libs.taskstate import CancelReason, TaskState
 from ratchet.services.history.decide import on_suspend
 from ratchet.services.history.model import SuspendIn, Transition
 from ratchet.services.history.store import Tx
@@ -26,6 +26,7 @@ async def apply_suspensions(tx: Tx, items: Sequence[SuspendIn], timer_in: dict[s
     timer_in collects the wake timer of each run left WAITING (the timer loop's hint)."""
     locked = {v.task_id: v for v in await tx.task_complete_lock([c.task_id for c in items],
                                                                  [c.lease_epoch for c in items])}
+    held = await _compensating(tx, locked)
     waits: list[tuple[SuspendIn, Transition]] = []
     ends: list[Transition] = []
     for c in sorted(items, key=lambda c: c.task_id):
@@ -42,15 +43,26 @@ async def apply_suspensions(tx: Tx, items: Sequence[SuspendIn], timer_in: dict[s
         applied.update(await tx.task_transition_apply(ends))
         await tx.workflow_waits_delete_batch([t.task_id for t in ends if t.task_id in applied])
     if waits:
-        applied.update(await _suspend(tx, waits, timer_in))
+        applied.update(await _suspend(tx, waits, timer_in, held))
     return applied
 
 
-async def _suspend(tx: Tx, waits: list[tuple[SuspendIn, Transition]], timer_in: dict[str, float]) -> dict:
+async def _compensating(tx: Tx, views: dict) -> set[str]:
+    """The user-cancelled runs among these that keep their cancel for compensations (marked):
+    their suspension does not end them, it wakes them at once to run the compensations."""
+    asked = [tid for tid, v in views.items() if v.cancel_reason == CancelReason.USER]
+    held = await tx.workflow_cancelled_batch(asked) if asked else set()
+    for tid in held:
+        views[tid].compensating = True
+    return held
+
+
+async def _suspend(tx: Tx, waits: list[tuple[SuspendIn, Transition]], timer_in: dict[str, float],
+                   held: frozenset[str] | set[str] = frozenset()) -> dict:
     rows = await tx.workflow_suspend_batch([t for _, t in waits], [c.suspend_position for c, _ in waits],
                                            [c.wake_after_s for c, _ in waits], [c.checkpoint for c, _ in waits])
     applied = {r.task_id: (r.state, r.version) for r in rows}
-    first = [r.task_id for r in rows if not r.awaiting]
+    first = [r.task_id for r in rows if not r.awaiting or r.task_id in held]
     woken = await wake(tx, first, WOKEN_FIRST_REASON) if first else {}
     applied.update({tid: (TaskState.ENQUEUED.value, v) for tid, v in woken.items()})
     for c, _ in waits:

@@ -185,7 +185,7 @@ async def test_bad_step_requests_are_invalid_and_write_nothing(hist):
         (dict(op="BEGIN", position=1, name="w", kind="WAIT", match_json=b"[1]"), "JSON object"),
         (dict(op="BEGIN", position=1, name="w", kind="WAIT", match_json=b"{bad"), "JSON"),
         (dict(op="BEGIN", position=1, name="s", kind="SLEEP"), "duration is required"),
-        (dict(op="COMMIT", position=1, name="s", kind="SLEEP"), "only a STEP is committed"),
+        (dict(op="COMMIT", position=1, name="s", kind="SLEEP"), "only a STEP or COMPENSATE is committed"),
     ]
     for kw, words in bad:
         code, details = await _code_of(_step(hist, leased, **kw))

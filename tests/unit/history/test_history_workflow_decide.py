@@ -108,7 +108,7 @@ def test_step_requests_are_checked():
     commit = convert.step_request(_step(op=wpb.STEP_OP_COMMIT, error=tasks_pb2.TaskError(error_class="E"), fatal=True))
     assert commit.error.error_class == "E" and commit.fatal and commit.result is None
     assert convert.step_request(_step(op=wpb.STEP_OP_COMMIT, result_json=b"[1]")).result == b"[1]"
-    for bad, words in ((_step(op=0), "step.op"), (_step(kind=7), "step.kind"), (_step(position=-2), "position"),
+    for bad, words in ((_step(op=0), "step.op"), (_step(kind=9), "step.kind"), (_step(position=-2), "position"),
                        (_step(name="a b"), "name"), (_step(name="é"), "name"),
                        (_step(op=wpb.STEP_OP_COMMIT), "JSON"),
                        (_step(op=wpb.STEP_OP_COMMIT, error=tasks_pb2.TaskError(message="m")), "error_class"),
