@@ -204,7 +204,8 @@ def task_to_proto(row: TaskRow, attempts: Sequence[AttemptRow] = ()) -> tasks_pb
         retry=policy.retry_to_proto(retry, row.non_retryable or (), rules),
         timeouts=policy.timeouts_to_proto(timeouts), attempts=[attempt_to_proto(a) for a in attempts],
         schedule_id=row.schedule_id or "", scheduled_time=timestamp(row.scheduled_time),
-        checkpoint=json_value(row.checkpoint), retried_as=row.retried_as or "", retry_of=row.retry_of or "")
+        checkpoint=json_value(row.checkpoint), retried_as=row.retried_as or "", retry_of=row.retry_of or "",
+        parent_workflow_id=row.parent_id or "")
     if state in (TaskState.FAILED, TaskState.EXPIRED):
         err = _task_error(row.error_class, row.error_message, row.error_stack)
         if err is not None:

@@ -68,6 +68,7 @@ class TaskRow:
     cancel_reason: str | None
     checkpoint: bytes | None
     sort_at: dt.datetime | None = None  # a ListTasks row's sort time
+    parent_id: str | None = None  # a fan-out child's parent run (Task.parent_workflow_id)
 
     @classmethod
     def of(cls, r) -> TaskRow:
@@ -82,7 +83,7 @@ class TaskRow:
             version=r["version"], updated_at=r["updated_at"], finished_at=r["finished_at"], result=r["result"],
             error_class=r["error_class"], error_message=r["error_message"], error_stack=r["error_stack"],
             retried_as=_str(r["retried_as"]), cancel_reason=r["cancel_reason"], checkpoint=r["checkpoint"],
-            sort_at=r.get("sort_at"))
+            sort_at=r.get("sort_at"), parent_id=_str(r["parent_id"]))
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -601,7 +601,10 @@ async def test_the_children_list_shows_ended_live_and_missing_children_by_index(
     assert first.next_index == 4 and [c.child_id for c in first.children] == ids[:4]
     assert [c.state for c in first.children] == [tasks_pb2.TASK_STATE_SUCCEEDED, tasks_pb2.TASK_STATE_LEASED,
                                                  tasks_pb2.TASK_STATE_SUCCEEDED, tasks_pb2.TASK_STATE_LEASED]
-    assert {c.task_type for c in first.children} == {"work"}
+    assert {c.task_type for c in first.children} == {"work"}  # ended (0, 2) and live (1, 3) alike
+    assert (await hist.get(ids[0], tenant)).parent_workflow_id == parent  # GetTask names the parent run
+    assert (await hist.get(ids[1], tenant)).parent_workflow_id == parent
+    assert (await hist.get(parent, tenant)).parent_workflow_id == ""
     assert first.children[2].result.struct_value["done"] == 2
     rest = await page(4, 4)
     assert rest.next_index == -1 and [(c.index, c.state, c.task_type) for c in rest.children] == [(4, 0, ""),
