@@ -121,7 +121,9 @@ class StepUnavailable(WorkflowInterrupt):
 class WorkflowCancelled(WorkflowInterrupt):
     """The run was cancelled and has compensations (ctx.on_cancel): the code stops at the
     checkpoint at `position` (the point the run had reached), and the runner then runs the
-    registered compensations, last first, from that position on."""
+    registered compensations, last first, at the positions from the CANCELLED reply's
+    compensate_from on: `position` itself when the log has nothing there, else the next one
+    (a sleep, wait, fan-out or step claim left open at `position` keeps its entry)."""
 
     def __init__(self, position: int):
         super().__init__(f"the run was cancelled; it stops at step position {position} to run its compensations")

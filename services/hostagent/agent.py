@@ -277,7 +277,7 @@ class Agent:
         if lease.lost and reply.status != "lost":
             reply = steps.lost("the run's lease was lost while the step was answered")
         try:
-            sandbox.send(reply.frame(frame.task_id, frame.call))
+            sandbox.send(steps.fitted(reply, frame.task_id, frame.call))
         except ProtocolError as e:  # over the frame limit: the stub must still get an answer
             log.warning("task %s: the reply to the step at position %d does not fit a frame: %s",
                         lease.task.task_id, frame.request.position, e)

@@ -26,6 +26,13 @@ the reply is "error" with `fatal: true`; a parent that has ended
 (FAILED_PRECONDITION) is "lost". A DONE carries every child's outcome
 by index in the reply's "children".
 
+Reading ahead: a DONE answer carries StepResponse.ahead, the completed entries logged
+right after its position (history's page: at most 500, 1 MiB of results); the reply
+passes them on as "ahead" so a resuming stub answers its next checkpoint calls itself,
+a round trip per page of the log instead of one per step. `fitted` drops the tail of
+"ahead" that would take the frame past the limit: the stub then asks for those entries
+as before, so trimming costs only round trips, never correctness.
+
 Compensations: kind "on_cancel" (begin only: it logs a registration) and
 "compensate" (begin/commit like "step"); a cancelled run that has compensations
 is answered "cancelled" (StepStatus CANCELLED) at the checkpoint where it stops.
@@ -49,7 +56,7 @@ from ratchet.api.tasks.v1 import tasks_pb2
 from ratchet.internal.gateway.v1 import control_pb2, control_pb2_grpc
 from ratchet.internal.worker.v1 import worker_pb2, worker_pb2_grpc
 from ratchet.sandbox.execute import MAX_MESSAGE_CHARS, MAX_RESULT_BYTES, MAX_STACK_CHARS
-from ratchet.sandbox.protocol import ProtocolError
+from ratchet.sandbox.protocol import HEADER, MAX_FRAME_BYTES, ProtocolError, encode
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +71,8 @@ INT64_MAX = 2**63 - 1
 # protobuf's Duration covers +-10,000 years.
 MAX_DURATION_S = 315_576_000_000
 MAX_ERROR_CLASS_CHARS = 200
+# encode()'s limit when only measuring a frame.
+UNLIMITED = 2**62
 
 OPS = {"begin": worker_pb2.STEP_OP_BEGIN, "commit": worker_pb2.STEP_OP_COMMIT}
 KINDS = {"step": worker_pb2.STEP_KIND_STEP, "version": worker_pb2.STEP_KIND_VERSION,
@@ -122,6 +131,9 @@ class Reply:
     fatal: bool = False
     # With "cancelled": the position the compensations take from.
     compensate_from: int | None = None
+    # With "done": the completed entries logged right after it, [{position, name, kind,
+    # attempt, result}] in order (StepResponse.ahead); None when there are none.
+    ahead: list[dict] | None = None
 
     def frame(self, task_id: str, call: int) -> dict:
         """The step_reply frame answering `call` of `task_id`."""
@@ -129,7 +141,27 @@ class Reply:
                 "attempt": self.attempt, "result": self.result, "error": self.error,
                 "wake_after_s": self.wake_after_s, "logged_name": self.logged_name,
                 "logged_kind": self.logged_kind, "message": self.message, "children": self.children,
-                "fatal": self.fatal, "compensate_from": self.compensate_from}
+                "fatal": self.fatal, "compensate_from": self.compensate_from, "ahead": self.ahead}
+
+
+def fitted(reply: Reply, task_id: str, call: int, limit: int = MAX_FRAME_BYTES) -> dict:
+    """reply's frame, with as much of its "ahead" as fits within `limit` bytes (the tail
+    dropped: the stub asks for those entries itself); every other field is left as it is."""
+    frame = reply.frame(task_id, call)
+    if not reply.ahead:
+        return frame
+    room = limit - _body_bytes({**frame, "ahead": []})
+    kept = 0
+    for entry in reply.ahead:
+        room -= _body_bytes(entry) + 1  # (its body, and the comma that separates it)
+        if room < 0:
+            break
+        kept += 1
+    if kept < len(reply.ahead):
+        log.info("task %s: %d of %d entries read ahead do not fit the step reply's frame; dropped",
+                 task_id, len(reply.ahead) - kept, len(reply.ahead))
+    frame["ahead"] = reply.ahead[:kept] or None
+    return frame
 
 
 def lost(message: str) -> Reply:
@@ -286,7 +318,26 @@ def reply_of(response: worker_pb2.StepResponse) -> Reply:
                  wake_after_s=wake, logged_name=response.logged_name or None,
                  logged_kind=KIND_NAMES.get(response.logged_kind),
                  children=[_outcome(c) for c in response.children] if response.children else None,
-                 compensate_from=response.compensate_from if status == "cancelled" else None)
+                 compensate_from=response.compensate_from if status == "cancelled" else None,
+                 ahead=_ahead(response) if status == "done" else None)
+
+
+def _body_bytes(message: dict) -> int:
+    """How many bytes message takes in a frame body (as the frame encodes it)."""
+    return len(encode(message, limit=UNLIMITED)) - HEADER.size
+
+
+def _ahead(response: worker_pb2.StepResponse) -> list[dict] | None:
+    """StepResponse.ahead as the reply names it: kinds lower-case, as frames name them; the
+    list ends before an entry of a kind this agent does not know (the stub asks for it)."""
+    out: list[dict] = []
+    for entry in response.ahead:
+        kind = KIND_NAMES.get(entry.kind)
+        if kind is None:
+            break
+        out.append({"position": entry.position, "name": entry.name, "kind": kind, "attempt": entry.attempt,
+                    "result": entry.result_json.decode("utf-8", "replace") if entry.result_json else None})
+    return out or None
 
 
 def _error_of(error: tasks_pb2.TaskError) -> dict:

@@ -41,7 +41,15 @@ JSON (one object with a "type"). Messages:
                    refused for good (an unknown handler, a bad child input, an answer too large
                    to deliver), so the activation fails without a retry. "compensate_from": with
                    "cancelled" only (null otherwise): the position the compensations take from
-                   (StepResponse.compensate_from).
+                   (StepResponse.compensate_from). "ahead": with "done" only (null otherwise, or
+                   absent): the completed entries logged right after that position, in order and
+                   without a gap, [{"position": int, "name": str, "kind": "step"|"version"|"sleep"|
+                   "wait"|"on_cancel", "attempt": int, "result": JSON text | null}] (StepResponse.ahead:
+                   at most 500, 1 MiB of results; the agent drops its tail rather than exceed the
+                   frame limit). The stub answers its next begins from them without a frame: same
+                   name and kind as DONE would (a step's result, a version's branch, a sleep over,
+                   a wait's event data, an on_cancel registered); another name or kind as MISMATCH
+                   would (a version marker: as ABSENT, and the entry stays for the next call).
                  {"type": "cancel", "task_id"}
                  {"type": "shutdown"}
 

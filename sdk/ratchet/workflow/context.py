@@ -14,6 +14,13 @@ has been cancelled the platform answers "cancelled" at the first checkpoint the
 run had not passed; the code unwinds there (WorkflowCancelled) and the runner
 calls `_compensate()`, which runs the registered functions last first, each a
 memoized "compensate" step at the positions from the CANCELLED answer's compensate_from on.
+
+Reading ahead: a DONE reply may carry "ahead", the completed entries the log holds
+right after that position. The context keeps them and answers its next begins from
+them, without a round trip, exactly as the platform would (a completed entry never
+changes, so what it answers is what history would answer, cancelled run or not): same
+name and kind is DONE with the logged value; another name or kind is the MISMATCH
+history would give (for a version marker: ABSENT, the entry stays for the next call).
 """
 
 from __future__ import annotations
@@ -24,6 +31,7 @@ import json
 import math
 import re
 import threading
+from collections import deque
 from collections.abc import Callable
 from typing import Any, NoReturn
 
@@ -56,6 +64,10 @@ _UNITS = (("seconds", 1.0), ("minutes", 60.0), ("hours", 3600.0), ("days", 86400
 MAX_DURATION_S = 315_576_000_000.0
 # A compensation's arguments are logged for people to read; larger ones are logged as null.
 MAX_LOGGED_ARGS_BYTES = 64 * 1024
+# The kinds read ahead (StepResponse.ahead) and the calls answered from such an entry: a
+# compensation always asks (it runs only while cancelled, at positions past the replay).
+_AHEAD_KINDS = frozenset({"step", "version", "sleep", "wait", "on_cancel"})
+_ANSWERED_AHEAD = _AHEAD_KINDS | {"parallel", "child"}
 _NOT_IN_NAMES = re.compile(r"[^A-Za-z0-9_.:-]")
 MAX_NAME_CHARS = 200
 
@@ -147,6 +159,14 @@ def encode_match(match: Any) -> str | None:
         raise ValueError(f"ctx.wait_for_event() match must be JSON ({e})") from None
 
 
+def _well_formed(entry: Any, position: int) -> bool:
+    """Whether entry is a read-ahead entry for position the context can answer from."""
+    return (isinstance(entry, dict) and entry.get("position") == position
+            and isinstance(entry.get("name"), str) and entry.get("kind") in _AHEAD_KINDS
+            and isinstance(entry.get("attempt"), int) and not isinstance(entry.get("attempt"), bool)
+            and (entry.get("result") is None or isinstance(entry.get("result"), str)))
+
+
 class WorkflowContext(TaskContext):
     """The first argument of a workflow: everything a TaskContext has (task_id is the
     run's id, attempt counts activations), plus checkpoint calls into the run's log.
@@ -168,6 +188,8 @@ class WorkflowContext(TaskContext):
         self.step_attempt: int | None = None
         # (name, fn, args, kwargs) of each ctx.on_cancel passed, in order (again on every replay).
         self._compensations: list[tuple[str, Callable[..., Any], tuple, dict]] = []
+        # The completed entries read ahead of the position, in order (see the module docstring).
+        self._ahead: deque[dict] = deque()
 
     @classmethod
     def of(cls, ctx: TaskContext, channel: ch.StepChannel, policy: RetryPolicy | None = None) -> WorkflowContext:
@@ -407,7 +429,10 @@ class WorkflowContext(TaskContext):
 
     def _ask(self, request: dict, expected: tuple[str, ...]) -> dict:
         """The platform's reply when its status is one of expected; else the activation stops."""
-        reply = self._channel.call(request)
+        reply = self._local(request)
+        if reply is None:
+            reply = self._channel.call(request)
+            self._read_ahead(request, reply)
         status = reply.get("status") if isinstance(reply, dict) else None
         if status in expected:
             return reply
@@ -431,6 +456,38 @@ class WorkflowContext(TaskContext):
             self._stop(StepUnavailable(message or f"the platform could not record {_CALL[kind]}({name!r})"))
         self._stop(StepUnavailable(f"the platform answered {status!r} to {request['op']} of {_CALL[kind]}({name!r}) "
                                    f"at position {position}, a reply it does not expect"))
+
+    def _local(self, request: dict) -> dict | None:
+        """The reply history would give to request, from the entry read ahead for its position;
+        None when there is none (the request goes to the platform)."""
+        if request["op"] != "begin" or request["kind"] not in _ANSWERED_AHEAD:
+            return None
+        while self._ahead and self._ahead[0]["position"] < request["position"]:
+            self._ahead.popleft()  # (passed: never the case while positions follow the calls)
+        if not self._ahead or self._ahead[0]["position"] != request["position"]:
+            self._ahead.clear()
+            return None
+        entry, kind = self._ahead[0], request["kind"]
+        if entry["kind"] != kind or entry["name"] != request["name"]:
+            if kind == "version":  # the run passed here before the marker existed: it takes no position
+                return {"status": ch.ABSENT, "attempt": 0}
+            return {"status": ch.MISMATCH, "logged_name": entry["name"], "logged_kind": entry["kind"]}
+        self._ahead.popleft()
+        return {"status": ch.DONE, "attempt": entry["attempt"], "result": entry["result"], "error": None}
+
+    def _read_ahead(self, request: dict, reply: Any) -> None:
+        """Keep the entries a DONE reply read ahead of request's position (replacing any kept),
+        up to the first that is not the next position's well-formed entry."""
+        self._ahead.clear()
+        ahead = reply.get("ahead") if isinstance(reply, dict) and reply.get("status") == ch.DONE else None
+        if not isinstance(ahead, list):
+            return
+        position = request["position"] + 1
+        for entry in ahead:
+            if not _well_formed(entry, position):
+                break
+            self._ahead.append(entry)
+            position += 1
 
     def _mismatch(self, kind: str, name: str, position: int, reply: dict) -> WorkflowVersionError:
         logged_name, logged_kind = reply.get("logged_name"), reply.get("logged_kind")

@@ -120,7 +120,7 @@ async def test_a_step_frame_goes_out_under_the_lease_and_the_reply_goes_to_the_t
     assert got["t1"] == {"type": "step_reply", "task_id": "t1", "call": 7, "status": "run", "attempt": 2,
                          "result": None, "error": None, "wake_after_s": None, "logged_name": None,
                          "logged_kind": None, "message": None, "children": None, "fatal": False,
-                         "compensate_from": None}
+                         "compensate_from": None, "ahead": None}
     assert (got["t2"]["status"], got["t2"]["call"], got["t2"]["result"]) == ("done", 7, '{"paid": 12}')
     sent = {req.lease.task_id: req for req, _, _ in dispatch.calls}
     assert (sent["t1"].lease.shard_id, sent["t1"].lease.lease_epoch) == (2, 9)
