@@ -5,8 +5,10 @@ same answers as on the platform (docs/design/workflows-protocol.md, "Step
 semantics" and "Fan-out"): memoized steps, claims and their attempts, version
 markers and ABSENT, sleeps and waits that suspend, the inbox, timeouts, fan-outs
 and their barrier, compensations (on_cancel rows; once `cancelled`, CANCELLED at
-the first checkpoint the run had not passed, and compensate steps), and MISMATCH
-when the code no longer matches the log. Time is the caller's clock, in seconds.
+the first checkpoint the run had not passed, and compensate steps), MISMATCH
+when the code no longer matches the log, and a begin's DONE reading the completed
+entries after it ahead ("ahead", as StepResponse.ahead), so the context's local
+answers are exercised in-process too. Time is the caller's clock, in seconds.
 """
 
 from __future__ import annotations
@@ -17,6 +19,10 @@ from typing import Any
 
 from ratchet.workflow import channel as ch
 
+# StepResponse.ahead's page: at most this many entries and bytes of results, of these kinds.
+AHEAD_ROWS = 500
+AHEAD_BYTES = 1024 * 1024
+AHEAD_KINDS = frozenset({"step", "version", "sleep", "wait", "on_cancel"})
 RUNNING = "RUNNING"
 COMPLETED = "COMPLETED"
 FAILED = "FAILED"
@@ -126,7 +132,27 @@ class StepLog:
         self.cancelled = False
 
     def answer(self, request: dict, epoch: int, now: float) -> dict:
-        """The reply to one step request of the activation holding lease `epoch`."""
+        """The reply to one step request of the activation holding lease `epoch`; a begin's
+        DONE carries the completed entries logged after it ("ahead")."""
+        out = self._answer(request, epoch, now)
+        if out["status"] == ch.DONE and request.get("op") == "begin":
+            out["ahead"] = self.ahead(request["position"]) or None
+        return out
+
+    def ahead(self, position: int) -> list[dict]:
+        """The completed entries right after position, in order without a gap, up to the first
+        that is not (or of a kind not read ahead), at most AHEAD_ROWS and AHEAD_BYTES."""
+        out: list[dict] = []
+        size = 0
+        for row in self.steps[position + 1:position + 1 + AHEAD_ROWS]:
+            size += len((row.result_json or "").encode("utf-8"))
+            if row.status != COMPLETED or row.kind not in AHEAD_KINDS or size > AHEAD_BYTES:
+                break
+            out.append({"position": row.position, "name": row.name, "kind": row.kind, "attempt": row.attempt,
+                        "result": row.result_json})
+        return out
+
+    def _answer(self, request: dict, epoch: int, now: float) -> dict:
         position = request.get("position")
         if not isinstance(position, int) or not 0 <= position <= len(self.steps):
             return reply(ch.ERROR, message=f"position {position!r} is not in 0..{len(self.steps)} "
