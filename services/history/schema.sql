@@ -474,3 +474,15 @@ CREATE TABLE workflow_cancels (
     reason       text        NOT NULL,
     CONSTRAINT workflow_cancels_pkey PRIMARY KEY (workflow_id)
 );
+
+-- A fan-out's pending cancel cascade (its children cancelled in batches by
+-- the fan-out loop), on the parent's shard: next_index is the cursor, the
+-- next child to cancel; the row goes at the fan-out's end. (Slice 2 kept
+-- these as marker rows in workflow_child_outbox, state 'CASCADE'.)
+CREATE TABLE workflow_cascades (
+    workflow_id  uuid        NOT NULL,
+    position     integer     NOT NULL,
+    next_index   integer     NOT NULL,
+    opened_at    timestamptz NOT NULL,
+    CONSTRAINT workflow_cascades_pkey PRIMARY KEY (workflow_id, position)
+);

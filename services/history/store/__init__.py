@@ -736,15 +736,14 @@ class Tx:
             self._child_ended()  # (the same loop drives cascades: wake it after the commit)
         return n
 
-    async def workflow_cascade_take(self, limit: int) -> list[tuple[str, str, int, int, int]]:
-        """Up to limit open cascades, locked: (cascade id, parent, position, cursor, child count)."""
+    async def workflow_cascade_take(self, limit: int) -> list[tuple[str, int, int, int]]:
+        """Up to limit open cascades, locked: (parent, position, cursor, child count)."""
         recs = await self._run("workflow_cascade_take", limit)
-        return [(str(r["cascade_id"]), str(r["parent_id"]), r["position"], r["cursor"], r["child_count"])
-                for r in recs]
+        return [(str(r["parent_id"]), r["position"], r["cursor"], r["child_count"]) for r in recs]
 
-    async def workflow_cascade_advance(self, cascade_id: str, cursor: int, child_count: int) -> None:
-        """Move a cascade's cursor, or drop it at the fan-out's end."""
-        await self._run("workflow_cascade_advance", uuid.UUID(cascade_id), cursor, child_count)
+    async def workflow_cascade_advance(self, parent_id: str, position: int, cursor: int, child_count: int) -> None:
+        """Move the cascade's cursor, or drop it at the fan-out's end."""
+        await self._run("workflow_cascade_advance", uuid.UUID(parent_id), position, cursor, child_count)
 
     async def workflow_children_cancel_lock(self, ids: Sequence[str]) -> list[tuple[str, str, int, bool]]:
         """The live tasks among ids, locked: (task_id, state, lease_epoch, cancel_requested)."""

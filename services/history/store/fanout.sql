@@ -62,20 +62,18 @@ SELECT i.child_id, i.parent_id, i.position, i.child_index FROM i JOIN upd ON upd
     ON CONFLICT (child_id) DO NOTHING
 
 -- name: workflow_outbox_take
--- Up to $1 child ends of this shard not yet delivered (the fan-out cascade
--- markers, state 'CASCADE', are not: they are workflow_cascade_take's), in
--- child_id order, locked and skipped by a concurrent deliverer.
+-- Up to $1 child ends of this shard not yet delivered, in child_id order,
+-- locked and skipped by a concurrent deliverer.
 SELECT o.child_id, o.parent_id, o.position, o.child_index, o.state, o.result, o.error_class, o.error_message,
        o.ended_at
   FROM workflow_child_outbox o
- WHERE o.state <> 'CASCADE'
  ORDER BY o.child_id
  LIMIT $1::int
    FOR UPDATE SKIP LOCKED
 
 -- name: workflow_outbox_delete
 -- The delivered child ends (recorded on the parent's shard), gone.
-DELETE FROM workflow_child_outbox WHERE child_id = ANY($1::uuid[]) AND state <> 'CASCADE'
+DELETE FROM workflow_child_outbox WHERE child_id = ANY($1::uuid[])
 
 -- name: workflow_barriers_lock
 -- The stripe rows a delivery batch (parent $1, position $2, index $3) may
@@ -170,19 +168,17 @@ SELECT done.workflow_id, done.position, done.why, done.on_failure FROM done
 -- name: workflow_cascade_open
 -- A cascade to cancel the children of each open (RUNNING) fan-out of runs
 -- $1 (a cancelled parent), or of the fan-out ($1, $2) (a fail_fast that
--- fired), recorded durably on the parent's shard: a marker row in the
--- outbox (state 'CASCADE', keyed by an md5 of the fan-out, not a task id;
--- child_index is the cascade's cursor: the next index to cancel) that the
--- delivery loop drives. Returns how many were opened.
+-- fired), recorded durably on the parent's shard: a workflow_cascades row
+-- (next_index: the next child to cancel) that the delivery loop drives.
+-- Returns how many were opened.
 WITH c AS (
-    INSERT INTO workflow_child_outbox (child_id, parent_id, position, child_index, state, ended_at)
-    SELECT md5(s.workflow_id::text || ':' || s.position || ':cascade')::uuid, s.workflow_id, s.position, 0, 'CASCADE',
-           clock_timestamp()
+    INSERT INTO workflow_cascades (workflow_id, position, next_index, opened_at)
+    SELECT s.workflow_id, s.position, 0, clock_timestamp()
       FROM workflow_steps s
      WHERE s.workflow_id = ANY($1::uuid[]) AND s.kind IN ('PARALLEL', 'CHILD')
        AND ($2::int IS NULL OR s.position = $2::int)
        AND ($2::int IS NOT NULL OR s.state = 'RUNNING')
-        ON CONFLICT (child_id) DO NOTHING
+        ON CONFLICT (workflow_id, position) DO NOTHING
     RETURNING 1
 )
 SELECT count(*)::int FROM c
@@ -190,22 +186,22 @@ SELECT count(*)::int FROM c
 -- name: workflow_cascade_take
 -- Up to $1 open cascades of this shard, locked (a concurrent loop skips
 -- them), with each fan-out's child count.
-SELECT o.child_id AS cascade_id, o.parent_id, o.position, o.child_index AS cursor, s.child_count
-  FROM workflow_child_outbox o
-  JOIN workflow_steps s ON s.workflow_id = o.parent_id AND s.position = o.position
- WHERE o.state = 'CASCADE'
- ORDER BY o.child_id
+SELECT c.workflow_id AS parent_id, c.position, c.next_index AS cursor, s.child_count
+  FROM workflow_cascades c
+  JOIN workflow_steps s ON s.workflow_id = c.workflow_id AND s.position = c.position
+ ORDER BY c.workflow_id, c.position
  LIMIT $1::int
-   FOR UPDATE OF o SKIP LOCKED
+   FOR UPDATE OF c SKIP LOCKED
 
 -- name: workflow_cascade_advance
--- A cascade's cursor moved to $2, or (at or past the fan-out's end, $3) gone.
+-- The cascade of fan-out ($1, $2): its cursor moved to $3, or (at or past
+-- the fan-out's end, $4) gone.
 WITH a AS (
-    UPDATE workflow_child_outbox SET child_index = $2::int
-     WHERE child_id = $1::uuid AND state = 'CASCADE' AND $2::int < $3::int
+    UPDATE workflow_cascades SET next_index = $3::int
+     WHERE workflow_id = $1::uuid AND position = $2::int AND $3::int < $4::int
 ),
 d AS (
-    DELETE FROM workflow_child_outbox WHERE child_id = $1::uuid AND state = 'CASCADE' AND $2::int >= $3::int
+    DELETE FROM workflow_cascades WHERE workflow_id = $1::uuid AND position = $2::int AND $3::int >= $4::int
 )
 SELECT 1
 

@@ -333,13 +333,18 @@ SELECT s.workflow_id, s.position FROM s
 -- CancelTask's lock of one task (task_lock's columns), with whether its
 -- cancel keeps it for its compensations: the log holds an ON_CANCEL row
 -- (has_compensations), and whether it was so cancelled already (its
--- workflow_cancels row). One statement as before: an ordinary task pays two
--- index probes that find nothing, no round trip.
-SELECT t.task_id, t.tenant_id, t.state, t.lease_epoch, t.cancel_requested,
-       EXISTS (SELECT 1 FROM workflow_steps s WHERE s.workflow_id = t.task_id AND s.kind = 'ON_CANCEL')
-           AS has_compensations,
-       EXISTS (SELECT 1 FROM workflow_cancels c WHERE c.workflow_id = t.task_id) AS cancelled
-  FROM tasks t WHERE t.task_id = $1::uuid
+-- workflow_cancels row, looked up only for a run with compensations). One
+-- statement as before: an ordinary task pays one index probe that finds
+-- nothing, no round trip.
+SELECT t.task_id, t.tenant_id, t.state, t.lease_epoch, t.cancel_requested, h.has_compensations,
+       CASE WHEN h.has_compensations
+            THEN EXISTS (SELECT 1 FROM workflow_cancels c WHERE c.workflow_id = t.task_id) ELSE false END
+           AS cancelled
+  FROM tasks t
+ CROSS JOIN LATERAL (SELECT EXISTS (SELECT 1 FROM workflow_steps s
+                                     WHERE s.workflow_id = t.task_id AND s.kind = 'ON_CANCEL')
+                            AS has_compensations) h
+ WHERE t.task_id = $1::uuid
    FOR NO KEY UPDATE OF t
 
 -- name: workflow_cancel_insert

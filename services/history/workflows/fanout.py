@@ -167,14 +167,14 @@ async def cascade(mesh: Mesh, shard_id: int, limit: int = CASCADE_BATCH) -> int:
     shard = mesh.shards.get(shard_id)
     async with shard.conn() as conn, mesh.store.tx(conn) as tx:
         open_ = await tx.workflow_cascade_take(10)
-        for cascade_id, parent, position, cursor, n in open_:
+        for parent, position, cursor, n in open_:
             ids = child_ids(parent, position, n, cursor, cursor + limit)
             by_shard: dict[int, list[str]] = {}
             for c in ids:
                 by_shard.setdefault(mesh.map.shard_for_task(c), []).append(c)
             for sid, group in sorted(by_shard.items()):
                 await cancel_children(mesh, sid, group)
-            await tx.workflow_cascade_advance(cascade_id, cursor + len(ids), n)
+            await tx.workflow_cascade_advance(parent, position, cursor + len(ids), n)
     return len(open_)
 
 

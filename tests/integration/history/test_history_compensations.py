@@ -203,3 +203,35 @@ async def test_runs_and_tasks_without_compensations_are_cancelled_as_before(hist
     assert (await hist.cancel(plain, t3)).state == tasks_pb2.TASK_STATE_CANCELED
     for tid in (leased.task_id, running.task_id, plain):
         assert await _cancels(hist, tid) == []
+
+
+async def test_the_cancel_lock_of_an_ordinary_task_costs_what_task_lock_did_a_b(hist):
+    """Interleaved A/B (ABBA) of CancelTask's lock statement on an ordinary task: task_lock (A,
+    before compensations) and task_cancel_lock (B: the same row lock plus the two probes that
+    find nothing), per statement inside a transaction."""
+    import statistics
+    import time
+
+    import asyncpg
+
+    from ratchet.services.history.store import QUERIES
+
+    tenant = unique("t")
+    ids = [await hist.create_one(tenant, unique("app")) for _ in range(4)]
+    conn = await asyncpg.connect(hist.dsns[1])
+    times: dict[str, list[float]] = {"A": [], "B": []}
+    try:
+        for i in range(800):
+            arm = "ABBA"[i % 4]
+            sql = QUERIES["task_lock" if arm == "A" else "task_cancel_lock"]
+            async with conn.transaction():
+                t0 = time.perf_counter()
+                row = await conn.fetchrow(sql, ids[i % 4])
+                times[arm].append(time.perf_counter() - t0)
+            assert row is not None and (arm == "A" or not (row["has_compensations"] or row["cancelled"]))
+    finally:
+        await conn.close()
+    a, b = (statistics.mean(times[k][40:]) * 1e3 for k in "AB")
+    ma, mb = (statistics.median(times[k][40:]) * 1e3 for k in "AB")
+    print(f"cancel lock ms: task_lock mean {a:.4f} median {ma:.4f}; task_cancel_lock mean {b:.4f} median {mb:.4f}")
+    assert b <= 1.5 * a + 0.1

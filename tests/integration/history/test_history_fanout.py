@@ -112,7 +112,7 @@ async def _is(hist, task_id: str, tenant: str, state: str, shard: int = 1) -> bo
 
 
 async def _outbox(hist) -> int:
-    return sum([(await hist.sql(s, "SELECT count(*) FROM workflow_child_outbox WHERE state <> 'CASCADE'"))[0][0]
+    return sum([(await hist.sql(s, "SELECT count(*) FROM workflow_child_outbox"))[0][0]
                 for s in (1, 2)])
 
 
@@ -352,7 +352,7 @@ async def _all_state(hist, tenant, ids, state) -> bool:
 
 
 async def _cascades_empty(hist) -> bool:
-    rows = await hist.sql(1, "SELECT count(*) FROM workflow_child_outbox WHERE state = 'CASCADE'")
+    rows = await hist.sql(1, "SELECT count(*) FROM workflow_cascades")
     return rows[0][0] == 0
 
 
@@ -704,7 +704,7 @@ async def test_a_crash_mid_cascade_resumes_at_its_cursor(make_hist):
         nonlocal calls
         calls += 1
         if calls == 3:  # the first cancel of the second batch: the first batch committed
-            rows = await hist.sql(1, "SELECT child_index FROM workflow_child_outbox WHERE state = 'CASCADE'")
+            rows = await hist.sql(1, "SELECT next_index AS child_index FROM workflow_cascades")
             cursors.append([r[0] for r in rows])
             raise ConnectionResetError("history died mid-cascade")
     hist.server.store.before["workflow_children_cancel_lock"] = crash
