@@ -47,6 +47,7 @@ class Activation:
 
     def __init__(self, hist: Hist, leased: wpb.LeasedTask, ledger: list[dict]):
         self.hist, self.leased, self.ledger = hist, leased, ledger
+        self.read_ahead: list[int] = []  # positions a DONE reply carried ahead
 
     async def op(self, op: str, position: int, name: str, kind: str = "STEP", **kw) -> wpb.StepResponse:
         lease = wpb.LeaseRef(shard_id=self.leased.shard_id, task_id=self.leased.task_id,
@@ -160,7 +161,10 @@ async def _memo_run(hist: Hist) -> tuple[Run, wpb.StepResponse]:
     assert (await hist.complete_one(first.leased, "SUSPENDED", suspend_position=1)).accepted
     await hist.fire_until_state(run_id, tenant, "ENQUEUED", timeout=10)  # (nothing awaited: woken at once)
     second = Activation(hist, await hist.lease_one(app, lease_s=30), ledger)
-    await second.op("BEGIN", 0, "v", "VERSION", version=1)
+    marker = await second.op("BEGIN", 0, "v", "VERSION", version=1)
+    # The memo's other form: the DONE carries the completed step after it, which the SDK answers
+    # from without a BEGIN; the mutant carries no step, so the BEGIN below is what the SDK sends.
+    second.read_ahead = [e.position for e in marker.ahead]
     again = await second.op("BEGIN", 1, "charge")
     if again.status == wpb.STEP_STATUS_RUN:  # (the mutant) the side effect runs again
         second.record("step", step_attempt=again.attempt)
@@ -169,18 +173,20 @@ async def _memo_run(hist: Hist) -> tuple[Run, wpb.StepResponse]:
     else:
         got = json.loads(again.result_json)
         second.record("step_done", outcome="ok", result_epoch=got["lease_epoch"], result_attempt=got["step_attempt"])
-    return await _as_run(hist, run_id, ledger), again
+    return await _as_run(hist, run_id, ledger), again, second.read_ahead
 
 
 @needs("step_begin_memoized")
 @pytest.mark.parametrize("mutation", [None, "step_begin_memoized"])
 async def test_a_committed_step_is_memoized_and_the_mutant_is_caught(pg_cluster, mutation):
     async with _history(pg_cluster, mutation) as hist:
-        run, again = await _memo_run(hist)
+        run, again, read_ahead = await _memo_run(hist)
     verdict = check(run, modules=WF, only=["wf_step_once", "wf_step_claims"])
     if mutation is None:
+        assert read_ahead == [1]  # the committed step comes with the marker's DONE
         assert again.status == wpb.STEP_STATUS_DONE and verdict["valid"], summary(verdict)
     else:
+        assert read_ahead == []
         assert again.status == wpb.STEP_STATUS_RUN and again.attempt == 2
         problems = " | ".join(c["problem"] for c in verdict["invariants"]["wf_step_once"]["counterexamples"])
         assert "a committed step re-executed" in problems, summary(verdict)

@@ -129,9 +129,12 @@ MUTATIONS: dict[str, Mutation] = {m.name: m for m in (
         "step_begin_memoized",
         "A BEGIN of a step the log holds COMPLETED claims it again (attempt + 1, under this lease) "
         "instead of answering DONE with the stored result, so a committed step's function runs again "
-        "on every later activation: the BEGIN's check of the row loses its COMPLETED case, and the "
-        "reclaim statement its RUNNING condition (it then takes a completed row of an older lease).",
-        sql=(SqlCut("workflow_step_reclaim", "s.state = 'RUNNING' AND "),),
+        "on every later activation: the BEGIN's check of the row loses its COMPLETED case, the "
+        "reclaim statement its RUNNING condition (it then takes a completed row of an older lease), "
+        "and the read-ahead (the memo's other form: a DONE reply carries the completed entries after "
+        "it, which the SDK answers from without asking) no longer carries steps, so each is begun.",
+        sql=(SqlCut("workflow_step_reclaim", "s.state = 'RUNNING' AND "),
+             SqlCut("workflow_steps_ahead", "'STEP', ")),
         py=(PyCut(f"{_STEPS}:_begin_step", 'row.state == "COMPLETED" or ', caller=f"{_STEPS}:run_step"),)),
     Mutation(
         "step_lease_fence",
