@@ -235,3 +235,46 @@ async def test_the_cancel_lock_of_an_ordinary_task_costs_what_task_lock_did_a_b(
     ma, mb = (statistics.median(times[k][40:]) * 1e3 for k in "AB")
     print(f"cancel lock ms: task_lock mean {a:.4f} median {ma:.4f}; task_cancel_lock mean {b:.4f} median {mb:.4f}")
     assert b <= 1.5 * a + 0.1
+
+
+async def test_cancel_of_a_retry_waiting_run_with_compensations_makes_it_due_now(hist):
+    tenant, app, leased = await _run(hist, max_attempts=5)
+    assert (await _step(hist, leased, "BEGIN", 0, "undo", "ON_CANCEL")).status == DONE
+    failed = await hist.complete_one(leased, "FAILED", error=tasks_pb2.TaskError(error_class="Boom"),
+                                     retry_after=duration(3600))
+    assert failed.state == tasks_pb2.TASK_STATE_RETRY_WAIT and "retry" in await hist.timers(leased.task_id)
+    c = await hist.cancel(leased.task_id, tenant)
+    assert (c.state, c.cancel_requested) == (tasks_pb2.TASK_STATE_ENQUEUED, True)
+    assert "retry" not in await hist.timers(leased.task_id)
+    assert (await hist.log(leased.task_id))[-1][1:3] == ("RETRY_WAIT", "ENQUEUED")
+    second = await hist.lease_one(app, lease_s=LEASE_S)  # due now, not in an hour
+    assert second.task_id == leased.task_id
+    stop = await _step(hist, second, "BEGIN", 1, "next")
+    assert (stop.status, stop.compensate_from) == (CANCELLED, 1)  # the log has nothing there
+
+
+async def test_a_cancelled_run_with_compensations_cascades_to_its_open_fanouts_children(hist):
+    from .test_history_fanout import _begin, _start_n
+    from .test_history_fanout import _run as _fanout_run
+
+    tenant, app, leased = await _fanout_run(hist)
+    assert (await _step(hist, leased, "BEGIN", 0, "undo", "ON_CANCEL")).status == DONE
+    ids = list((await _begin(hist, leased, 1, 3)).child_ids)
+    await _start_n(hist, tenant, app, leased.task_id, 1, ids)
+    await _suspend(hist, leased, 1)
+    c = await hist.cancel(leased.task_id, tenant)
+    assert c.state == tasks_pb2.TASK_STATE_ENQUEUED  # the run is due (its compensations), not ended
+
+    async def children_cancelled() -> bool:
+        return all([await _is(hist, cid, tenant, "CANCELED") for cid in ids])
+    await eventually(children_cancelled, timeout=10)
+    second = await _lease_again(hist, app, leased.task_id, tenant)
+    assert (await _step(hist, second, "BEGIN", 0, "undo", "ON_CANCEL")).status == DONE
+    # The cancelled children ended the fan-out (collect: all ended): its DONE is the replay.
+    async def fanout_completed() -> bool:
+        return (await _steps(hist, leased.task_id))[1][3] == "COMPLETED"
+    await eventually(fanout_completed, timeout=10)
+    fan = await _begin(hist, second, 1, 3)
+    assert fan.status == DONE and [o.state for o in fan.children] == [tasks_pb2.TASK_STATE_CANCELED] * 3
+    stop = await _step(hist, second, "BEGIN", 2, "ship")
+    assert (stop.status, stop.compensate_from) == (CANCELLED, 2)
