@@ -46,7 +46,7 @@ def test_dev_up_status_down(state_dir):
 
         deploy = ratchet("deploy", str(REPO / "examples" / "hello"), "--app", "default", *sd)
         assert deploy.returncode == 0, deploy.stderr
-        assert {h["name"] for h in json.loads(deploy.stdout)["handlers"]} == {"greet", "add", "flaky", "slow"}
+        assert {h["name"] for h in json.loads(deploy.stdout)["handlers"]} == {"greet", "add", "flaky", "slow", "signup"}
         done = ratchet("tasks", "enqueue", "greet", "--payload", '{"name": "CLI"}', "--wait", "60", *sd)
         assert done.returncode == 0, done.stderr + done.stdout
         assert json.loads(done.stdout)["result"]["greeting"] == "Hello, CLI!"
