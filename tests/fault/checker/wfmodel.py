@@ -133,7 +133,7 @@ class Workflows:
         view = getattr(run, "_workflows", None)
         if view is None:
             view = cls(run)
-            run._workflows = view  # type: ignore[attr-defined]
+            run._workflows = view  # type: ignore[attr-defined]  # a memo on the run, not a field of it
         return view
 
     def task_type(self, task: Task | None) -> str | None:

@@ -172,7 +172,7 @@ def _one_per_lease(wf: Workflows, res: Result, run_id: str, p: int, execs: list[
         if len(xs) > 1:
             res.violation(f"step {p} ran {len(xs)} times under lease {epoch}", run_id, **wf.evidence(run_id, p))
     tries = [x.step_attempt for x in _first_per_epoch(execs)]
-    if None in tries or any(b <= a for a, b in pairwise(tries)) or (tries and tries[0] < 1):  # type: ignore[operator]
+    if None in tries or any(b <= a for a, b in pairwise(tries)) or (tries and tries[0] < 1):  # type: ignore[operator]  # (None is tested first)
         res.violation(f"step {p}'s executions saw step attempts {tries} (by lease): each claim must count one "
                       "more", run_id, **wf.evidence(run_id, p))
 
