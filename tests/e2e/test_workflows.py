@@ -158,6 +158,22 @@ def test_a_runner_whose_lease_expired_mid_step_has_its_commit_refused(platform, 
     assert _runs(effects, "slow") == 2  # one execution per claim, and no third
 
 
+def test_cancel_runs_the_registered_compensations_last_first_then_ends_canceled(client, effects):
+    wid = client.start_workflow("with_refund", {"dir": str(effects), "sleep_s": 60})
+    _waiting_at(client, wid, "hold")
+    client.cancel_workflow(wid)
+    run = _finished(client, wid)
+    assert run.state == "CANCELED", run
+    assert (_runs(effects, "charge"), _runs(effects, "refund"), _runs(effects, "notify"), _runs(effects, "ship")) \
+        == (1, 1, 1, 0)
+    kinds = [(s.name, s.kind, s.state) for s in run.steps]
+    assert kinds[:3] == [("charge", "STEP", "COMPLETED"), ("refund", "ON_CANCEL", "COMPLETED"),
+                         ("notify", "ON_CANCEL", "COMPLETED")]
+    compensations = [s.name for s in run.steps if s.kind == "COMPENSATE"]
+    assert compensations == ["compensate:notify", "compensate:refund"]  # the last registered first
+    assert all(s.state == "COMPLETED" for s in run.steps if s.kind == "COMPENSATE")
+
+
 def test_a_sleep_survives_a_restart_of_every_service(platform, client, effects):
     user = uuid.uuid4().hex
     wid = client.start_workflow("onboard", {"dir": str(effects), "user": user, "sleep_s": 4})

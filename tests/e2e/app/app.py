@@ -195,3 +195,15 @@ def slow_step(ctx, payload):
         time.sleep(payload.get("seconds", 3))
         return {"runs": runs, "step_attempt": ctx.step_attempt, "epoch": ctx.lease_epoch}
     return ctx.step("work", work)
+
+
+@workflow(retries=FAST_RETRY)
+def with_refund(ctx, payload):
+    """Charges, registers two compensations, then holds: a cancel during the hold refunds."""
+    folder = payload["dir"]
+    ctx.step("charge", lambda: _effect(folder, "charge"))
+    ctx.on_cancel(lambda: _effect(folder, "refund"), name="refund")
+    ctx.on_cancel(lambda: _effect(folder, "notify"), name="notify")  # registered last: runs first
+    ctx.sleep("hold", seconds=payload.get("sleep_s", 60))
+    ctx.step("ship", lambda: _effect(folder, "ship"))
+    return "shipped"
