@@ -192,10 +192,8 @@ async def test_a_committed_step_is_memoized_and_the_mutant_is_caught(pg_cluster,
         assert "a committed step re-executed" in problems, summary(verdict)
 
 
-# -- open platform bugs the chaos runs found (strict xfails: they pass once history is fixed) ----
-OPEN_WAIT_LEAK = ("history deletes a run's open waits only when the run ends from WAITING "
-                  "(cancel_task, firing._apply_round, suspend): a run cancelled, expired or failed from "
-                  "ENQUEUED, RETRY_WAIT or LEASED keeps them (chaos pause_history seed 11, wf_waiting)")
+# -- a platform bug the chaos runs found (pause_history seed 11, wf_waiting): history deleted a run's
+# open waits only when it ended from WAITING; a run cancelled from ENQUEUED or RETRY_WAIT kept them.
 
 
 async def _open_wait(hist: Hist, tenant: str, app: str, timeout_s: float | None) -> tuple[str, Activation]:
@@ -236,7 +234,6 @@ async def _ended_with_open_wait(hist: Hist, how: str, tenant: str) -> str:
     return run_id
 
 
-@pytest.mark.xfail(strict=True, reason=OPEN_WAIT_LEAK)
 @pytest.mark.parametrize("how", ["timed_out", "crashed"])
 async def test_a_run_cancelled_with_a_wait_open_keeps_no_open_wait(pg_cluster, how):
     async with _history(pg_cluster, None) as hist:

@@ -195,9 +195,12 @@ async def cancel_task(conn: asyncpg.Connection, store: Store, task_id: str, tena
         t = cancel_now(task_id, state, row.lease_epoch)
         if t is not None:
             await tx.task_transition_apply([t])  # (its timers go with it, a WAITING run's wake too)
-            if state == TaskState.WAITING:  # no event completes a step of a run that ended
-                await tx.workflow_waits_delete_batch([task_id])
-                await tx.workflow_cascade_open([task_id])  # its open fan-outs' children are cancelled too
+            # A run may hold an open wait or fan-out in any state it is cancelled from (a wait
+            # that timed out leaves the run ENQUEUED, a crash after a BEGIN leaves it
+            # RETRY_WAIT): no event completes a step of a run that ended, and its open
+            # fan-outs' children are cancelled too. (One probe each for a plain task.)
+            await tx.workflow_waits_delete_batch([task_id])
+            await tx.workflow_cascade_open([task_id])
             return TaskState.CANCELED, False
         if state == TaskState.LEASED:
             await tx.task_cancel_request_batch([task_id], [row.lease_epoch], [CancelReason.USER.value], grace_s)

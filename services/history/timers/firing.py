@@ -16,7 +16,7 @@ import random
 import asyncpg
 
 from ratchet.libs import gates
-from ratchet.libs.taskstate import CancelReason, TaskState
+from ratchet.libs.taskstate import TERMINAL, CancelReason, TaskState
 from ratchet.services.history.decide import CANCEL_GRACE_ERROR, WAKE_TIMER_REASON, Rand, TimerPlan, plan_timers
 from ratchet.services.history.model import TaskView, Transition
 from ratchet.services.history.store import DueTask, Store, Tx
@@ -60,7 +60,9 @@ async def _apply_round(tx: Tx, ts: list[Transition]) -> None:
         await wake(tx, wakes, WAKE_TIMER_REASON)
     if rest:
         applied = await tx.task_transition_apply(rest)
-        ended = [t.task_id for t in rest if t.from_state == TaskState.WAITING and t.task_id in applied]
+        # Every run that ended loses its open waits, from whatever state it ended (a wait that
+        # timed out or a crash after a BEGIN leaves one open outside WAITING).
+        ended = [t.task_id for t in rest if t.to_state in TERMINAL and t.task_id in applied]
         if ended:
             await tx.workflow_waits_delete_batch(ended)
         spent = [t.task_id for t in rest if t.to_state == TaskState.FAILED and t.attempt_error is CANCEL_GRACE_ERROR

@@ -192,7 +192,7 @@ async def cancel_children(mesh: Mesh, shard_id: int, ids: Sequence[str]) -> None
         asks = [(tid, ep) for tid, st, ep, asked in live if st == "LEASED" and not asked]
         if now:
             await tx.task_transition_apply(now)
-            await tx.workflow_waits_delete_batch([t.task_id for t in now if t.from_state == TaskState.WAITING])
+            await tx.workflow_waits_delete_batch([t.task_id for t in now])  # (open in any state)
         if asks:
             await tx.task_cancel_request_batch([a for a, _ in asks], [e for _, e in asks],
                                                [CancelReason.USER.value] * len(asks), grace_s)
