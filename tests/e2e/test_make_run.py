@@ -50,10 +50,19 @@ def _platform_pids(state: pathlib.Path) -> set[int]:
     return pids
 
 
+def _as_a_terminal_would() -> None:
+    """In the child before exec: SIGINT at its default and no signal blocked, as a shell started
+    from a terminal has them. The test process's own state is inherited otherwise (a blocked or
+    ignored SIGINT left by an earlier test or a library thread), and a shell that starts with
+    SIGINT ignored cannot trap it: Ctrl-C would be lost."""
+    signal.pthread_sigmask(signal.SIG_SETMASK, [])
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _run_until(tree: pathlib.Path, log: pathlib.Path, marker: str, deadline_s: float):
     """Start `make run` as a terminal would (own process group); wait for marker and a full platform."""
     proc = subprocess.Popen(["make", "run"], cwd=tree, stdout=log.open("w"), stderr=subprocess.STDOUT,
-                            stdin=subprocess.DEVNULL, start_new_session=True)
+                            stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=_as_a_terminal_would)
     deadline = time.monotonic() + deadline_s
     pids: set[int] = set()
     while time.monotonic() < deadline:
