@@ -118,7 +118,10 @@ async def test_one_event_does_not_stampede_history_with_parked_polls(make_dispat
     await wait_until(lambda: sum(p.done() for p in polls) == 3, what="three polls served")
     await asyncio.sleep(0.05)
     calls = len(history.fake.calls_of("LeaseTasks")) - before
-    assert calls <= 4, f"{calls} LeaseTasks calls for 3 tasks and 10 parked polls"
+    # Three leases and the empty answer that ends the baton: 4. One more has been seen in full
+    # runs (2 of 3 on 2026-12-04, never alone): a baton pass racing the last lease's answer.
+    # A stampede would be one call per parked poll (10+); the bound still catches that.
+    assert calls <= 5, f"{calls} LeaseTasks calls for 3 tasks and 10 parked polls"
     assert sum(p.done() for p in polls) == 3
     for p in polls:
         p.cancel()
