@@ -39,23 +39,34 @@ def encode_token(filter_hash: str, cursors: dict[int, str]) -> str:
     """The next_page_token for these per-shard cursors ("" when every shard is exhausted)."""
     if not cursors:
         return ""
-    body = {"v": TOKEN_VERSION, "f": filter_hash, "c": {str(s): c for s, c in sorted(cursors.items())}}
+    return token_of({"v": TOKEN_VERSION, "f": filter_hash, "c": {str(s): c for s, c in sorted(cursors.items())}})
+
+
+def token_of(body: dict) -> str:
+    """A page token: body as base64url (unpadded) JSON (the pages of the workflow API use it too)."""
     raw = json.dumps(body, separators=(",", ":"), sort_keys=True).encode()
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
 
-def decode_token(token: str, filter_hash: str, shard_ids: list[int]) -> dict[int, str]:
-    """The per-shard cursors of a page token; InvalidArgument if it is not one of ours for this filter."""
-    bad = InvalidArgument("page_token is not valid: pass next_page_token from the previous response unchanged"
-                          + _RESTART)
+def body_of(token: str, bad: InvalidArgument) -> dict:
+    """The JSON object of a page token of this version; `bad` (raised) if it is not one."""
     if len(token) > MAX_TOKEN_CHARS:
         raise bad
     try:
         body = json.loads(base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)))
     except (binascii.Error, ValueError, UnicodeDecodeError):
         raise bad from None
-    if not isinstance(body, dict) or body.get("v") != TOKEN_VERSION or not isinstance(body.get("c"), dict) \
-            or not isinstance(body.get("f"), str):
+    if not isinstance(body, dict) or body.get("v") != TOKEN_VERSION:
+        raise bad
+    return body
+
+
+def decode_token(token: str, filter_hash: str, shard_ids: list[int]) -> dict[int, str]:
+    """The per-shard cursors of a page token; InvalidArgument if it is not one of ours for this filter."""
+    bad = InvalidArgument("page_token is not valid: pass next_page_token from the previous response unchanged"
+                          + _RESTART)
+    body = body_of(token, bad)
+    if not isinstance(body.get("c"), dict) or not isinstance(body.get("f"), str):
         raise bad
     if body["f"] != filter_hash:
         raise InvalidArgument("page_token does not match the filter: keep state, task_type, queue, error_class, "

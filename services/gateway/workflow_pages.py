@@ -19,14 +19,9 @@ workflow_type filter pays for each (the filter makes it one per shard).
 
 from __future__ import annotations
 
-import base64
-import binascii
-import json
-
 from ratchet.libs.rpc.errors import InvalidArgument
+from ratchet.services.gateway.listing import TOKEN_VERSION, body_of, token_of
 
-TOKEN_VERSION = 1
-MAX_TOKEN_CHARS = 65536
 DEFAULT_PAGE, MAX_PAGE = 100, 1000
 _RESTART = "; start again without it"
 
@@ -34,22 +29,13 @@ Stream = tuple[int, str]  # (shard, workflow type)
 
 
 def _encode(body: dict) -> str:
-    raw = json.dumps(body, separators=(",", ":"), sort_keys=True).encode()
-    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+    return token_of(body)
 
 
 def _decode(token: str, field: str) -> dict:
     """The token's JSON body, or INVALID_ARGUMENT naming the field."""
-    bad = InvalidArgument(f"{field} is not valid: pass the previous response's next_{field} unchanged" + _RESTART)
-    if len(token) > MAX_TOKEN_CHARS:
-        raise bad
-    try:
-        body = json.loads(base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)))
-    except (binascii.Error, ValueError, UnicodeDecodeError):
-        raise bad from None
-    if not isinstance(body, dict) or body.get("v") != TOKEN_VERSION:
-        raise bad
-    return body
+    return body_of(token, InvalidArgument(f"{field} is not valid: pass the previous response's next_{field} "
+                                          "unchanged" + _RESTART))
 
 
 def page_size(value: int, field: str) -> int:
